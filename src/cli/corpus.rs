@@ -1,0 +1,90 @@
+//! `freshstack corpus`: chunk checkouts into a corpus.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use freshstack::source::{
+    CorpusConfig, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TOKENS, RepoSpec, SkipReason, TokenizerKind,
+    build_corpus, write_summary,
+};
+
+use super::progress::Bars;
+
+/// Arguments of `freshstack corpus`.
+#[derive(Debug, Args)]
+pub struct CorpusArgs {
+    /// A repository: its GitHub OWNER/NAME and local checkout, as OWNER/NAME=PATH. Repeatable.
+    #[arg(long = "repo", required = true, value_name = "OWNER/NAME=PATH")]
+    repos: Vec<String>,
+    /// Output corpus (JSONL, one document per line; written atomically).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Maximum tokens per document.
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
+    max_tokens: usize,
+    /// Tokenizer that counts the budget: cl100k_base (as the reference) or o200k_base.
+    #[arg(long, default_value = "cl100k_base")]
+    tokenizer: String,
+    /// Skip files larger than this many bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES)]
+    max_file_bytes: u64,
+    /// Also write the summary (per-repo totals, skips by reason) as JSON here.
+    #[arg(long, value_name = "FILE")]
+    summary: Option<PathBuf>,
+    /// Worker threads (default: all cores). The output does not depend on it.
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
+    let repos = args
+        .repos
+        .iter()
+        .map(|spec| RepoSpec::parse(spec))
+        .collect::<Result<Vec<_>, _>>()?;
+    let config = CorpusConfig {
+        repos,
+        max_tokens: args.max_tokens,
+        tokenizer: TokenizerKind::parse(&args.tokenizer)?,
+        max_file_bytes: args.max_file_bytes,
+    };
+    if let Some(threads) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .build_global()
+            .context("cannot configure worker threads")?;
+    }
+    let started = std::time::Instant::now();
+    let summary = build_corpus(&config, &args.out, &Bars::new())?;
+    if let Some(path) = &args.summary {
+        write_summary(&summary, path)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    for repo in &summary.repos {
+        eprintln!(
+            "{}: {} files -> {} documents, {} tokens (commit {})",
+            repo.repo,
+            repo.files_chunked,
+            repo.documents,
+            repo.tokens,
+            repo.commit_id.as_deref().unwrap_or("unknown")
+        );
+    }
+    let skips: Vec<String> = SkipReason::ALL
+        .iter()
+        .filter_map(|r| summary.skipped.get(r).map(|n| format!("{} {n}", r.name())))
+        .collect();
+    eprintln!(
+        "wrote {} documents ({} tokens) to {} in {seconds:.1}s; skipped: {}",
+        summary.documents,
+        summary.tokens,
+        args.out.display(),
+        if skips.is_empty() {
+            "none".to_string()
+        } else {
+            skips.join(", ")
+        }
+    );
+    Ok(())
+}

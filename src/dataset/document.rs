@@ -1,0 +1,51 @@
+use serde::{Deserialize, Serialize};
+
+/// A corpus document: one chunk of one file of one repository, in the reference corpus schema
+/// (`_id`, `title`, `text`, `metadata`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Document {
+    /// `{owner/name}/{path}_{start_byte}_{end_byte}`.
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// Always empty in FreshStack corpora (kept for BEIR compatibility).
+    #[serde(default)]
+    pub title: String,
+    /// The chunk's text, exactly the file's bytes `start_byte..end_byte`.
+    pub text: String,
+    /// Where the chunk comes from.
+    #[serde(default)]
+    pub metadata: DocumentMetadata,
+}
+
+/// Provenance of a [`Document`]. Fields the reference does not have are optional on reading.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentMetadata {
+    /// `owner/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// Path inside the repository, `/`-separated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `https://github.com/{repo}/blob/{commit}/{path}` (branch `HEAD` when the commit is unknown).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// UTF-8 byte offset of the chunk's first byte in the file.
+    #[serde(default)]
+    pub start_byte: Option<u64>,
+    /// UTF-8 byte offset one past the chunk's last byte.
+    #[serde(default)]
+    pub end_byte: Option<u64>,
+    /// The checkout's HEAD commit, or null when it has no `.git`.
+    #[serde(default)]
+    pub commit_id: Option<String>,
+    /// The splitter's language name (`python`, `markdown`, `text`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+}
+
+impl Document {
+    /// The document id the reference uses: `{repo}/{path}_{start}_{end}`.
+    pub fn make_id(repo: &str, path: &str, start_byte: usize, end_byte: usize) -> String {
+        format!("{repo}/{path}_{start_byte}_{end_byte}")
+    }
+}

@@ -1,0 +1,82 @@
+//! The crate's error type: every variant names what failed and where (file, line, field), so
+//! the CLI can print it as one line.
+
+use std::path::PathBuf;
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the library.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A filesystem operation on `path` failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A line of a JSONL / TSV / TREC file could not be parsed.
+    #[error("{}:{line}: {message}", path.display())]
+    Parse {
+        /// The file being read.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What was wrong (field, expected, got).
+        message: String,
+    },
+    /// A user-supplied setting or argument is invalid.
+    #[error("invalid {what}: {message}")]
+    InvalidArgument {
+        /// The flag, config key or argument.
+        what: String,
+        /// Why it is invalid.
+        message: String,
+    },
+    /// Serialising output failed.
+    #[error("{}: cannot write JSON: {source}", path.display())]
+    Json {
+        /// The file being written.
+        path: PathBuf,
+        /// The underlying error.
+        source: serde_json::Error,
+    },
+    /// A tokenizer, grammar or other resource could not be initialised.
+    #[error("{what}: {message}")]
+    Resource {
+        /// The resource (e.g. `tokenizer cl100k_base`).
+        what: String,
+        /// Why it failed.
+        message: String,
+    },
+}
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A parse error at `path:line`.
+    pub fn parse(path: impl Into<PathBuf>, line: usize, message: impl Into<String>) -> Self {
+        Error::Parse {
+            path: path.into(),
+            line,
+            message: message.into(),
+        }
+    }
+
+    /// An invalid argument or setting.
+    pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            what: what.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Progress reporting without printing: library code reports through this trait; the CLI draws
+//! bars (indicatif), tests and embedders pass [`NoProgress`].
+
+/// Receives progress of a long step. Implementations must be cheap and thread-safe: workers call
+/// [`Progress::advance`] from rayon threads.
+pub trait Progress: Sync {
+    /// A new step begins: `label` names it, `total` counts its units when known.
+    fn begin(&self, label: &str, total: Option<u64>) {
+        let _ = (label, total);
+    }
+    /// `units` more units are done.
+    fn advance(&self, units: u64) {
+        let _ = units;
+    }
+    /// The step is over.
+    fn finish(&self) {}
+}
+
+/// Ignores all progress.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {}

@@ -1,0 +1,17 @@
+//! The outside world coming in: repository checkouts (walk, classify, commit id), chunking, and
+//! the corpus stage that joins them.
+
+mod chunk;
+mod corpus;
+mod notebook;
+mod repo;
+
+pub use chunk::{Chunk, Chunker, Language, TokenizerKind};
+pub use corpus::{
+    CorpusConfig, CorpusSummary, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TOKENS, RepoSummary,
+    build_corpus, chunk_repositories, github_url, write_summary,
+};
+pub use notebook::notebook_text;
+pub use repo::{
+    RepoSpec, SkipReason, WalkResult, read_commit_id, skip_by_content, skip_by_name, walk,
+};
