@@ -1,17 +1,25 @@
 //! Token-bounded, structure-aware chunking of one file's text.
 //!
 //! Every chunk is a byte range of the input (`text[start..end]`), at most `max_tokens` tokens of
-//! the chosen tiktoken vocabulary, trimmed of surrounding whitespace. Chunks never overlap and,
-//! together, cover every non-whitespace byte of the input. Markdown splits by headings, then
-//! blocks; source code by syntax (tree-sitter); HTML/XML by elements; anything else by runs of
-//! blank lines, then lines, sentences, words and, for a pathological 5 MB line, characters.
+//! the chosen tiktoken vocabulary, trimmed of surrounding ASCII whitespace. Chunks never overlap
+//! and, together, cover every non-whitespace byte of the input.
+//!
+//! How: the text is tokenized once, giving the byte offset where every token ends, so the
+//! farthest end that fits the budget from any cursor is a binary search. Candidate cut points
+//! carry a *level* (see [`split_points`]): headings highest (Markdown, reStructuredText, HTML
+//! `h1`-`h6`, DocBook sections), then syntax nodes by depth (tree-sitter for code; for HTML/XML,
+//! lines opening an element, by indentation), then blank lines, then line starts. From the cursor, the cut is the farthest point of the highest level that still fills
+//! at least a quarter of the budget; with no line boundary in reach, the last whitespace, and
+//! for a pathological 5 MB line, a character boundary. Each chunk is then counted exactly
+//! (tokenization is not additive across a cut) and shrunk in the rare case it is over budget:
+//! two tokenizer passes over the bytes in all, whatever the file's shape.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 
+use bpe_openai::Tokenizer;
 use serde::{Deserialize, Serialize};
-use text_splitter::{ChunkConfig, ChunkSizer, CodeSplitter, MarkdownSplitter, TextSplitter};
-use tiktoken_rs::CoreBPE;
 
 use crate::error::{Error, Result};
 
@@ -47,16 +55,13 @@ impl TokenizerKind {
         }
     }
 
-    /// Loads the vocabulary (shipped inside tiktoken-rs; no network).
-    pub fn load(self) -> Result<CoreBPE> {
-        let bpe = match self {
-            TokenizerKind::Cl100kBase => tiktoken_rs::cl100k_base(),
-            TokenizerKind::O200kBase => tiktoken_rs::o200k_base(),
-        };
-        bpe.map_err(|e| Error::Resource {
-            what: format!("tokenizer {}", self.name()),
-            message: e.to_string(),
-        })
+    /// The tokenizer (vocabularies are compiled into the binary by bpe-openai; no network). Its
+    /// counts equal tiktoken's.
+    pub fn tokenizer(self) -> &'static Tokenizer {
+        match self {
+            TokenizerKind::Cl100kBase => bpe_openai::cl100k_base(),
+            TokenizerKind::O200kBase => bpe_openai::o200k_base(),
+        }
     }
 }
 
@@ -99,7 +104,9 @@ pub enum Language {
     Html,
     /// XML (DocBook, XSLT, SVG sources, ...).
     Xml,
-    /// Anything else: reStructuredText, plain text, config files, unknown code.
+    /// reStructuredText: section titles, then blank lines.
+    Rst,
+    /// Anything else: plain text, config files, unknown code.
     Text,
 }
 
@@ -111,6 +118,7 @@ impl Language {
         match ext {
             "md" | "markdown" | "mdx" | "mkd" | "mdown" => Language::Markdown,
             "ipynb" => Language::Notebook,
+            "rst" | "rest" => Language::Rst,
             "py" | "pyi" | "pyw" => Language::Python,
             "js" | "mjs" | "cjs" | "jsx" => Language::JavaScript,
             "ts" | "mts" | "cts" => Language::TypeScript,
@@ -150,6 +158,7 @@ impl Language {
             Language::CSharp => "csharp",
             Language::Html => "html",
             Language::Xml => "xml",
+            Language::Rst => "rst",
             Language::Text => "text",
         }
     }
@@ -167,9 +176,14 @@ impl Language {
             Language::Java => tree_sitter_java::LANGUAGE,
             Language::Go => tree_sitter_go::LANGUAGE,
             Language::CSharp => tree_sitter_c_sharp::LANGUAGE,
-            Language::Html => tree_sitter_html::LANGUAGE,
-            Language::Xml => tree_sitter_xml::LANGUAGE_XML,
-            Language::Markdown | Language::Notebook | Language::Text => return None,
+            Language::Markdown
+            | Language::Notebook
+            | Language::Rst
+            | Language::Html
+            | Language::Xml
+            | Language::Text => {
+                return None;
+            }
         })
     }
 }
@@ -185,36 +199,53 @@ pub struct Chunk {
     pub num_tokens: usize,
 }
 
-/// Counts tokens for the splitter. Any text shorter (in bytes) than the budget is reported by its
-/// byte length without tokenizing: a byte-level BPE token covers at least one byte, so the
-/// verdict ("fits, and more could be added") is the same as the exact count's, at no cost.
-struct BoundedTokenCounter {
-    bpe: Arc<CoreBPE>,
-    max_tokens: usize,
-}
+/// Split-point levels: higher is a better place to cut.
+mod level {
+    /// Start of a line.
+    pub const LINE: u8 = 2;
+    /// Start of a line after one or more blank lines.
+    pub const BLANK: u8 = 3;
+    /// Start of a syntax node at the deepest depth considered; shallower nodes rank higher.
+    pub const SYNTAX_MIN: u8 = 4;
+    /// Syntax node depths ranked (depth 1 = children of the root).
+    pub const SYNTAX_DEPTHS: u8 = 8;
+    /// A level-6 heading; a level-1 heading is `HEADING_MIN + 5`.
+    pub const HEADING_MIN: u8 = SYNTAX_MIN + SYNTAX_DEPTHS;
+    /// Number of distinct levels.
+    pub const COUNT: usize = (HEADING_MIN + 6) as usize;
 
-impl ChunkSizer for BoundedTokenCounter {
-    fn size(&self, chunk: &str) -> usize {
-        if chunk.len() < self.max_tokens {
-            chunk.len()
-        } else {
-            self.bpe.encode_ordinary(chunk).len()
-        }
+    /// The level of a heading of rank `rank` (1 = top).
+    pub fn heading(rank: usize) -> u8 {
+        HEADING_MIN + 6 - rank.clamp(1, 6) as u8
     }
 }
 
-/// Splits texts into token-bounded chunks. Cheap to share across threads.
-#[derive(Clone)]
+/// Pieces up to this long are memoised by [`Chunker::count_piece`].
+const MAX_CACHED_PIECE_BYTES: usize = 48;
+/// The memo is cleared when it holds this many pieces (bounds memory on odd inputs).
+const MAX_CACHED_PIECES: usize = 1 << 20;
+
+thread_local! {
+    /// Per thread and tokenizer kind: token count of each short piece seen.
+    static PIECE_COUNTS: RefCell<[rustc_hash::FxHashMap<Box<[u8]>, u32>; 2]> =
+        RefCell::new(Default::default());
+}
+
+/// A chunk must reach this share of the budget before a lower-level cut is preferred over it.
+const MIN_FILL_DIVISOR: usize = 4;
+
+/// Splits texts into token-bounded chunks. Cheap to clone and share across threads.
+#[derive(Clone, Copy)]
 pub struct Chunker {
-    bpe: Arc<CoreBPE>,
-    tokenizer: TokenizerKind,
+    tokenizer: &'static Tokenizer,
+    kind: TokenizerKind,
     max_tokens: usize,
 }
 
 impl fmt::Debug for Chunker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Chunker")
-            .field("tokenizer", &self.tokenizer)
+            .field("tokenizer", &self.kind)
             .field("max_tokens", &self.max_tokens)
             .finish()
     }
@@ -230,8 +261,8 @@ impl Chunker {
             ));
         }
         Ok(Self {
-            bpe: Arc::new(tokenizer.load()?),
-            tokenizer,
+            tokenizer: tokenizer.tokenizer(),
+            kind: tokenizer,
             max_tokens,
         })
     }
@@ -243,44 +274,441 @@ impl Chunker {
 
     /// The tokenizer counting the budget.
     pub fn tokenizer(&self) -> TokenizerKind {
-        self.tokenizer
+        self.kind
     }
 
-    /// Number of tokens in `text` (no special tokens).
+    /// Number of tokens in `text` (no special tokens), as tiktoken counts.
     pub fn count_tokens(&self, text: &str) -> usize {
-        self.bpe.encode_ordinary(text).len()
+        self.tokenizer
+            .split(text)
+            .map(|piece| self.count_piece(piece))
+            .sum()
     }
 
-    /// Splits `text` as `language`. Never fails: a grammar that cannot be loaded falls back to the
-    /// plain-text splitter, and a parse error only makes the syntax tree coarser.
+    /// Tokens in one pre-tokenized piece. Pieces (words, punctuation runs, indentation) repeat
+    /// endlessly in code and prose, so short ones are memoised per thread: the BPE then runs once
+    /// per distinct piece, not once per occurrence.
+    fn count_piece(&self, piece: &str) -> usize {
+        if piece.len() > MAX_CACHED_PIECE_BYTES {
+            return self.tokenizer.bpe.count(piece.as_bytes());
+        }
+        PIECE_COUNTS.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            let counts = &mut cache[self.kind as usize];
+            if let Some(&n) = counts.get(piece.as_bytes()) {
+                return n as usize;
+            }
+            let n = self.tokenizer.bpe.count(piece.as_bytes());
+            if counts.len() >= MAX_CACHED_PIECES {
+                counts.clear();
+            }
+            counts.insert(piece.as_bytes().into(), n as u32);
+            n
+        })
+    }
+
+    /// Where each token of `text` ends, in order (one pre-tokenizer pass). Inside a piece the
+    /// token ends are spread evenly: only the counts are exact, which is all cut selection needs
+    /// (every chunk is counted exactly afterwards).
+    fn token_ends(&self, text: &str) -> Vec<usize> {
+        let mut ends = Vec::with_capacity(text.len() / 3 + 1);
+        let mut offset = 0;
+        for piece in self.tokenizer.split(text) {
+            let n = self.count_piece(piece);
+            let len = piece.len();
+            for i in 1..n {
+                ends.push(offset + len * i / n);
+            }
+            offset += len;
+            ends.push(offset);
+        }
+        ends
+    }
+
+    /// Splits `text` as `language`. Never fails and never loses a non-whitespace byte: a grammar
+    /// that cannot be loaded, or a parse error, only leaves fewer syntax split points.
     pub fn chunk(&self, text: &str, language: Language) -> Vec<Chunk> {
-        let config = || {
-            ChunkConfig::new(self.max_tokens)
-                .with_trim(true)
-                .with_sizer(BoundedTokenCounter {
-                    bpe: Arc::clone(&self.bpe),
-                    max_tokens: self.max_tokens,
-                })
+        let points = split_points(text, language);
+        let ends = self.token_ends(text);
+        let mut chunks = Vec::new();
+        let mut cursor = skip_whitespace(text, 0);
+        while cursor < text.len() {
+            let (chunk, next) = self.next_chunk(text, &ends, &points, cursor);
+            if let Some(chunk) = chunk {
+                chunks.push(chunk);
+            }
+            cursor = skip_whitespace(text, next);
+        }
+        chunks
+    }
+
+    /// The chunk starting at `cursor` (already past whitespace) and where the next one starts.
+    fn next_chunk(
+        &self,
+        text: &str,
+        ends: &[usize],
+        points: &[(usize, u8)],
+        cursor: usize,
+    ) -> (Option<Chunk>, usize) {
+        let mut budget = self.max_tokens;
+        loop {
+            let cut = choose_cut(text, ends, points, cursor, budget);
+            let end = trim_end(text, cursor, cut);
+            if end == cursor {
+                return (None, cut);
+            }
+            let num_tokens = self.count_tokens(&text[cursor..end]);
+            if num_tokens <= self.max_tokens {
+                let chunk = Chunk {
+                    start: cursor,
+                    end,
+                    num_tokens,
+                };
+                return (Some(chunk), cut);
+            }
+            // Over budget: tokenization at the cut differs from the whole text's. Shrink the
+            // budget by the excess and choose again.
+            budget = budget.saturating_sub(num_tokens - self.max_tokens);
+        }
+    }
+}
+
+/// Where to cut a chunk starting at `cursor` with `budget` tokens (approximate, from the
+/// whole-text tokenization): always a char boundary after `cursor`.
+fn choose_cut(
+    text: &str,
+    ends: &[usize],
+    points: &[(usize, u8)],
+    cursor: usize,
+    budget: usize,
+) -> usize {
+    // Tokens are counted from the first token that ends after the cursor.
+    let first = ends.partition_point(|&e| e <= cursor);
+    if budget == 0 {
+        return next_char_boundary(text, cursor);
+    }
+    let last = first + budget; // one past the last token that fits
+    if last >= ends.len() {
+        return text.len();
+    }
+    let limit = ends[last - 1];
+    if limit <= cursor {
+        return next_char_boundary(text, cursor);
+    }
+    // Farthest split point per level within (cursor, limit].
+    let lo = points.partition_point(|&(p, _)| p <= cursor);
+    let hi = points.partition_point(|&(p, _)| p <= limit);
+    let mut farthest = [0usize; level::COUNT];
+    for &(pos, lvl) in &points[lo..hi] {
+        farthest[lvl as usize] = pos;
+    }
+    let min_fill = (budget / MIN_FILL_DIVISOR).max(1);
+    let mut best = 0usize;
+    let mut best_any = 0usize;
+    for lvl in (0..level::COUNT).rev() {
+        best = best.max(farthest[lvl]);
+        if best == 0 {
+            continue;
+        }
+        if best_any == 0 {
+            best_any = best;
+        }
+        let tokens = ends.partition_point(|&e| e <= best) - first;
+        if tokens >= min_fill {
+            return best;
+        }
+    }
+    // No structural cut fills enough: the last whitespace in reach, else a char boundary.
+    let bytes = text.as_bytes();
+    if let Some(ws) = (cursor + 1..limit)
+        .rev()
+        .find(|&i| bytes[i].is_ascii_whitespace())
+        && ws > best_any
+    {
+        return ws;
+    }
+    if best_any > cursor {
+        return best_any;
+    }
+    let mut cut = limit;
+    while cut > cursor && !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    if cut <= cursor {
+        next_char_boundary(text, cursor)
+    } else {
+        cut
+    }
+}
+
+fn next_char_boundary(text: &str, from: usize) -> usize {
+    let mut i = from + 1;
+    while i < text.len() && !text.is_char_boundary(i) {
+        i += 1;
+    }
+    i.min(text.len())
+}
+
+fn skip_whitespace(text: &str, from: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut i = from;
+    while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+/// `end` moved back over ASCII whitespace, not before `start`.
+fn trim_end(text: &str, start: usize, end: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut e = end;
+    while e > start && bytes[e - 1].is_ascii_whitespace() {
+        e -= 1;
+    }
+    e
+}
+
+/// Candidate cut points of `text` with their levels, sorted by position, one per position.
+pub(crate) fn split_points(text: &str, language: Language) -> Vec<(usize, u8)> {
+    let mut points = line_points(text, language);
+    if let Some(grammar) = language.grammar() {
+        syntax_points(text, language, grammar, &mut points);
+    }
+    points.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    points.dedup_by_key(|p| p.0);
+    points
+}
+
+/// Line starts (after blank lines ranked higher), plus headings for Markdown and
+/// reStructuredText. Lines inside Markdown code fences are plain line starts.
+fn line_points(text: &str, language: Language) -> Vec<(usize, u8)> {
+    let markdown = matches!(language, Language::Markdown | Language::Notebook);
+    let rst = language == Language::Rst;
+    let markup = matches!(language, Language::Html | Language::Xml);
+    let mut points = Vec::new();
+    let mut rst_adornments: Vec<u8> = Vec::new();
+    let mut offset = 0usize;
+    let mut after_blank = false;
+    let mut in_fence: Option<u8> = None;
+    let mut prev_line: Option<(usize, &str)> = None;
+    for line in text.split_inclusive('\n') {
+        let start = offset;
+        offset += line.len();
+        let content = line.trim_end_matches(['\n', '\r']);
+        let trimmed = content.trim_start_matches([' ', '\t']);
+        if trimmed.is_empty() {
+            after_blank = true;
+            prev_line = None;
+            continue;
+        }
+        let mut lvl = if after_blank {
+            level::BLANK
+        } else {
+            level::LINE
         };
-        let ranges: Vec<(usize, &str)> = match language {
-            Language::Markdown | Language::Notebook => MarkdownSplitter::new(config())
-                .chunk_indices(text)
-                .collect(),
-            Language::Text => TextSplitter::new(config()).chunk_indices(text).collect(),
-            code => match code.grammar().map(|g| CodeSplitter::new(g, config())) {
-                Some(Ok(splitter)) => splitter.chunk_indices(text).collect(),
-                _ => TextSplitter::new(config()).chunk_indices(text).collect(),
-            },
+        if markdown {
+            let fence = trimmed.as_bytes()[0];
+            let is_fence = (fence == b'`' || fence == b'~')
+                && trimmed.bytes().take_while(|&b| b == fence).count() >= 3;
+            match in_fence {
+                Some(open) if is_fence && fence == open => {
+                    in_fence = None;
+                    lvl = level::LINE;
+                }
+                Some(_) => lvl = level::LINE,
+                None if is_fence => {
+                    in_fence = Some(fence);
+                    lvl = lvl.max(level::BLANK);
+                }
+                None => {
+                    if let Some(rank) = atx_heading(trimmed) {
+                        lvl = level::heading(rank);
+                    } else if let Some((prev_start, _)) = prev_line.filter(|_| {
+                        trimmed.bytes().all(|b| b == b'=') || trimmed.bytes().all(|b| b == b'-')
+                    }) {
+                        // Setext heading: the underlined line starts the section.
+                        let rank = if trimmed.starts_with('=') { 1 } else { 2 };
+                        points.push((prev_start, level::heading(rank)));
+                    }
+                }
+            }
+        } else if markup {
+            if let Some(markup_level) = markup_line_level(trimmed, content.len() - trimmed.len()) {
+                lvl = lvl.max(markup_level);
+            }
+        } else if rst
+            && let Some((prev_start, prev)) = prev_line
+            && is_rst_underline(trimmed, prev)
+        {
+            let ch = trimmed.as_bytes()[0];
+            let rank = match rst_adornments.iter().position(|&c| c == ch) {
+                Some(i) => i + 1,
+                None => {
+                    rst_adornments.push(ch);
+                    rst_adornments.len()
+                }
+            };
+            points.push((prev_start, level::heading(rank)));
+        }
+        if start > 0 {
+            points.push((start, lvl));
+        }
+        after_blank = false;
+        prev_line = Some((start, trimmed));
+    }
+    points
+}
+
+/// Elements that open a section: HTML headings, DocBook divisions (the PHP manual, Linux and
+/// GNOME docs), with their heading rank.
+const MARKUP_SECTIONS: &[(&str, usize)] = &[
+    ("h1", 1),
+    ("h2", 2),
+    ("h3", 3),
+    ("h4", 4),
+    ("h5", 5),
+    ("h6", 6),
+    ("book", 1),
+    ("part", 1),
+    ("chapter", 1),
+    ("reference", 1),
+    ("appendix", 1),
+    ("article", 2),
+    ("refentry", 2),
+    ("sect1", 2),
+    ("section", 2),
+    ("preface", 2),
+    ("refsect1", 3),
+    ("sect2", 3),
+    ("simplesect", 3),
+    ("refsect2", 4),
+    ("sect3", 4),
+    ("refsect3", 5),
+    ("sect4", 5),
+    ("example", 6),
+];
+
+/// The level of a markup line that starts with a tag or comment: sections by their rank, other
+/// elements by indentation (shallower ranks higher, like syntax depth). Closing tags are not
+/// cut points of their own.
+fn markup_line_level(line: &str, indent: usize) -> Option<u8> {
+    let rest = line.strip_prefix('<')?;
+    if rest.starts_with('/') {
+        return None;
+    }
+    if !(rest.starts_with("!--") || rest.starts_with(|c: char| c.is_ascii_alphabetic())) {
+        return None;
+    }
+    let name_len = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == ':' || c == '-' || c == '_'))
+        .unwrap_or(rest.len());
+    let name = &rest[..name_len];
+    let name = name.rsplit(':').next().unwrap_or(name);
+    if let Some(&(_, rank)) = MARKUP_SECTIONS
+        .iter()
+        .find(|(tag, _)| tag.eq_ignore_ascii_case(name))
+    {
+        return Some(level::heading(rank));
+    }
+    let depth = (indent / 2).min(level::SYNTAX_DEPTHS as usize - 1) as u8;
+    Some(level::SYNTAX_MIN + level::SYNTAX_DEPTHS - 1 - depth)
+}
+
+/// `# Title` .. `###### Title`: the heading's rank.
+fn atx_heading(line: &str) -> Option<usize> {
+    let hashes = line.bytes().take_while(|&b| b == b'#').count();
+    let rest = &line[hashes..];
+    ((1..=6).contains(&hashes) && (rest.is_empty() || rest.starts_with([' ', '\t'])))
+        .then_some(hashes)
+}
+
+/// A reStructuredText section underline: one repeated punctuation character, at least as long
+/// as the title above it.
+fn is_rst_underline(line: &str, title: &str) -> bool {
+    let bytes = line.as_bytes();
+    let ch = bytes[0];
+    b"=-~^\"'`#*+<>:._".contains(&ch)
+        && bytes.len() >= 3
+        && bytes.iter().all(|&b| b == ch)
+        && line.len() >= title.chars().count()
+        && !title.bytes().all(|b| b == ch)
+}
+
+thread_local! {
+    /// One parser per grammar per thread: creating them is not free.
+    static PARSERS: RefCell<HashMap<Language, tree_sitter::Parser>> = RefCell::new(HashMap::new());
+}
+
+/// Starts of syntax nodes down to `level::SYNTAX_DEPTHS` deep, at the start of their line. A node
+/// right after a comment keeps the comment with it: the comment's start carries the level.
+fn syntax_points(
+    text: &str,
+    language: Language,
+    grammar: tree_sitter_language::LanguageFn,
+    points: &mut Vec<(usize, u8)>,
+) {
+    let tree = PARSERS.with(|parsers| {
+        let mut parsers = parsers.borrow_mut();
+        let parser = match parsers.entry(language) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut parser = tree_sitter::Parser::new();
+                parser.set_language(&grammar.into()).ok()?;
+                e.insert(parser)
+            }
         };
-        ranges
-            .into_iter()
-            .filter(|(_, piece)| !piece.trim().is_empty())
-            .map(|(start, piece)| Chunk {
-                start,
-                end: start + piece.len(),
-                num_tokens: self.count_tokens(piece),
-            })
-            .collect()
+        parser.parse(text, None)
+    });
+    let Some(tree) = tree else {
+        return;
+    };
+    let bytes = text.as_bytes();
+    let mut cursor = tree.walk();
+    let mut depth = 0usize;
+    // Per depth: whether the previous sibling was a comment, and the row it ended on.
+    let mut previous: [Option<(bool, usize)>; level::SYNTAX_DEPTHS as usize + 1] =
+        Default::default();
+    // Depth-first over the tree, down to the deepest ranked depth.
+    'walk: loop {
+        if depth < level::SYNTAX_DEPTHS as usize && cursor.goto_first_child() {
+            depth += 1;
+            previous[depth] = None;
+        } else {
+            loop {
+                if cursor.goto_next_sibling() {
+                    break;
+                }
+                if !cursor.goto_parent() || depth <= 1 {
+                    break 'walk;
+                }
+                depth -= 1;
+            }
+        }
+        let node = cursor.node();
+        let start = node.start_byte();
+        let start_row = node.start_position().row;
+        let column = node.start_position().column;
+        let follows_comment = previous[depth]
+            .is_some_and(|(is_comment, end_row)| is_comment && end_row + 1 >= start_row);
+        previous[depth] = Some((node.kind().contains("comment"), node.end_position().row));
+        // Only nodes that begin their line (after indentation) are cut points; a long
+        // indentation is not worth scanning.
+        if start_row == 0 || column > 256 || column > start {
+            continue;
+        }
+        let line_start = start - column;
+        if !bytes[line_start..start]
+            .iter()
+            .all(|b| *b == b' ' || *b == b'\t')
+        {
+            continue;
+        }
+        let lvl = if follows_comment {
+            level::LINE
+        } else {
+            level::SYNTAX_MIN + level::SYNTAX_DEPTHS - depth as u8
+        };
+        points.push((line_start, lvl));
     }
 }
 
@@ -327,7 +755,8 @@ mod tests {
     fn python_splits_at_definitions() {
         let body = "    x = compute(a, b, c)\n".repeat(20);
         let text = format!("import os\n\ndef first():\n{body}\n\ndef second():\n{body}\n");
-        let pieces = check(&chunker(200), &text, Language::Python);
+        let pieces = check(&chunker(260), &text, Language::Python);
+        assert_eq!(pieces.len(), 2, "{pieces:?}");
         assert!(
             pieces.iter().any(|p| p.starts_with("def second():")),
             "{pieces:?}"
@@ -353,14 +782,6 @@ mod tests {
                 "package main\nfunc f(a int) int { return a }\n",
             ),
             (Language::CSharp, "class A { int F(int a) { return a; } }\n"),
-            (
-                Language::Html,
-                "<html><body><h1>T</h1><p>x</p></body></html>\n",
-            ),
-            (
-                Language::Xml,
-                "<?xml version=\"1.0\"?><book><title>T</title></book>\n",
-            ),
         ];
         let c = chunker(64);
         for (language, text) in samples {
@@ -368,6 +789,65 @@ mod tests {
             let pieces = check(&c, text, language);
             assert_eq!(pieces, vec![text.trim()], "{language:?}");
         }
+    }
+
+    #[test]
+    fn markup_splits_at_sections() {
+        let para = "  <para>Some words about the function, repeated to fill. ".repeat(6);
+        let text = format!(
+            "<refentry xml:id=\"f\">\n <refsect1 role=\"description\">\n{para}</para>\n </refsect1>\n \
+             <refsect1 role=\"parameters\">\n{para}</para>\n </refsect1>\n</refentry>\n"
+        );
+        let pieces = check(&chunker(120), &text, Language::Xml);
+        assert!(pieces.len() >= 2, "{pieces:?}");
+        assert!(
+            pieces
+                .iter()
+                .any(|p| p.starts_with("<refsect1 role=\"parameters\">")),
+            "{pieces:?}"
+        );
+        let html = format!("<h1>A</h1>\n<p>{para}</p>\n<h2>B</h2>\n<p>{para}</p>\n");
+        let pieces = check(&chunker(120), &html, Language::Html);
+        assert!(
+            pieces.iter().any(|p| p.starts_with("<h2>B</h2>")),
+            "{pieces:?}"
+        );
+    }
+
+    #[test]
+    fn rst_splits_at_section_titles() {
+        let para = "Some words about the topic, repeated to fill the budget. ".repeat(8);
+        let text =
+            format!("Title\n=====\n\n{para}\n\nUsage\n-----\n\n{para}\n\nMore\n----\n\n{para}\n");
+        let pieces = check(&chunker(150), &text, Language::Rst);
+        assert!(
+            pieces.iter().any(|p| p.starts_with("Usage\n-----")),
+            "{pieces:?}"
+        );
+        assert!(
+            pieces.iter().any(|p| p.starts_with("More\n----")),
+            "{pieces:?}"
+        );
+    }
+
+    #[test]
+    fn counts_match_tiktoken() {
+        // Values from tiktoken (cl100k_base / o200k_base).
+        let c = chunker(64);
+        assert_eq!(c.count_tokens("hello world"), 2);
+        assert_eq!(c.count_tokens("An apple a"), 3);
+        let text = "fn main() {\n    println!(\"héllo 日本\");\n}\n";
+        assert_eq!(
+            c.count_tokens(text),
+            TokenizerKind::Cl100kBase.tokenizer().count(text)
+        );
+        let o = Chunker::new(TokenizerKind::O200kBase, 64).unwrap();
+        assert_eq!(
+            o.count_tokens(text),
+            TokenizerKind::O200kBase.tokenizer().count(text)
+        );
+        // The memo must not mix vocabularies.
+        assert_eq!(c.count_tokens(text), c.count_tokens(text));
     }
 
     #[test]
@@ -400,7 +880,7 @@ mod tests {
         assert_eq!(Language::from_file_name("a.PY"), Language::Python);
         assert_eq!(Language::from_file_name("x.blade.php"), Language::Php);
         assert_eq!(Language::from_file_name("README.md"), Language::Markdown);
-        assert_eq!(Language::from_file_name("index.rst"), Language::Text);
+        assert_eq!(Language::from_file_name("index.rst"), Language::Rst);
         assert_eq!(Language::from_file_name("Makefile"), Language::Text);
     }
 

@@ -1,0 +1,396 @@
+//! The corpus stage end to end: trees written by the tests, the CLI, determinism, invariants.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use freshstack::source::{
+    Chunker, CorpusConfig, Language, RepoSpec, SkipReason, TokenizerKind, chunk_repositories,
+};
+use freshstack::{Document, NoProgress, build_corpus};
+use proptest::prelude::*;
+
+use crate::util::{freshstack, write};
+
+fn collect(config: &CorpusConfig) -> (Vec<Document>, freshstack::CorpusSummary) {
+    let mut docs = Vec::new();
+    let summary = chunk_repositories(config, &NoProgress, |d| {
+        docs.push(d.clone());
+        Ok(())
+    })
+    .unwrap();
+    (docs, summary)
+}
+
+/// Every document is an exact byte slice of its file, within budget, and the documents of a file
+/// cover all of its non-whitespace bytes.
+fn assert_tiles(root: &Path, docs: &[Document], chunker: &Chunker) {
+    let mut by_path: BTreeMap<String, Vec<&Document>> = BTreeMap::new();
+    for d in docs {
+        by_path
+            .entry(d.metadata.path.clone().unwrap())
+            .or_default()
+            .push(d);
+    }
+    for (path, docs) in by_path {
+        if path.ends_with(".ipynb") {
+            continue;
+        }
+        let bytes = std::fs::read(root.join(&path)).unwrap();
+        let mut covered = vec![false; bytes.len()];
+        for d in docs {
+            let (s, e) = (
+                d.metadata.start_byte.unwrap() as usize,
+                d.metadata.end_byte.unwrap() as usize,
+            );
+            assert_eq!(&bytes[s..e], d.text.as_bytes(), "{}", d.id);
+            assert!(
+                chunker.count_tokens(&d.text) <= chunker.max_tokens(),
+                "{}",
+                d.id
+            );
+            assert!(d.id.ends_with(&format!("{path}_{s}_{e}")));
+            covered[s..e].iter_mut().for_each(|c| *c = true);
+        }
+        for (i, b) in bytes.iter().enumerate() {
+            assert!(
+                b.is_ascii_whitespace() || covered[i],
+                "{path}: byte {i} lost"
+            );
+        }
+    }
+}
+
+fn sample_tree(root: &Path) {
+    write(
+        root,
+        "README.md",
+        "# Sample\n\nÜnïcödé — 日本語 🎉 text.\n\n## Usage\n\nRun it.\n",
+    );
+    write(
+        root,
+        "src/lib.rs",
+        "/// Doc\npub fn add(a: u8, b: u8) -> u8 {\n    a + b\n}\n",
+    );
+    write(
+        root,
+        "windows.txt",
+        "line one\r\nline two\r\n\r\nparagraph two\r\n",
+    );
+    write(
+        root,
+        "app/main.py",
+        "def main():\n    print('héllo')\n\nif __name__ == '__main__':\n    main()\n",
+    );
+    write(root, "logo.png", [0x89u8, b'P', b'N', b'G', 0, 0, 1]);
+    write(root, "data.txt", b"binary\0inside");
+    write(root, "latin1.txt", b"caf\xe9\n");
+    write(root, "Cargo.lock", "# lock\n");
+    write(root, "vendor/jquery.min.js", "var a=1;");
+    write(root, ".hidden/secret.md", "# hidden\n");
+    write(root, ".env", "KEY=1\n");
+    write(root, "empty.txt", "  \n");
+    write(root, ".gitignore", "ignored/\n*.log\n");
+    write(root, "ignored/skip.md", "# ignored\n");
+    write(root, "debug.log", "log line\n");
+    write(root, "docs/.gitignore", "draft.md\n");
+    write(root, "docs/draft.md", "# draft\n");
+    write(root, "docs/guide.md", "# Guide\n\nText.\n");
+    write(
+        root,
+        "nb/analysis.ipynb",
+        r##"{"cells":[{"cell_type":"markdown","source":["# Notebook\n"]},{"cell_type":"code","source":["import pipeline\n"],"outputs":[{"text":"OUTPUT"}]}],"metadata":{}}"##,
+    );
+    write(root, "nb/broken.ipynb", "{not json");
+}
+
+#[test]
+fn sample_tree_is_chunked_and_skips_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    sample_tree(root);
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(root, root.join("loop")).unwrap();
+        std::os::unix::fs::symlink(root.join("README.md"), root.join("link.md")).unwrap();
+    }
+    let repo = RepoSpec::parse(&format!("acme/widgets={}", root.display())).unwrap();
+    let config = CorpusConfig::new(vec![repo]);
+    let (docs, summary) = collect(&config);
+    let paths: Vec<&str> = docs
+        .iter()
+        .map(|d| d.metadata.path.as_deref().unwrap())
+        .collect();
+    let mut unique = paths.clone();
+    unique.dedup();
+    assert_eq!(
+        unique,
+        vec![
+            "README.md",
+            "app/main.py",
+            "docs/guide.md",
+            "nb/analysis.ipynb",
+            "src/lib.rs",
+            "windows.txt"
+        ]
+    );
+    let skipped = &summary.repos[0].skipped;
+    let count = |r: SkipReason| skipped.get(&r).copied().unwrap_or(0);
+    assert_eq!(count(SkipReason::BinaryExtension), 1);
+    assert_eq!(count(SkipReason::Binary), 1);
+    assert_eq!(count(SkipReason::NotUtf8), 1);
+    assert_eq!(count(SkipReason::LockFile), 1);
+    assert_eq!(count(SkipReason::Minified), 1);
+    assert_eq!(count(SkipReason::Empty), 1);
+    assert_eq!(count(SkipReason::BadNotebook), 1);
+    // .hidden/, .env, .gitignore, docs/.gitignore
+    assert_eq!(count(SkipReason::Hidden), 4);
+    #[cfg(unix)]
+    assert_eq!(count(SkipReason::Symlink), 2);
+
+    let notebook = docs
+        .iter()
+        .find(|d| d.metadata.path.as_deref() == Some("nb/analysis.ipynb"))
+        .unwrap();
+    assert!(notebook.text.contains("import pipeline"));
+    assert!(!notebook.text.contains("OUTPUT"));
+    let readme = &docs[0];
+    assert_eq!(readme.metadata.repo.as_deref(), Some("acme/widgets"));
+    assert_eq!(readme.metadata.commit_id, None);
+    assert_eq!(
+        readme.metadata.url.as_deref(),
+        Some("https://github.com/acme/widgets/blob/HEAD/README.md")
+    );
+    let chunker = Chunker::new(TokenizerKind::Cl100kBase, 2048).unwrap();
+    assert_tiles(root, &docs, &chunker);
+}
+
+#[test]
+fn giant_single_line_file_is_chunked_within_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // 5 MB on one line, words of varying length.
+    let words = ["alpha", "béta", "gamma_delta", "x", "0xdeadbeef", "日本"];
+    let mut line = String::with_capacity(5_100_000);
+    let mut i = 0usize;
+    while line.len() < 5_000_000 {
+        line.push_str(words[i % words.len()]);
+        line.push(' ');
+        i += 1;
+    }
+    write(root, "huge.txt", &line);
+    let repo = RepoSpec::parse(&format!("a/b={}", root.display())).unwrap();
+    let mut config = CorpusConfig::new(vec![repo.clone()]);
+    config.max_tokens = 4096;
+    let (docs, summary) = collect(&config);
+    assert_eq!(docs.len(), 0, "over the 1 MB cap by default");
+    assert_eq!(
+        summary.repos[0].skipped.get(&SkipReason::TooLarge),
+        Some(&1)
+    );
+
+    config.max_file_bytes = 10_000_000;
+    let (docs, _) = collect(&config);
+    assert!(docs.len() > 100);
+    let chunker = Chunker::new(TokenizerKind::Cl100kBase, 4096).unwrap();
+    assert_tiles(root, &docs, &chunker);
+}
+
+#[test]
+fn output_is_identical_whatever_the_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    sample_tree(&root);
+    for i in 0..40 {
+        write(
+            &root,
+            &format!("pkg/mod{i:02}.py"),
+            format!("def f{i}():\n    return {i}\n").repeat(50),
+        );
+    }
+    let out1 = dir.path().join("one.jsonl");
+    let out2 = dir.path().join("two.jsonl");
+    let spec = format!("acme/widgets={}", root.display());
+    for (out, threads) in [(&out1, "1"), (&out2, "2")] {
+        let o = freshstack(&[
+            "corpus",
+            "--repo",
+            &spec,
+            "--out",
+            out.to_str().unwrap(),
+            "--max-tokens",
+            "64",
+            "--threads",
+            threads,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let a = std::fs::read(&out1).unwrap();
+    assert!(!a.is_empty());
+    assert_eq!(a, std::fs::read(&out2).unwrap());
+}
+
+#[test]
+fn cli_writes_summary_and_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    sample_tree(&root);
+    let sha = "89abcdef0123456789abcdef0123456789abcdef";
+    write(&root, ".git/HEAD", "ref: refs/heads/main\n");
+    write(&root, ".git/refs/heads/main", format!("{sha}\n"));
+    let out = dir.path().join("corpus.jsonl");
+    let summary = dir.path().join("summary.json");
+    let o = freshstack(&[
+        "corpus",
+        "--repo",
+        &format!("acme/widgets={}", root.display()),
+        "--out",
+        out.to_str().unwrap(),
+        "--summary",
+        summary.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    assert_eq!(summary["repos"][0]["commit_id"], sha);
+    assert_eq!(summary["repos"][0]["files_chunked"], 6);
+    assert_eq!(summary["skipped"]["hidden"], 5); // .git too
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        first["metadata"]["url"],
+        format!("https://github.com/acme/widgets/blob/{sha}/README.md")
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("binary_extension 1"), "{stderr}");
+}
+
+#[test]
+fn bad_repo_fails_before_work_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("corpus.jsonl");
+    let good = dir.path().join("good");
+    write(&good, "a.md", "# a\n");
+    let file = write(dir.path(), "file.txt", "x");
+    for bad in [
+        "a/b=/no/such/dir".to_string(),
+        format!("a/b={}", file.display()),
+        format!("nonsense={}", good.display()),
+        "missing-equals".to_string(),
+    ] {
+        let o = freshstack(&[
+            "corpus",
+            "--repo",
+            &format!("ok/good={}", good.display()),
+            "--repo",
+            &bad,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success());
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(!out.exists());
+    }
+    let o = freshstack(&[
+        "corpus",
+        "--repo",
+        &format!("ok/good={}", good.display()),
+        "--out",
+        out.to_str().unwrap(),
+        "--tokenizer",
+        "gpt2",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("gpt2"));
+}
+
+#[test]
+fn empty_repo_yields_empty_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("empty");
+    std::fs::create_dir_all(&root).unwrap();
+    let out = dir.path().join("corpus.jsonl");
+    let repo = RepoSpec::parse(&format!("a/empty={}", root.display())).unwrap();
+    let summary = build_corpus(&CorpusConfig::new(vec![repo]), &out, &NoProgress).unwrap();
+    assert_eq!(summary.documents, 0);
+    assert_eq!(std::fs::read(&out).unwrap().len(), 0);
+}
+
+#[cfg(unix)]
+#[test]
+fn unreadable_file_is_counted_not_fatal() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "ok.md", "# ok\n");
+    let locked = write(root, "locked.md", "# locked\n");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    if std::fs::read(&locked).is_ok() {
+        eprintln!(
+            "SKIPPED unreadable_file_is_counted_not_fatal: running as a user who reads anything"
+        );
+        return;
+    }
+    let repo = RepoSpec::parse(&format!("a/b={}", root.display())).unwrap();
+    let (docs, summary) = collect(&CorpusConfig::new(vec![repo]));
+    assert_eq!(docs.len(), 1);
+    assert_eq!(
+        summary.repos[0].skipped.get(&SkipReason::Unreadable),
+        Some(&1)
+    );
+}
+
+/// Text built from pieces that stress the splitters: headings, code, blank-line runs, CRLF,
+/// non-ASCII, long words.
+fn arb_text() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("# Heading\n".to_string()),
+        Just("\n\n".to_string()),
+        Just("\r\n".to_string()),
+        Just("def f(x):\n    return x\n".to_string()),
+        Just("```php\n$a = ['k' => 1];\n```\n".to_string()),
+        Just("Ünïcödé 日本語 🎉 ".to_string()),
+        Just("    ".to_string()),
+        "[a-z]{1,12} ".prop_map(|s| s),
+        "[A-Za-z0-9_]{30,200}".prop_map(|s| s),
+        "[ -~]{0,40}".prop_map(|s| s),
+    ];
+    prop::collection::vec(piece, 0..120).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn chunks_are_slices_within_budget_and_tile_content(
+        text in arb_text(),
+        max_tokens in 16usize..200,
+        lang in prop::sample::select(vec![
+            Language::Markdown, Language::Text, Language::Python, Language::Php,
+            Language::Xml, Language::JavaScript,
+        ]),
+    ) {
+        let chunker = Chunker::new(TokenizerKind::Cl100kBase, max_tokens).unwrap();
+        let chunks = chunker.chunk(&text, lang);
+        let mut covered = vec![false; text.len()];
+        let mut last_end = 0;
+        for c in &chunks {
+            prop_assert!(c.start >= last_end);
+            prop_assert!(text.is_char_boundary(c.start) && text.is_char_boundary(c.end));
+            let piece = &text[c.start..c.end];
+            prop_assert!(!piece.trim().is_empty());
+            prop_assert!(chunker.count_tokens(piece) <= max_tokens);
+            covered[c.start..c.end].iter_mut().for_each(|b| *b = true);
+            last_end = c.end;
+        }
+        for (i, b) in text.bytes().enumerate() {
+            prop_assert!(b.is_ascii_whitespace() || covered[i], "byte {} lost", i);
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Integration tests: one binary, one module per stage.
+
+mod corpus;
+mod util;
