@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use freshstack::source::stackoverflow::{
     DEFAULT_SITE_URL, DayRange, DropReason, ImportConfig, TagFilter, TagMatch, detect_compression,
@@ -135,8 +134,8 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
     // Fails on a missing file or an unknown compression before any work.
     detect_compression(&args.posts)?;
     let started = std::time::Instant::now();
-    let summary = import_questions(&args.posts, &config, &args.out, &Bars::new())
-        .with_context(|| format!("cannot import {}", args.posts.display()))?;
+    // Library errors already name the dump (and the byte offset and line for bad XML).
+    let summary = import_questions(&args.posts, &config, &args.out, &Bars::new())?;
     if let Some(path) = &args.summary {
         write_import_summary(&summary, path)?;
     }
@@ -172,8 +171,7 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
 fn tags(args: TagsArgs) -> anyhow::Result<()> {
     let range = day_range(args.since.as_deref(), args.until.as_deref())?;
     detect_compression(&args.posts)?;
-    let report = tag_cooccurrence(&args.posts, &args.tag, &range, args.top, &Bars::new())
-        .with_context(|| format!("cannot scan {}", args.posts.display()))?;
+    let report = tag_cooccurrence(&args.posts, &args.tag, &range, args.top, &Bars::new())?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -206,8 +204,7 @@ fn topics(args: TopicsArgs) -> anyhow::Result<()> {
         args.min_posts,
         args.top,
         &Bars::new(),
-    )
-    .with_context(|| format!("cannot scan {}", args.posts.display()))?;
+    )?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

@@ -599,6 +599,22 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_code_block_survives(code in "[ -~\t\n\u{a0}-\u{3ff}]{1,200}") {
+            let escaped = code.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            let md = html_to_markdown(&format!("<p>x</p><pre><code>{escaped}</code></pre>"));
+            if !code.trim().is_empty() {
+                proptest::prop_assert!(md.contains(&code), "{md:?}");
+            }
+        }
+
+        #[test]
+        fn arbitrary_html_never_panics(html in "[<>/a-z \"'=&#;!-]{0,120}") {
+            let _ = html_to_markdown(&html);
+        }
+    }
+
     #[test]
     fn malformed_html_does_not_panic() {
         for html in [

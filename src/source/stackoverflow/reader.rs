@@ -10,6 +10,7 @@ use std::path::Path;
 
 use quick_xml::events::Event;
 use quick_xml::events::attributes::Attribute;
+use quick_xml::name::QName;
 
 use super::input::{line_at, with_posts_reader};
 use crate::error::{Error, Result};
@@ -234,15 +235,15 @@ pub fn scan_reader(
                     attrs: Default::default(),
                     byte_offset: start,
                 };
-                let mut attributes = tag.attributes();
-                attributes.with_checks(false);
-                for attr in attributes {
-                    let attr =
-                        attr.map_err(|e| xml_error(start, format!("malformed attribute: {e}")))?;
-                    if let Some(field) = Field::from_key(attr.key.as_ref().as_bytes()) {
-                        row.attrs[field as usize] = Some(attr);
+                split_attributes(tag.attributes_raw(), |key, value| {
+                    if let Some(field) = Field::from_key(key.as_bytes()) {
+                        row.attrs[field as usize] = Some(Attribute {
+                            key: QName(key),
+                            value: Cow::Borrowed(value),
+                        });
                     }
-                }
+                })
+                .map_err(|message| xml_error(start, format!("malformed attribute: {message}")))?;
                 stats.rows += 1;
                 visit(&row).map_err(|e| match e {
                     Error::Xml {
@@ -295,6 +296,62 @@ pub fn scan_reader(
             _ => {}
         }
     }
+}
+
+/// Splits a start tag's attribute text into `(name, raw value)` pairs, checking the XML rules
+/// that matter here (`name="value"` or `name='value'`, whitespace between attributes, no `<` in a
+/// value). quick-xml's own attribute iterator walks values byte by byte and was half the scan
+/// time; this one jumps to the closing quote with memchr.
+fn split_attributes<'a>(
+    raw: &'a str,
+    mut each: impl FnMut(&'a str, &'a str),
+) -> std::result::Result<(), String> {
+    let bytes = raw.as_bytes();
+    let skip_space = |mut i: usize| {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut i = skip_space(0);
+    while i < bytes.len() {
+        if bytes[i] == b'/' && skip_space(i + 1) == bytes.len() {
+            break;
+        }
+        let key_start = i;
+        while i < bytes.len() && !bytes[i].is_ascii_whitespace() && bytes[i] != b'=' {
+            i += 1;
+        }
+        let key = &raw[key_start..i];
+        if key.is_empty() {
+            return Err("a value without a name".into());
+        }
+        i = skip_space(i);
+        if bytes.get(i) != Some(&b'=') {
+            return Err(format!("{key} has no value"));
+        }
+        i = skip_space(i + 1);
+        let quote = match bytes.get(i) {
+            Some(&q @ (b'"' | b'\'')) => q,
+            _ => return Err(format!("{key}'s value is not quoted")),
+        };
+        let value_start = i + 1;
+        let Some(len) = memchr::memchr(quote, &bytes[value_start..]) else {
+            return Err(format!("{key}'s value is not closed"));
+        };
+        let value = &raw[value_start..value_start + len];
+        if memchr::memchr(b'<', value.as_bytes()).is_some() {
+            return Err(format!("{key}'s value contains '<'"));
+        }
+        each(key, value);
+        i = value_start + len + 1;
+        match bytes.get(i) {
+            None => break,
+            Some(b) if b.is_ascii_whitespace() || *b == b'/' => i = skip_space(i),
+            Some(_) => return Err(format!("no space after {key}'s value")),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -358,6 +415,16 @@ mod tests {
             rows("<posts><row Id=\"1\"/></post>"),
             Err(Error::Xml { .. })
         ));
+    }
+
+    #[test]
+    fn attribute_syntax_is_checked() {
+        let mut seen = Vec::new();
+        split_attributes(" A=\"1\"  B = 'x\"y' C=\"\"/", |k, v| seen.push((k, v))).unwrap();
+        assert_eq!(seen, vec![("A", "1"), ("B", "x\"y"), ("C", "")]);
+        for bad in ["A", "A=1", "A=\"1", "A=\"1\"B=\"2\"", "=\"1\"", "A=\"<\""] {
+            assert!(split_attributes(bad, |_, _| ()).is_err(), "{bad}");
+        }
     }
 
     #[test]
