@@ -488,6 +488,8 @@ fn cli_import_writes_summary_and_fails_cleanly_on_bad_input() {
     assert_eq!(json["kept"], 1);
     assert_eq!(json["dropped"]["malformed_row"], 3);
     assert_eq!(json["compression"], "plain");
+    assert_eq!(json["config"]["filter"]["tags"][0], "laravel");
+    assert_eq!(json["config"]["range"]["since"], "2023-01-01");
 
     // Truncated: non-zero exit, one-line error with byte and line, no output.
     let xml = dump(false, true);

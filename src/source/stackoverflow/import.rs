@@ -107,6 +107,8 @@ pub struct ImportSummary {
     pub dropped: BTreeMap<DropReason, u64>,
     /// Passes over the dump (1 when no answer was wanted).
     pub passes: u32,
+    /// The settings used, for reproducibility.
+    pub config: Option<ImportConfig>,
 }
 
 impl ImportSummary {
@@ -142,6 +144,7 @@ pub fn import_questions(
         posts: posts.to_path_buf(),
         compression: compression.name().to_string(),
         passes: 1,
+        config: Some(config.clone()),
         ..Default::default()
     };
     let site = config.site_url.trim_end_matches('/');
