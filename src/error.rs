@@ -44,6 +44,18 @@ pub enum Error {
         /// The underlying error.
         source: serde_json::Error,
     },
+    /// An XML input (e.g. a Stack Overflow dump) is malformed or truncated at `byte_offset`.
+    #[error("{}:{line}: byte {byte_offset}: {message}", path.display())]
+    Xml {
+        /// The file being read.
+        path: PathBuf,
+        /// 0-based byte offset in the (decompressed) XML where the problem was found.
+        byte_offset: u64,
+        /// 1-based line number of that byte (0 when not yet known).
+        line: u64,
+        /// What was wrong.
+        message: String,
+    },
     /// A tokenizer, grammar or other resource could not be initialised.
     #[error("{what}: {message}")]
     Resource {

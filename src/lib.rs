@@ -8,7 +8,9 @@
 //!
 //! 1. **Corpus** ([`source`]): repository checkouts are walked and chunked into token-bounded
 //!    documents with stable ids `{owner/name}/{path}_{start_byte}_{end_byte}`.
-//! 2. **Questions**, **nuggets**, **pooling**, **judging**, **evaluation**: later stages.
+//! 2. **Questions** ([`source::stackoverflow`]): a Stack Overflow `Posts.xml` dump is streamed
+//!    and filtered to a topic's questions with their accepted answers ([`Question`]).
+//! 3. **Nuggets**, **pooling**, **judging**, **evaluation**: later stages.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
@@ -32,7 +34,7 @@ mod error;
 pub mod progress;
 pub mod source;
 
-pub use dataset::{AtomicWriter, Document, DocumentMetadata};
+pub use dataset::{AtomicWriter, Document, DocumentMetadata, Question, QuestionMetadata};
 pub use error::{Error, Result};
 pub use progress::{NoProgress, Progress};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

@@ -2,6 +2,7 @@
 
 mod corpus;
 mod progress;
+mod stackoverflow;
 
 use clap::{Parser, Subcommand};
 
@@ -21,12 +22,16 @@ pub struct Cli {
 enum Command {
     /// Chunk local repository checkouts into a corpus of documents (JSONL).
     Corpus(corpus::CorpusArgs),
+    /// Stack Overflow dumps: import a topic's questions, report co-occurring and recent tags.
+    #[command(name = "stackoverflow")]
+    StackOverflow(stackoverflow::StackOverflowArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
+        Command::StackOverflow(args) => stackoverflow::run(args),
     }
 }
 

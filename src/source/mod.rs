@@ -1,10 +1,11 @@
 //! The outside world coming in: repository checkouts (walk, classify, commit id), chunking, and
-//! the corpus stage that joins them.
+//! the corpus stage that joins them; Stack Overflow dumps ([`stackoverflow`]).
 
 mod chunk;
 mod corpus;
 mod notebook;
 mod repo;
+pub mod stackoverflow;
 
 pub use chunk::{Chunk, Chunker, Language, TokenizerKind};
 pub use corpus::{

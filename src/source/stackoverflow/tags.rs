@@ -1,0 +1,369 @@
+//! Tags: both dump formats, the tag filter, and the two reports that choose a topic (paper §3.1)
+//! and the repositories for it (§3.2): co-occurring tags and recent tags.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::reader::{Field, PostRow, scan_posts};
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+
+/// Splits a `Tags` attribute in either dump format: `<php><laravel>` (older dumps) or
+/// `|php|laravel|` (newer dumps). Empty names are dropped.
+pub fn parse_tags(tags: &str) -> Vec<&str> {
+    let tags = tags.trim();
+    if tags.starts_with('<') {
+        tags.split(['<', '>']).filter(|t| !t.is_empty()).collect()
+    } else {
+        tags.split('|').filter(|t| !t.is_empty()).collect()
+    }
+}
+
+/// How several `--tag`s combine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TagMatch {
+    /// A question with at least one of the tags.
+    #[default]
+    Any,
+    /// A question with every tag.
+    All,
+}
+
+impl TagMatch {
+    /// Parses `any` or `all`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "any" => Ok(TagMatch::Any),
+            "all" => Ok(TagMatch::All),
+            _ => Err(Error::invalid(
+                "--match",
+                format!("{s:?}: expected any or all"),
+            )),
+        }
+    }
+}
+
+/// The topic filter: tags (compared case-insensitively) and how they combine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagFilter {
+    /// Lowercase tag names.
+    pub tags: Vec<String>,
+    /// Any or all of them.
+    pub mode: TagMatch,
+}
+
+impl TagFilter {
+    /// A filter on `tags`; at least one non-empty tag is required.
+    pub fn new(tags: &[String], mode: TagMatch) -> Result<Self> {
+        let mut tags: Vec<String> = tags
+            .iter()
+            .map(|t| t.trim().to_ascii_lowercase())
+            .filter(|t| !t.is_empty())
+            .collect();
+        tags.sort();
+        tags.dedup();
+        if tags.is_empty() {
+            return Err(Error::invalid("--tag", "at least one tag is required"));
+        }
+        Ok(Self { tags, mode })
+    }
+
+    /// True when the question's tags satisfy the filter.
+    pub fn matches(&self, question_tags: &[&str]) -> bool {
+        let has = |wanted: &String| question_tags.iter().any(|t| t.eq_ignore_ascii_case(wanted));
+        match self.mode {
+            TagMatch::Any => self.tags.iter().any(has),
+            TagMatch::All => self.tags.iter().all(has),
+        }
+    }
+}
+
+/// Checks a `--since`/`--until` value: `YYYY-MM-DD`.
+pub fn parse_day(flag: &str, value: &str) -> Result<String> {
+    let bytes = value.as_bytes();
+    let ok = bytes.len() == 10
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            4 | 7 => *b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    if ok {
+        Ok(value.to_string())
+    } else {
+        Err(Error::invalid(
+            flag,
+            format!("{value:?}: expected YYYY-MM-DD"),
+        ))
+    }
+}
+
+/// An inclusive range of days (`YYYY-MM-DD`, compared as strings, which orders ISO dates).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayRange {
+    /// First day kept.
+    pub since: Option<String>,
+    /// Last day kept.
+    pub until: Option<String>,
+}
+
+impl DayRange {
+    /// True when `day` is within the range.
+    pub fn contains(&self, day: &str) -> bool {
+        self.since.as_deref().is_none_or(|s| day >= s)
+            && self.until.as_deref().is_none_or(|u| day <= u)
+    }
+}
+
+/// A question row's tags, decoded; `None` when the row is not a well-formed question.
+fn question_tags(row: &PostRow<'_>) -> Result<Option<String>> {
+    if row.id(Field::Id).is_none() || row.date().is_none() {
+        return Ok(None);
+    }
+    Ok(row.text(Field::Tags)?.map(|t| t.into_owned()))
+}
+
+/// One tag that co-occurs with the topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TagCount {
+    /// The tag.
+    pub tag: String,
+    /// Topic questions carrying it.
+    pub questions: u64,
+    /// `questions` / topic questions.
+    pub share: f64,
+}
+
+/// Tags that co-occur with a topic tag: the signal for which repositories to collect (§3.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TagReport {
+    /// The topic tag.
+    pub topic: String,
+    /// Days considered.
+    pub range: DayRange,
+    /// Questions read in the dump.
+    pub questions_read: u64,
+    /// Question rows skipped for lack of Id, date or tags.
+    pub malformed_questions: u64,
+    /// Questions carrying the topic tag in the range.
+    pub topic_questions: u64,
+    /// Co-occurring tags by count (descending), then name; at most `top`.
+    pub tags: Vec<TagCount>,
+}
+
+/// Counts the tags co-occurring with `topic` over the questions of the dump at `posts`.
+pub fn tag_cooccurrence(
+    posts: &Path,
+    topic: &str,
+    range: &DayRange,
+    top: usize,
+    progress: &dyn Progress,
+) -> Result<TagReport> {
+    let topic = topic.trim().to_ascii_lowercase();
+    if topic.is_empty() {
+        return Err(Error::invalid("--tag", "a topic tag is required"));
+    }
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let (mut questions_read, mut malformed, mut topic_questions) = (0u64, 0u64, 0u64);
+    progress.begin("scanning posts", file_len(posts));
+    scan_posts(posts, progress, |row| {
+        if row.number(Field::PostTypeId) != Some(1) {
+            return Ok(());
+        }
+        questions_read += 1;
+        let Some(tags) = question_tags(row)? else {
+            malformed += 1;
+            return Ok(());
+        };
+        let tags = parse_tags(&tags);
+        if !tags.iter().any(|t| t.eq_ignore_ascii_case(&topic)) {
+            return Ok(());
+        }
+        if !row.date().is_some_and(|d| range.contains(d)) {
+            return Ok(());
+        }
+        topic_questions += 1;
+        for tag in tags {
+            if !tag.eq_ignore_ascii_case(&topic) {
+                match counts.get_mut(tag) {
+                    Some(n) => *n += 1,
+                    None => {
+                        counts.insert(tag.to_string(), 1);
+                    }
+                }
+            }
+        }
+        Ok(())
+    })?;
+    progress.finish();
+    let tags = ranked(counts, top)
+        .into_iter()
+        .map(|(tag, questions)| TagCount {
+            tag,
+            questions,
+            share: if topic_questions == 0 {
+                0.0
+            } else {
+                questions as f64 / topic_questions as f64
+            },
+        })
+        .collect();
+    Ok(TagReport {
+        topic,
+        range: range.clone(),
+        questions_read,
+        malformed_questions: malformed,
+        topic_questions,
+        tags,
+    })
+}
+
+/// A candidate topic: a tag first used after the cut-off date.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicCandidate {
+    /// The tag.
+    pub tag: String,
+    /// Questions carrying it (all of them are after the cut-off).
+    pub questions: u64,
+    /// Day of its first question.
+    pub first_question: String,
+}
+
+/// Tags whose first question is on or after `since`, with enough questions: how the paper picks
+/// "niche and recent" topics (§3.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicReport {
+    /// The cut-off day.
+    pub since: String,
+    /// Minimum number of questions.
+    pub min_questions: u64,
+    /// Questions read.
+    pub questions_read: u64,
+    /// Question rows skipped for lack of Id, date or tags.
+    pub malformed_questions: u64,
+    /// Distinct tags seen.
+    pub tags_seen: u64,
+    /// The candidates, by questions (descending), then name; at most `top`.
+    pub topics: Vec<TopicCandidate>,
+}
+
+/// Finds tags first used on or after `since` with at least `min_questions` questions. Memory
+/// grows with the number of distinct tags (about 65k on stackoverflow.com), not with the dump.
+pub fn recent_topics(
+    posts: &Path,
+    since: &str,
+    min_questions: u64,
+    top: usize,
+    progress: &dyn Progress,
+) -> Result<TopicReport> {
+    let since = parse_day("--since", since)?;
+    // Per tag: questions and the earliest day ([u8; 10] keeps it allocation-free).
+    let mut stats: HashMap<String, (u64, [u8; 10])> = HashMap::new();
+    let (mut questions_read, mut malformed) = (0u64, 0u64);
+    progress.begin("scanning posts", file_len(posts));
+    scan_posts(posts, progress, |row| {
+        if row.number(Field::PostTypeId) != Some(1) {
+            return Ok(());
+        }
+        questions_read += 1;
+        let Some(tags) = question_tags(row)? else {
+            malformed += 1;
+            return Ok(());
+        };
+        let Some(day) = row
+            .date()
+            .and_then(|d| <[u8; 10]>::try_from(d.as_bytes()).ok())
+        else {
+            malformed += 1;
+            return Ok(());
+        };
+        for tag in parse_tags(&tags) {
+            match stats.get_mut(tag) {
+                Some((n, first)) => {
+                    *n += 1;
+                    if day < *first {
+                        *first = day;
+                    }
+                }
+                None => {
+                    stats.insert(tag.to_string(), (1, day));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    progress.finish();
+    let tags_seen = stats.len() as u64;
+    let mut topics: Vec<TopicCandidate> = stats
+        .into_iter()
+        .filter(|(_, (n, first))| *n >= min_questions && first.as_slice() >= since.as_bytes())
+        .map(|(tag, (questions, first))| TopicCandidate {
+            tag,
+            questions,
+            first_question: String::from_utf8_lossy(&first).into_owned(),
+        })
+        .collect();
+    topics.sort_by(|a, b| {
+        b.questions
+            .cmp(&a.questions)
+            .then_with(|| a.tag.cmp(&b.tag))
+    });
+    topics.truncate(top);
+    Ok(TopicReport {
+        since,
+        min_questions,
+        questions_read,
+        malformed_questions: malformed,
+        tags_seen,
+        topics,
+    })
+}
+
+/// Sorts counts descending, ties by name, keeps `top`.
+fn ranked(counts: HashMap<String, u64>, top: usize) -> Vec<(String, u64)> {
+    let mut ranked: Vec<(String, u64)> = counts.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    ranked.truncate(top);
+    ranked
+}
+
+/// The file's size in bytes for progress (compressed bytes are what progress counts).
+pub(crate) fn file_len(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_tag_formats() {
+        assert_eq!(parse_tags("<php><laravel-10>"), vec!["php", "laravel-10"]);
+        assert_eq!(parse_tags("|php|laravel-10|"), vec!["php", "laravel-10"]);
+        assert_eq!(parse_tags("|c++|"), vec!["c++"]);
+        assert!(parse_tags("").is_empty());
+    }
+
+    #[test]
+    fn filter_any_all() {
+        let any = TagFilter::new(&["Laravel".into(), "php".into()], TagMatch::Any).unwrap();
+        let all = TagFilter::new(&["laravel".into(), "php".into()], TagMatch::All).unwrap();
+        assert!(any.matches(&["laravel"]));
+        assert!(!all.matches(&["laravel"]));
+        assert!(all.matches(&["php", "LARAVEL"]));
+        assert!(TagFilter::new(&[" ".into()], TagMatch::Any).is_err());
+        assert!(TagMatch::parse("most").is_err());
+    }
+
+    #[test]
+    fn day_range() {
+        assert!(parse_day("--since", "2023-1-1").is_err());
+        let r = DayRange {
+            since: Some("2023-01-01".into()),
+            until: Some("2024-10-31".into()),
+        };
+        assert!(r.contains("2023-01-01") && r.contains("2024-10-31"));
+        assert!(!r.contains("2022-12-31") && !r.contains("2024-11-01"));
+    }
+}
