@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
-use freshstack::dataset::{NuggetQrels, QueryRecord};
-use freshstack::eval::{
-    EvalConfig, Judgments, Metric, evaluate, paired_t_test, py_round,
-};
 use freshstack::Run;
+use freshstack::dataset::{NuggetQrels, QueryRecord};
+use freshstack::eval::{EvalConfig, Judgments, Metric, evaluate, paired_t_test, py_round};
 
 fn fixture(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/eval")
+        .join(name);
     std::fs::read_to_string(path).unwrap()
 }
 
@@ -41,13 +41,23 @@ fn every_reference_value_is_reproduced() {
             .map(|k| k.as_u64().unwrap() as usize)
             .collect();
         let config = EvalConfig::new(
-            &[Metric::AlphaNdcg, Metric::Coverage, Metric::Recall, Metric::Ndcg, Metric::Hole],
+            &[
+                Metric::AlphaNdcg,
+                Metric::Coverage,
+                Metric::Recall,
+                Metric::Ndcg,
+                Metric::Hole,
+            ],
             &ks,
         )
         .unwrap();
         let eval = evaluate(&judgments, &run, &config);
         for (key, want) in case["expected"].as_object().unwrap() {
-            let measure = config.measures.iter().position(|m| m.to_string() == *key).unwrap();
+            let measure = config
+                .measures
+                .iter()
+                .position(|m| m.to_string() == *key)
+                .unwrap();
             let got = eval.means[measure];
             assert_eq!(got, want.as_f64().unwrap(), "{name} {key}");
             checked += 1;
@@ -56,8 +66,16 @@ fn every_reference_value_is_reproduced() {
         for (qid, values) in case["expected_hole"].as_object().unwrap() {
             let row = eval.per_query.iter().find(|q| q.query_id == *qid).unwrap();
             for (key, want) in values.as_object().unwrap() {
-                let measure = config.measures.iter().position(|m| m.to_string() == *key).unwrap();
-                assert_eq!(row.values[measure], want.as_f64().unwrap(), "{name} {qid} {key}");
+                let measure = config
+                    .measures
+                    .iter()
+                    .position(|m| m.to_string() == *key)
+                    .unwrap();
+                assert_eq!(
+                    row.values[measure],
+                    want.as_f64().unwrap(),
+                    "{name} {qid} {key}"
+                );
                 checked += 1;
             }
         }
@@ -83,6 +101,9 @@ fn t_test_matches_scipy() {
         let b: Vec<f64> = serde_json::from_value(case["b"].clone()).unwrap();
         let want = case["p"].as_f64().unwrap();
         let got = paired_t_test(&a, &b);
-        assert!((got - want).abs() < 1e-9 * want.max(1e-3), "{got} vs {want}");
+        assert!(
+            (got - want).abs() < 1e-9 * want.max(1e-3),
+            "{got} vs {want}"
+        );
     }
 }

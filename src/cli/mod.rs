@@ -1,6 +1,7 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
 mod corpus;
+mod eval;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -21,12 +22,16 @@ pub struct Cli {
 enum Command {
     /// Chunk local repository checkouts into a corpus of documents (JSONL).
     Corpus(corpus::CorpusArgs),
+    /// Score TREC runs against nugget judgments (alpha-nDCG, Coverage, Recall, ...), several
+    /// runs side by side with paired significance tests.
+    Eval(eval::EvalArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
+        Command::Eval(args) => eval::run(args),
     }
 }
 

@@ -283,10 +283,7 @@ mod tests {
             judgments.nuggets[0].docs,
             vec![("a".into(), 1), ("b".into(), 0), ("c".into(), 0)]
         );
-        assert_eq!(
-            judgments.query_labels(),
-            vec![("a", 2), ("b", 0), ("c", 0)]
-        );
+        assert_eq!(judgments.query_labels(), vec![("a", 2), ("b", 0), ("c", 0)]);
     }
 
     #[test]
@@ -295,10 +292,8 @@ mod tests {
         assert_eq!(query_id_of_nugget("q12_3"), "q12");
         assert_eq!(query_id_of_nugget("a_b_7"), "a_b");
         assert_eq!(query_id_of_nugget("plain"), "plain");
-        let q = NuggetQrels::from_nugget_map(vec![
-            ("q1_0", vec![("d", 1)]),
-            ("q12_0", vec![("e", 1)]),
-        ]);
+        let q =
+            NuggetQrels::from_nugget_map(vec![("q1_0", vec![("d", 1)]), ("q12_0", vec![("e", 1)])]);
         assert_eq!(q.get("q1").unwrap().nuggets.len(), 1);
         assert_eq!(q.get("q12").unwrap().nuggets.len(), 1);
     }

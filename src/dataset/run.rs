@@ -274,7 +274,9 @@ mod tests {
 
     #[test]
     fn short_line_and_bad_score_name_the_line() {
-        let err = read("q1 Q0 a 1 1 t\n\nq1 Q0 b 2\n").unwrap_err().to_string();
+        let err = read("q1 Q0 a 1 1 t\n\nq1 Q0 b 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bm25.trec:3:"), "{err}");
         let err = read("q1 Q0 a 1 high t\n").unwrap_err().to_string();
         assert!(err.contains(":1:") && err.contains("score"), "{err}");

@@ -41,7 +41,9 @@ pub(crate) struct QueryJudgmentIndex {
 
 impl QueryJudgmentIndex {
     pub fn judgment(&self, doc_id: &str) -> Option<&DocJudgment> {
-        self.docs.get(doc_id).map(|&i| &self.doc_judgments[i as usize])
+        self.docs
+            .get(doc_id)
+            .map(|&i| &self.doc_judgments[i as usize])
     }
 
     /// True when no document is judged for any nugget: the reference crashes on such a
@@ -165,7 +167,10 @@ pub fn load_judgments(path: &Path, format: JudgmentsFormat) -> Result<Judgments>
     if qrels.is_empty() {
         return Err(Error::invalid(
             "judgments",
-            format!("{}: no question with nuggets, nothing to evaluate", path.display()),
+            format!(
+                "{}: no question with nuggets, nothing to evaluate",
+                path.display()
+            ),
         ));
     }
     Ok(Judgments::new(&qrels))

@@ -179,7 +179,11 @@ pub(crate) fn alpha_ndcg_at(run: &[f64], ideal: &[f64], k: usize) -> f64 {
 
 /// For each nugget, the 0-based rank of its first supporting document among `ranked`
 /// (`usize::MAX` when none): Coverage@k counts the nuggets with a rank below k.
-pub(crate) fn first_cover_ranks(q: &QueryJudgmentIndex, docs: &[ScoredDoc], ranked: &[u32]) -> Vec<usize> {
+pub(crate) fn first_cover_ranks(
+    q: &QueryJudgmentIndex,
+    docs: &[ScoredDoc],
+    ranked: &[u32],
+) -> Vec<usize> {
     let mut first = vec![usize::MAX; q.num_nuggets];
     for (rank, &i) in ranked.iter().enumerate() {
         if let Some(j) = q.judgment(&docs[i as usize].doc_id) {
@@ -195,7 +199,11 @@ pub(crate) fn first_cover_ranks(q: &QueryJudgmentIndex, docs: &[ScoredDoc], rank
 }
 
 /// Query-level labels of the documents in `ranked` (judged-for-nothing documents: `None`).
-pub(crate) fn query_labels(q: &QueryJudgmentIndex, docs: &[ScoredDoc], ranked: &[u32]) -> Vec<Option<i64>> {
+pub(crate) fn query_labels(
+    q: &QueryJudgmentIndex,
+    docs: &[ScoredDoc],
+    ranked: &[u32],
+) -> Vec<Option<i64>> {
     ranked
         .iter()
         .map(|&i| q.judgment(&docs[i as usize].doc_id).map(|j| j.query_label))
@@ -207,13 +215,21 @@ pub(crate) fn recall_at(labels: &[Option<i64>], num_relevant: usize, k: usize) -
     if num_relevant == 0 {
         return 0.0;
     }
-    let found = labels.iter().take(k).filter(|l| l.is_some_and(|v| v >= 1)).count();
+    let found = labels
+        .iter()
+        .take(k)
+        .filter(|l| l.is_some_and(|v| v >= 1))
+        .count();
     found as f64 / num_relevant as f64
 }
 
 /// trec_eval `P.k`: relevant in the top k over k (also when fewer were retrieved).
 pub(crate) fn precision_at(labels: &[Option<i64>], k: usize) -> f64 {
-    let found = labels.iter().take(k).filter(|l| l.is_some_and(|v| v >= 1)).count();
+    let found = labels
+        .iter()
+        .take(k)
+        .filter(|l| l.is_some_and(|v| v >= 1))
+        .count();
     found as f64 / k as f64
 }
 

@@ -15,12 +15,16 @@
 
 mod judgments;
 mod metrics;
+mod report;
 mod round;
 mod significance;
 
 use std::fmt;
 
+use rayon::prelude::*;
+
 pub use judgments::{Judgments, JudgmentsFormat, load_judgments};
+pub use report::{Comparison, SignificanceConfig, compare_runs};
 pub use round::py_round;
 pub use significance::{PairedTest, paired_t_test, paired_tests, randomization_test};
 
@@ -150,9 +154,18 @@ impl EvalConfig {
     pub fn paper() -> Self {
         Self {
             measures: vec![
-                MetricAt { metric: Metric::AlphaNdcg, k: 10 },
-                MetricAt { metric: Metric::Coverage, k: 20 },
-                MetricAt { metric: Metric::Recall, k: 50 },
+                MetricAt {
+                    metric: Metric::AlphaNdcg,
+                    k: 10,
+                },
+                MetricAt {
+                    metric: Metric::Coverage,
+                    k: 20,
+                },
+                MetricAt {
+                    metric: Metric::Recall,
+                    k: 50,
+                },
             ],
             alpha: DEFAULT_ALPHA,
         }
@@ -162,7 +175,10 @@ impl EvalConfig {
     /// an empty `ks` each metric's [`Metric::default_k`]. Duplicates are dropped.
     pub fn new(metrics: &[Metric], ks: &[usize]) -> Result<Self> {
         if let Some(&k) = ks.iter().find(|&&k| k == 0) {
-            return Err(Error::invalid("k", format!("cutoffs must be >= 1, got {k}")));
+            return Err(Error::invalid(
+                "k",
+                format!("cutoffs must be >= 1, got {k}"),
+            ));
         }
         let metrics: Vec<Metric> = if metrics.is_empty() {
             vec![Metric::AlphaNdcg, Metric::Coverage, Metric::Recall]
@@ -171,7 +187,11 @@ impl EvalConfig {
         };
         let mut measures: Vec<MetricAt> = Vec::new();
         for &metric in &metrics {
-            let list: Vec<usize> = if ks.is_empty() { vec![metric.default_k()] } else { ks.to_vec() };
+            let list: Vec<usize> = if ks.is_empty() {
+                vec![metric.default_k()]
+            } else {
+                ks.to_vec()
+            };
             for k in list {
                 let m = MetricAt { metric, k };
                 if !measures.contains(&m) {
@@ -179,7 +199,10 @@ impl EvalConfig {
                 }
             }
         }
-        Ok(Self { measures, alpha: DEFAULT_ALPHA })
+        Ok(Self {
+            measures,
+            alpha: DEFAULT_ALPHA,
+        })
     }
 
     /// The run depth before alpha-nDCG@k for k <= 20: the reference cuts every run at the
@@ -237,7 +260,10 @@ pub struct Evaluation {
 impl Evaluation {
     /// The mean of `measure`, if it was computed.
     pub fn mean(&self, measure: MetricAt) -> Option<f64> {
-        self.measures.iter().position(|m| *m == measure).map(|i| self.means[i])
+        self.measures
+            .iter()
+            .position(|m| *m == measure)
+            .map(|i| self.means[i])
     }
 
     /// Per-question values of the measure at position `index`, in judgment order.
@@ -257,12 +283,21 @@ struct Plan {
 impl Plan {
     fn new(config: &EvalConfig) -> Self {
         let alpha_cut = config.alpha_cut();
-        let mut plan = Plan { alpha_cut, alpha_ideal_depth: 0, stable_depth: 0, trec_depth: 0 };
+        let mut plan = Plan {
+            alpha_cut,
+            alpha_ideal_depth: 0,
+            stable_depth: 0,
+            trec_depth: 0,
+        };
         for m in &config.measures {
             match m.metric {
                 Metric::AlphaNdcg => {
                     plan.alpha_ideal_depth = plan.alpha_ideal_depth.max(m.k);
-                    let cut = if m.k <= NDEVAL_MAX_DEPTH { alpha_cut } else { m.k };
+                    let cut = if m.k <= NDEVAL_MAX_DEPTH {
+                        alpha_cut
+                    } else {
+                        m.k
+                    };
                     plan.stable_depth = plan.stable_depth.max(cut);
                 }
                 Metric::Coverage | Metric::Hole | Metric::Judged => {
@@ -285,25 +320,46 @@ pub fn evaluate(judgments: &Judgments, run: &Run, config: &EvalConfig) -> Evalua
     let mut per_query: Vec<QueryScores> = judgments
         .queries
         .iter()
-        .map(|q| QueryScores { query_id: q.query_id.clone(), values: vec![0.0; num_measures] })
+        .map(|q| QueryScores {
+            query_id: q.query_id.clone(),
+            values: vec![0.0; num_measures],
+        })
         .collect();
     let mut notes = EvalNotes::default();
+    // Questions are scored in parallel; sums below run sequentially in a fixed order, so the
+    // output does not depend on the thread count.
+    let scored: Vec<(usize, Vec<f64>)> = run
+        .rankings()
+        .par_iter()
+        .filter_map(|ranking| {
+            let qi = judgments.index_of(&ranking.query_id)?;
+            let q = &judgments.queries[qi];
+            let crashes = ranking.docs.is_empty() || q.has_no_judged_doc();
+            let mut values = vec![0.0; num_measures];
+            score_query(
+                judgments,
+                qi,
+                &ranking.docs,
+                config,
+                &plan,
+                crashes,
+                &mut values,
+            );
+            Some((qi, values))
+        })
+        .collect();
+    notes.unknown_queries = run.len() - scored.len();
     // Judged questions in run order: the reference sums alpha-nDCG, Recall and nDCG this way.
-    let mut run_order: Vec<usize> = Vec::with_capacity(run.len());
-    for ranking in run.rankings() {
-        let Some(qi) = judgments.index_of(&ranking.query_id) else {
-            notes.unknown_queries += 1;
-            continue;
-        };
-        run_order.push(qi);
+    let mut run_order: Vec<usize> = Vec::with_capacity(scored.len());
+    for (qi, values) in scored {
         let q = &judgments.queries[qi];
-        let crashes = ranking.docs.is_empty() || q.has_no_judged_doc();
-        if ranking.docs.is_empty() {
+        if run.get(&q.query_id).is_some_and(|r| r.docs.is_empty()) {
             notes.empty_rankings += 1;
         } else if q.has_no_judged_doc() {
             notes.unjudged_queries += 1;
         }
-        score_query(judgments, qi, &ranking.docs, config, &plan, crashes, &mut per_query[qi].values);
+        per_query[qi].values = values;
+        run_order.push(qi);
     }
     notes.missing_queries = judgments.len() - run_order.len();
     if notes.empty_rankings > 0 {
@@ -374,7 +430,11 @@ fn score_query(
     let trec = trec_order(docs, plan.trec_depth);
     let trec_labels = query_labels(q, docs, &trec);
     let cover_ranks = first_cover_ranks(q, docs, &stable);
-    let needs_alpha = !alpha_crashes && config.measures.iter().any(|m| m.metric == Metric::AlphaNdcg);
+    let needs_alpha = !alpha_crashes
+        && config
+            .measures
+            .iter()
+            .any(|m| m.metric == Metric::AlphaNdcg);
     let ideal = if needs_alpha {
         alpha_ideal_curve(q, plan.alpha_ideal_depth, config.alpha)
     } else {
@@ -383,13 +443,22 @@ fn score_query(
     let supports_of = |order: Vec<u32>| -> Vec<Option<&[u32]>> {
         order
             .into_iter()
-            .map(|i| q.judgment(&docs[i as usize].doc_id).map(|j| j.supports.as_slice()))
+            .map(|i| {
+                q.judgment(&docs[i as usize].doc_id)
+                    .map(|j| j.supports.as_slice())
+            })
             .collect()
     };
     let alpha_curve_small = if needs_alpha && plan.alpha_cut > 0 {
         let cut = &stable[..plan.alpha_cut.min(stable.len())];
         let ranked = supports_of(ndeval_order(docs, cut));
-        alpha_dcg_curve(ranked, q.num_nuggets, q.num_supported_nuggets, plan.alpha_cut, config.alpha)
+        alpha_dcg_curve(
+            ranked,
+            q.num_nuggets,
+            q.num_supported_nuggets,
+            plan.alpha_cut,
+            config.alpha,
+        )
     } else {
         Vec::new()
     };
@@ -397,11 +466,19 @@ fn score_query(
         let k = m.k;
         *slot = match m.metric {
             Metric::AlphaNdcg if !needs_alpha => 0.0,
-            Metric::AlphaNdcg if k <= NDEVAL_MAX_DEPTH => alpha_ndcg_at(&alpha_curve_small, &ideal, k),
+            Metric::AlphaNdcg if k <= NDEVAL_MAX_DEPTH => {
+                alpha_ndcg_at(&alpha_curve_small, &ideal, k)
+            }
             Metric::AlphaNdcg => {
                 let cut = &stable[..k.min(stable.len())];
                 let ranked = supports_of(ndeval_order(docs, cut));
-                let curve = alpha_dcg_curve(ranked, q.num_nuggets, q.num_supported_nuggets, k, config.alpha);
+                let curve = alpha_dcg_curve(
+                    ranked,
+                    q.num_nuggets,
+                    q.num_supported_nuggets,
+                    k,
+                    config.alpha,
+                );
                 alpha_ndcg_at(&curve, &ideal, k)
             }
             Metric::Coverage => {
@@ -420,7 +497,11 @@ fn score_query(
                 let holes = stable
                     .iter()
                     .take(k)
-                    .filter(|&&i| !judgments.judged_anywhere.contains(docs[i as usize].doc_id.as_str()))
+                    .filter(|&&i| {
+                        !judgments
+                            .judged_anywhere
+                            .contains(docs[i as usize].doc_id.as_str())
+                    })
                     .count();
                 holes as f64 / k as f64
             }

@@ -17,7 +17,9 @@ fn judgments() -> Judgments {
 }
 
 fn run(rows: &[(&str, &str, f64)]) -> Run {
-    rows.iter().map(|(q, d, s)| (q.to_string(), d.to_string(), *s)).collect()
+    rows.iter()
+        .map(|(q, d, s)| (q.to_string(), d.to_string(), *s))
+        .collect()
 }
 
 fn config(metric: Metric, ks: &[usize]) -> EvalConfig {
@@ -43,7 +45,10 @@ fn alpha_ndcg_by_hand() {
     let v = per_query(&e);
     assert!(close(v[0], 1.0 / 2.0), "{v:?}");
     assert!(close(v[1], (1.0 + l3) / (2.0 + 0.5 * l3)), "{v:?}");
-    assert!(close(v[2], (1.0 + l3 + l4) / (2.0 + 0.5 * l3 + 0.5 * l4)), "{v:?}");
+    assert!(
+        close(v[2], (1.0 + l3 + l4) / (2.0 + 0.5 * l3 + 0.5 * l4)),
+        "{v:?}"
+    );
     assert_eq!(e.means[2], py_round(v[2], 4));
 }
 
@@ -52,9 +57,17 @@ fn alpha_ndcg_ties_use_doc_id_inside_the_cut() {
     // Equal scores: the cut is a stable sort (with k = 1 only d2, first in input, survives),
     // then ndeval orders by doc id ascending inside the cut (with k = 1, 2: d1, gain 2, first).
     let r = run(&[("q", "d2", 1.0), ("q", "d1", 1.0), ("q", "x", 0.5)]);
-    let one = evaluate(&judgments(), &r, &EvalConfig::new(&[Metric::AlphaNdcg], &[1]).unwrap());
+    let one = evaluate(
+        &judgments(),
+        &r,
+        &EvalConfig::new(&[Metric::AlphaNdcg], &[1]).unwrap(),
+    );
     assert!(close(per_query(&one)[0], 0.5), "{:?}", per_query(&one));
-    let two = evaluate(&judgments(), &r, &EvalConfig::new(&[Metric::AlphaNdcg], &[1, 2]).unwrap());
+    let two = evaluate(
+        &judgments(),
+        &r,
+        &EvalConfig::new(&[Metric::AlphaNdcg], &[1, 2]).unwrap(),
+    );
     assert!(close(per_query(&two)[0], 1.0), "{:?}", per_query(&two));
 }
 
@@ -65,7 +78,10 @@ fn alpha_ndcg_beyond_20_is_defined() {
         rows.push(("q", format!("x{i:02}"), 100.0 - i as f64));
     }
     rows.push(("q", "d1".to_string(), 0.0));
-    let r: Run = rows.into_iter().map(|(q, d, s)| (q.to_string(), d, s)).collect();
+    let r: Run = rows
+        .into_iter()
+        .map(|(q, d, s)| (q.to_string(), d, s))
+        .collect();
     let e = evaluate(&judgments(), &r, &config(Metric::AlphaNdcg, &[25, 31]));
     let v = per_query(&e);
     assert_eq!(v[0], 0.0);
@@ -89,7 +105,12 @@ fn coverage_by_hand() {
 fn recall_precision_mrr_ndcg_by_hand() {
     // Query labels: d1 2, d2 1, d3 1, d4 0 -> 3 relevant.
     // trec_eval ties: equal scores by doc id descending: x, d4, d3, d1.
-    let r = run(&[("q", "d1", 1.0), ("q", "d3", 1.0), ("q", "x", 1.0), ("q", "d4", 1.0)]);
+    let r = run(&[
+        ("q", "d1", 1.0),
+        ("q", "d3", 1.0),
+        ("q", "x", 1.0),
+        ("q", "d4", 1.0),
+    ]);
     let all = EvalConfig::new(
         &[Metric::Recall, Metric::Precision, Metric::Mrr, Metric::Ndcg],
         &[2, 3],
@@ -112,7 +133,11 @@ fn hole_and_judged_by_hand() {
     qrels.set("p", "p_0", "e1", 0);
     let j = Judgments::new(&qrels);
     let r = run(&[("q", "d1", 3.0), ("q", "e1", 2.0), ("q", "x", 1.0)]);
-    let e = evaluate(&j, &r, &EvalConfig::new(&[Metric::Hole, Metric::Judged], &[4]).unwrap());
+    let e = evaluate(
+        &j,
+        &r,
+        &EvalConfig::new(&[Metric::Hole, Metric::Judged], &[4]).unwrap(),
+    );
     // Hole: x only (e1 is judged for another question). Judged: d1 only.
     assert_eq!(per_query(&e), vec![0.25, 0.25]);
 }
@@ -139,7 +164,10 @@ fn reference_crash_cases_score_zero() {
     let mut r = run(&[("b", "d", 1.0)]);
     r.push("a", "d", 1.0);
     let empty = Run::new("empty");
-    assert_eq!(evaluate(&j, &empty, &EvalConfig::paper()).means, vec![0.0; 3]);
+    assert_eq!(
+        evaluate(&j, &empty, &EvalConfig::paper()).means,
+        vec![0.0; 3]
+    );
     let e = evaluate(&j, &r, &EvalConfig::paper());
     assert_eq!(e.notes.unjudged_queries, 1);
     assert_eq!(e.means, vec![0.5, 0.5, 0.5]);
@@ -150,10 +178,8 @@ fn reference_crash_cases_score_zero() {
 
 #[test]
 fn q1_does_not_take_q12_s_nuggets() {
-    let qrels = NuggetQrels::from_nugget_map(vec![
-        ("q1_0", vec![("a", 1)]),
-        ("q12_0", vec![("b", 1)]),
-    ]);
+    let qrels =
+        NuggetQrels::from_nugget_map(vec![("q1_0", vec![("a", 1)]), ("q12_0", vec![("b", 1)])]);
     let j = Judgments::new(&qrels);
     let r = run(&[("q1", "a", 1.0), ("q12", "b", 1.0)]);
     let e = evaluate(&j, &r, &EvalConfig::paper());
@@ -170,11 +196,19 @@ fn config_defaults_and_parse() {
         .iter()
         .map(|m| m.to_string())
         .collect();
-    assert_eq!(names, ["recall@5", "recall@100", "coverage@5", "coverage@100"]);
+    assert_eq!(
+        names,
+        ["recall@5", "recall@100", "coverage@5", "coverage@100"]
+    );
     assert!(EvalConfig::new(&[], &[0]).is_err());
     assert_eq!(Metric::parse("alpha-nDCG").unwrap(), Metric::AlphaNdcg);
     assert!(Metric::parse("map").is_err());
     assert_eq!(EvalConfig::paper().alpha_cut(), 20);
-    assert_eq!(EvalConfig::new(&[Metric::AlphaNdcg], &[]).unwrap().alpha_cut(), 10);
+    assert_eq!(
+        EvalConfig::new(&[Metric::AlphaNdcg], &[])
+            .unwrap()
+            .alpha_cut(),
+        10
+    );
     assert_eq!(EvalConfig::new(&[], &[10, 20, 50]).unwrap().alpha_cut(), 20);
 }
