@@ -7,11 +7,16 @@
 //! A document listed twice for a question keeps its first position and its last score (the
 //! reference builds a Python dict). The rank column is ignored: metrics order by score.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::Write;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::Path;
 
-use rustc_hash::FxHashMap;
+use std::hash::{Hash, Hasher};
+
+use rayon::prelude::*;
+use rustc_hash::{FxHashMap, FxHasher};
 
 use super::jsonl::AtomicWriter;
 use crate::error::{Error, Result};
@@ -41,9 +46,15 @@ pub struct Run {
     pub name: String,
     rankings: Vec<Ranking>,
     by_query: HashMap<String, usize>,
-    /// Per ranking, doc id -> position, to merge duplicates while loading; dropped by `shrink`.
-    positions: Vec<Option<FxHashMap<String, usize>>>,
+    /// Per ranking, hash of doc id -> position, to merge duplicates while loading (a hash hit
+    /// is verified against the stored id; a collision falls back to a scan); dropped by
+    /// `shrink`.
+    positions: Vec<Option<FxHashMap<u64, u32>>>,
     duplicates: usize,
+    /// The ranking pushed to last: consecutive lines of one question skip the id lookup.
+    last: Option<usize>,
+    /// Expected ranking length (the last ranking's), to size new duplicate maps.
+    capacity_hint: usize,
 }
 
 impl Run {
@@ -58,28 +69,51 @@ impl Run {
     /// Adds `doc_id` with `score` to `query_id`'s ranking. A doc already present keeps its
     /// position and takes the new score (the reference's dict semantics).
     pub fn push(&mut self, query_id: &str, doc_id: &str, score: f64) {
-        let index = match self.by_query.get(query_id) {
-            Some(&i) => i,
-            None => {
-                let i = self.rankings.len();
-                self.by_query.insert(query_id.to_string(), i);
-                self.rankings.push(Ranking {
-                    query_id: query_id.to_string(),
-                    docs: Vec::new(),
-                });
-                self.positions.push(None);
-                i
-            }
+        let index = match self.last {
+            Some(i) if self.rankings[i].query_id == query_id => i,
+            last => match self.by_query.get(query_id) {
+                Some(&i) => i,
+                None => {
+                    if let Some(previous) = last {
+                        self.capacity_hint = self.rankings[previous].docs.len();
+                    }
+                    let i = self.rankings.len();
+                    self.by_query.insert(query_id.to_string(), i);
+                    self.rankings.push(Ranking {
+                        query_id: query_id.to_string(),
+                        docs: Vec::with_capacity(self.capacity_hint),
+                    });
+                    self.positions.push(None);
+                    i
+                }
+            },
         };
+        self.last = Some(index);
         let ranking = &mut self.rankings[index];
-        let positions = self.positions[index].get_or_insert_with(FxHashMap::default);
-        match positions.get(doc_id) {
-            Some(&p) => {
+        let capacity = self.capacity_hint;
+        let positions = self.positions[index].get_or_insert_with(|| {
+            // After `shrink` (or for a new question): index what is already there; size it like
+            // the previous question's ranking (runs are usually uniform).
+            let mut map = FxHashMap::with_capacity_and_hasher(capacity, Default::default());
+            for (p, d) in ranking.docs.iter().enumerate() {
+                map.entry(doc_hash(&d.doc_id)).or_insert(p as u32);
+            }
+            map
+        });
+        let hash = doc_hash(doc_id);
+        let existing = match positions.get(&hash) {
+            Some(&p) if ranking.docs[p as usize].doc_id == doc_id => Some(p as usize),
+            // A different id with the same hash: find it (or not) the slow way.
+            Some(_) => ranking.docs.iter().position(|d| d.doc_id == doc_id),
+            None => None,
+        };
+        match existing {
+            Some(p) => {
                 ranking.docs[p].score = score;
                 self.duplicates += 1;
             }
             None => {
-                positions.insert(doc_id.to_string(), ranking.docs.len());
+                positions.entry(hash).or_insert(ranking.docs.len() as u32);
                 ranking.docs.push(ScoredDoc {
                     doc_id: doc_id.to_string(),
                     score,
@@ -118,6 +152,7 @@ impl Run {
         for p in &mut self.positions {
             *p = None;
         }
+        self.last = None;
     }
 
     /// Reads a TREC run file (see the module docs for the exact rules). Blank lines are skipped;
@@ -129,55 +164,47 @@ impl Run {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let line = e.as_bytes()[..e.utf8_error().valid_up_to()]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count();
-            Error::parse(path, line + 1, "not valid UTF-8")
-        })?;
+        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut run = Run::new(name);
-        let mut fields: Vec<&str> = Vec::with_capacity(8);
-        let mut joined = String::new();
-        for (line_index, line) in text.lines().enumerate() {
-            let line_no = line_index + 1;
-            fields.clear();
-            fields.extend(line.split_whitespace());
-            if fields.is_empty() {
-                continue;
-            }
-            if fields.len() < 6 {
-                return Err(Error::parse(
-                    path,
-                    line_no,
-                    format!(
-                        "expected 6 fields `qid Q0 docid rank score tag`, got {}",
-                        fields.len()
-                    ),
-                ));
-            }
-            let len = fields.len();
-            let (doc_id, score_text): (&str, &str) = if len >= 7 {
-                joined.clear();
-                for (i, part) in fields[2..len - 3].iter().enumerate() {
-                    if i > 0 {
-                        joined.push(' ');
-                    }
-                    joined.push_str(part);
-                }
-                (joined.as_str(), fields[len - 2])
+        // The file is read in blocks cut at line ends; each block's lines are parsed in
+        // parallel, then added in file order (so the run is the same whatever the threads).
+        let size = file
+            .metadata()
+            .map(|m| m.len() as usize)
+            .unwrap_or(READ_BLOCK_BYTES);
+        let block = size.saturating_add(1).min(READ_BLOCK_BYTES);
+        let mut buf: Vec<u8> = Vec::with_capacity(block + (1 << 16));
+        let mut lines_before = 0usize;
+        loop {
+            let eof = fill_block(&mut file, &mut buf, block).map_err(|e| Error::io(path, e))?;
+            let end = if eof {
+                buf.len()
             } else {
-                (fields[2], fields[4])
+                match buf.iter().rposition(|&b| b == b'\n') {
+                    Some(p) => p + 1,
+                    // One line longer than a block: read on.
+                    None => continue,
+                }
             };
-            let score = parse_score(score_text).ok_or_else(|| {
-                Error::parse(
-                    path,
-                    line_no,
-                    format!("score: expected a number, got `{score_text}`"),
-                )
+            let text = std::str::from_utf8(&buf[..end]).map_err(|e| {
+                let line = count_lines(&buf[..e.valid_up_to()]);
+                Error::parse(path, lines_before + line + 1, "not valid UTF-8")
             })?;
-            run.push(fields[0], doc_id, score);
+            let chunks = split_at_lines(text, PARSE_CHUNKS);
+            let parsed: Vec<std::result::Result<ParsedChunk<'_>, (usize, String)>> =
+                chunks.par_iter().map(|chunk| parse_chunk(chunk)).collect();
+            for result in parsed {
+                let chunk = result
+                    .map_err(|(line, message)| Error::parse(path, lines_before + line, message))?;
+                for (query_id, doc_id, score) in &chunk.entries {
+                    run.push(query_id, doc_id, *score);
+                }
+                lines_before += chunk.lines;
+            }
+            buf.drain(..end);
+            if eof {
+                break;
+            }
         }
         run.shrink();
         Ok(run)
@@ -206,6 +233,144 @@ impl Run {
         }
         writer.commit()
     }
+}
+
+/// Bytes read (and parsed in parallel) at a time.
+const READ_BLOCK_BYTES: usize = 8 << 20;
+/// Pieces a block is cut into for parsing.
+const PARSE_CHUNKS: usize = 16;
+
+/// Reads until `buf` holds `block` more bytes or the file ends; true at end of file.
+fn fill_block(file: &mut File, buf: &mut Vec<u8>, block: usize) -> std::io::Result<bool> {
+    let target = buf.len() + block.max(1);
+    while buf.len() < target {
+        let start = buf.len();
+        buf.resize(target, 0);
+        let n = loop {
+            match file.read(&mut buf[start..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        };
+        buf.truncate(start + n);
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn count_lines(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b == b'\n').count()
+}
+
+/// Cuts `text` into about `pieces` parts, each ending at a line end (except maybe the last).
+fn split_at_lines(text: &str, pieces: usize) -> Vec<&str> {
+    let target = (text.len() / pieces.max(1)).max(1 << 16);
+    let mut out = Vec::new();
+    let mut rest = text;
+    while rest.len() > target {
+        match rest.as_bytes()[target..].iter().position(|&b| b == b'\n') {
+            Some(p) => {
+                let (head, tail) = rest.split_at(target + p + 1);
+                out.push(head);
+                rest = tail;
+            }
+            None => break,
+        }
+    }
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    out
+}
+
+/// The lines of one chunk: `(query_id, doc_id, score)` per non-blank line, and the number of
+/// line ends in the chunk.
+struct ParsedChunk<'a> {
+    entries: Vec<(&'a str, Cow<'a, str>, f64)>,
+    lines: usize,
+}
+
+/// Parses one chunk of a TREC run; an error is `(1-based line within the chunk, message)`.
+fn parse_chunk(chunk: &str) -> std::result::Result<ParsedChunk<'_>, (usize, String)> {
+    let mut entries = Vec::with_capacity(chunk.len() / 48);
+    let mut fields: Vec<&str> = Vec::with_capacity(8);
+    let mut lines = 0usize;
+    for line in chunk.split('\n') {
+        lines += 1;
+        split_fields(line, &mut fields);
+        if fields.is_empty() {
+            continue;
+        }
+        let len = fields.len();
+        if len < 6 {
+            return Err((
+                lines,
+                format!("expected 6 fields `qid Q0 docid rank score tag`, got {len}"),
+            ));
+        }
+        let (doc_id, score_text) = if len >= 7 {
+            (Cow::Owned(fields[2..len - 3].join(" ")), fields[len - 2])
+        } else {
+            (Cow::Borrowed(fields[2]), fields[4])
+        };
+        let score = parse_score(score_text).ok_or_else(|| {
+            (
+                lines,
+                format!("score: expected a number, got `{score_text}`"),
+            )
+        })?;
+        entries.push((fields[0], doc_id, score));
+    }
+    // `split` yields one piece more than there are line ends.
+    Ok(ParsedChunk {
+        entries,
+        lines: lines - 1,
+    })
+}
+
+/// Python's `str.split()`: fields separated by runs of whitespace (Python's whitespace, which
+/// includes the ASCII separators 0x1C..0x1F). ASCII lines, the usual case, take a byte loop.
+fn split_fields<'a>(line: &'a str, out: &mut Vec<&'a str>) {
+    fn is_space(b: u8) -> bool {
+        matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f)
+    }
+    out.clear();
+    if line.is_ascii() {
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            while i < bytes.len() && is_space(bytes[i]) {
+                i += 1;
+            }
+            let start = i;
+            while i < bytes.len() && !is_space(bytes[i]) {
+                i += 1;
+            }
+            if start < i {
+                out.push(&line[start..i]);
+            }
+        }
+    } else {
+        out.extend(
+            line.split(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+                .filter(|f| !f.is_empty()),
+        );
+    }
+}
+
+fn doc_hash(doc_id: &str) -> u64 {
+    let mut hasher = FxHasher::default();
+    doc_id.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A score as a sort key: `-0.0` and `0.0` compare equal (as in Python and C).
@@ -255,6 +420,30 @@ mod tests {
     }
 
     #[test]
+    fn long_files_keep_order_and_line_numbers() {
+        let mut text = String::new();
+        for i in 0..20_000 {
+            text.push_str(&format!("q{} Q0 doc{i} {i} {} t\n", i % 3, 20_000 - i));
+        }
+        let run = read(&text).unwrap();
+        assert_eq!(run.len(), 3);
+        assert_eq!(run.get("q1").unwrap().docs[2].doc_id, "doc7");
+        assert_eq!(run.get("q1").unwrap().docs.len(), 6667);
+        text.push_str("q1 Q0 late 1 oops t\n");
+        let err = read(&text).unwrap_err().to_string();
+        assert!(err.contains(":20001:"), "{err}");
+    }
+
+    #[test]
+    fn fields_split_like_python() {
+        let mut f = Vec::new();
+        split_fields(" a\tb\x1cc  d\r", &mut f);
+        assert_eq!(f, ["a", "b", "c", "d"]);
+        split_fields("q\u{a0}é  x", &mut f);
+        assert_eq!(f, ["q", "é", "x"]);
+    }
+
+    #[test]
     fn doc_ids_with_spaces_are_joined_like_the_reference() {
         let run = read("q1 Q0 my  doc\tname.md_0_10 1 0.5 tag\n").unwrap();
         let doc = &run.get("q1").unwrap().docs[0];
@@ -270,6 +459,11 @@ mod tests {
         assert_eq!(docs[0].doc_id, "a");
         assert_eq!(docs[0].score, 0.1);
         assert_eq!(run.duplicates(), 1);
+        // Pushing after loading still merges.
+        let mut run = run;
+        run.push("q1", "b", 9.0);
+        assert_eq!(run.get("q1").unwrap().docs.len(), 2);
+        assert_eq!(run.get("q1").unwrap().docs[1].score, 9.0);
     }
 
     #[test]

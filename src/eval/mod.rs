@@ -464,6 +464,11 @@ fn score_query(
     };
     for (slot, m) in out.iter_mut().zip(&config.measures) {
         let k = m.k;
+        if k == 0 {
+            // Only reachable through a hand-built config; a cutoff of 0 retrieves nothing.
+            *slot = 0.0;
+            continue;
+        }
         *slot = match m.metric {
             Metric::AlphaNdcg if !needs_alpha => 0.0,
             Metric::AlphaNdcg if k <= NDEVAL_MAX_DEPTH => {

@@ -220,7 +220,12 @@ fn output_does_not_depend_on_thread_count() {
     for q in 0..40 {
         let qid = format!("q{q}");
         for n in 0..3 {
-            qrels.set(&qid, &format!("{qid}_{n}"), &format!("d{}", (q * 7 + n) % 13), 1);
+            qrels.set(
+                &qid,
+                &format!("{qid}_{n}"),
+                &format!("d{}", (q * 7 + n) % 13),
+                1,
+            );
         }
         for d in 0..25 {
             rows.push((qid.clone(), format!("d{d}"), ((q * 31 + d * 17) % 9) as f64));
@@ -229,8 +234,14 @@ fn output_does_not_depend_on_thread_count() {
     let j = Judgments::new(&qrels);
     let r: Run = rows.into_iter().collect();
     let config = EvalConfig::new(&Metric::ALL, &[1, 5, 10, 20, 30]).unwrap();
-    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let four = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let four = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .unwrap();
     let a = one.install(|| evaluate(&j, &r, &config));
     let b = four.install(|| evaluate(&j, &r, &config));
     assert_eq!(a, b);
