@@ -246,3 +246,58 @@ fn output_does_not_depend_on_thread_count() {
     let b = four.install(|| evaluate(&j, &r, &config));
     assert_eq!(a, b);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn inputs() -> impl Strategy<Value = (Vec<(u8, u8, u8, i8)>, Vec<(u8, u8, f64)>, Vec<usize>)> {
+        (
+            prop::collection::vec((0u8..6, 0u8..4, 0u8..30, -1i8..3), 0..60),
+            prop::collection::vec(
+                (
+                    0u8..8,
+                    0u8..40,
+                    prop_oneof![
+                        Just(1.0),
+                        Just(0.0),
+                        Just(-0.0),
+                        -5.0f64..5.0,
+                        Just(f64::NAN)
+                    ],
+                ),
+                0..200,
+            ),
+            prop::collection::vec(1usize..60, 1..4),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_and_stays_in_range((judged, ranked, ks) in inputs()) {
+            let mut qrels = NuggetQrels::new();
+            for (q, n, d, label) in judged {
+                qrels.set(&format!("q{q}"), &format!("q{q}_{n}"), &format!("d{d}"), i32::from(label));
+            }
+            let mut run = Run::new("p");
+            for (q, d, s) in ranked {
+                run.push(&format!("q{q}"), &format!("d{d}"), s);
+            }
+            let judgments = Judgments::new(&qrels);
+            let config = EvalConfig::new(&Metric::ALL, &ks).unwrap();
+            let e = evaluate(&judgments, &run, &config);
+            for q in &e.per_query {
+                for (m, v) in config.measures.iter().zip(&q.values) {
+                    prop_assert!(v.is_finite() && *v >= 0.0, "{m} {v}");
+                    if m.metric != Metric::AlphaNdcg {
+                        // The greedy ideal of alpha-nDCG is not optimal, so only it may pass 1.
+                        prop_assert!(*v <= 1.0 + 1e-12, "{m} {v}");
+                    }
+                }
+            }
+            for v in &e.means {
+                prop_assert!(v.is_finite());
+            }
+        }
+    }
+}
