@@ -251,7 +251,10 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
-    fn inputs() -> impl Strategy<Value = (Vec<(u8, u8, u8, i8)>, Vec<(u8, u8, f64)>, Vec<usize>)> {
+    /// (question, nugget, doc, label) judgments; (question, doc, score) run lines; cutoffs.
+    type Inputs = (Vec<(u8, u8, u8, i8)>, Vec<(u8, u8, f64)>, Vec<usize>);
+
+    fn inputs() -> impl Strategy<Value = Inputs> {
         (
             prop::collection::vec((0u8..6, 0u8..4, 0u8..30, -1i8..3), 0..60),
             prop::collection::vec(
