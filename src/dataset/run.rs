@@ -7,7 +7,6 @@
 //! A document listed twice for a question keeps its first position and its last score (the
 //! reference builds a Python dict). The rank column is ignored: metrics order by score.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -175,6 +174,8 @@ impl Run {
         let block = size.saturating_add(1).min(READ_BLOCK_BYTES);
         let mut buf: Vec<u8> = Vec::with_capacity(block + (1 << 16));
         let mut lines_before = 0usize;
+        // Per parse chunk, reused from block to block (no fresh memory per block).
+        let mut parsed: Vec<ParsedChunk> = Vec::new();
         loop {
             let eof = fill_block(&mut file, &mut buf, block).map_err(|e| Error::io(path, e))?;
             let end = if eof {
@@ -191,15 +192,27 @@ impl Run {
                 Error::parse(path, lines_before + line + 1, "not valid UTF-8")
             })?;
             let chunks = split_at_lines(text, PARSE_CHUNKS);
-            let parsed: Vec<std::result::Result<ParsedChunk<'_>, (usize, String)>> =
-                chunks.par_iter().map(|chunk| parse_chunk(chunk)).collect();
-            for result in parsed {
-                let chunk = result
-                    .map_err(|(line, message)| Error::parse(path, lines_before + line, message))?;
-                for (query_id, doc_id, score) in &chunk.entries {
-                    run.push(query_id, doc_id, *score);
+            if parsed.len() < chunks.len() {
+                parsed.resize_with(chunks.len(), ParsedChunk::default);
+            }
+            chunks
+                .par_iter()
+                .zip(parsed.par_iter_mut())
+                .for_each(|(chunk, out)| parse_chunk(chunk, out));
+            for (chunk, out) in chunks.iter().zip(&parsed) {
+                if let Some((line, message)) = &out.error {
+                    return Err(Error::parse(path, lines_before + line, message.clone()));
                 }
-                lines_before += chunk.lines;
+                for entry in &out.entries {
+                    let query_id = &chunk[entry.query.0..entry.query.1];
+                    let doc_id = if entry.doc_joined {
+                        &out.joined[entry.doc.0..entry.doc.1]
+                    } else {
+                        &chunk[entry.doc.0..entry.doc.1]
+                    };
+                    run.push(query_id, doc_id, entry.score);
+                }
+                lines_before += out.lines;
             }
             buf.drain(..end);
             if eof {
@@ -292,16 +305,36 @@ fn split_at_lines(text: &str, pieces: usize) -> Vec<&str> {
     out
 }
 
-/// The lines of one chunk: `(query_id, doc_id, score)` per non-blank line, and the number of
-/// line ends in the chunk.
-struct ParsedChunk<'a> {
-    entries: Vec<(&'a str, Cow<'a, str>, f64)>,
-    lines: usize,
+/// One parsed line: byte ranges of its question id (in the chunk) and doc id (in the chunk, or
+/// in [`ParsedChunk::joined`] for an id with spaces), and its score.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    query: (usize, usize),
+    doc: (usize, usize),
+    doc_joined: bool,
+    score: f64,
 }
 
-/// Parses one chunk of a TREC run; an error is `(1-based line within the chunk, message)`.
-fn parse_chunk(chunk: &str) -> std::result::Result<ParsedChunk<'_>, (usize, String)> {
-    let mut entries = Vec::with_capacity(chunk.len() / 48);
+/// The parsed lines of one chunk, the number of line ends in it, or its first error as
+/// `(1-based line within the chunk, message)`. Reused across blocks.
+#[derive(Debug, Default)]
+struct ParsedChunk {
+    entries: Vec<Entry>,
+    joined: String,
+    lines: usize,
+    error: Option<(usize, String)>,
+}
+
+/// Parses one chunk of a TREC run into `out` (cleared first).
+fn parse_chunk(chunk: &str, out: &mut ParsedChunk) {
+    out.entries.clear();
+    out.joined.clear();
+    out.error = None;
+    let base = chunk.as_ptr() as usize;
+    let span = |field: &str| -> (usize, usize) {
+        let start = field.as_ptr() as usize - base;
+        (start, start + field.len())
+    };
     let mut fields: Vec<&str> = Vec::with_capacity(8);
     let mut lines = 0usize;
     for line in chunk.split('\n') {
@@ -312,29 +345,40 @@ fn parse_chunk(chunk: &str) -> std::result::Result<ParsedChunk<'_>, (usize, Stri
         }
         let len = fields.len();
         if len < 6 {
-            return Err((
+            out.error = Some((
                 lines,
                 format!("expected 6 fields `qid Q0 docid rank score tag`, got {len}"),
             ));
+            return;
         }
-        let (doc_id, score_text) = if len >= 7 {
-            (Cow::Owned(fields[2..len - 3].join(" ")), fields[len - 2])
+        let (doc, doc_joined, score_text) = if len >= 7 {
+            let start = out.joined.len();
+            for (i, part) in fields[2..len - 3].iter().enumerate() {
+                if i > 0 {
+                    out.joined.push(' ');
+                }
+                out.joined.push_str(part);
+            }
+            ((start, out.joined.len()), true, fields[len - 2])
         } else {
-            (Cow::Borrowed(fields[2]), fields[4])
+            (span(fields[2]), false, fields[4])
         };
-        let score = parse_score(score_text).ok_or_else(|| {
-            (
+        let Some(score) = parse_score(score_text) else {
+            out.error = Some((
                 lines,
                 format!("score: expected a number, got `{score_text}`"),
-            )
-        })?;
-        entries.push((fields[0], doc_id, score));
+            ));
+            return;
+        };
+        out.entries.push(Entry {
+            query: span(fields[0]),
+            doc,
+            doc_joined,
+            score,
+        });
     }
     // `split` yields one piece more than there are line ends.
-    Ok(ParsedChunk {
-        entries,
-        lines: lines - 1,
-    })
+    out.lines = lines - 1;
 }
 
 /// Python's `str.split()`: fields separated by runs of whitespace (Python's whitespace, which
@@ -343,27 +387,48 @@ fn split_fields<'a>(line: &'a str, out: &mut Vec<&'a str>) {
     fn is_space(b: u8) -> bool {
         matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f)
     }
+    /// True when all 8 bytes are printable ASCII (0x21..=0x7f): none can end a field or need
+    /// the Unicode path, so the scan may skip the word (bit trick "hasless(x, 0x21)").
+    fn plain_word(word: u64) -> bool {
+        const ONES: u64 = u64::MAX / 255;
+        let below_0x21 = word.wrapping_sub(ONES * 0x21) & !word & (ONES * 0x80);
+        below_0x21 == 0 && word & (ONES * 0x80) == 0
+    }
     out.clear();
-    if line.is_ascii() {
-        let bytes = line.as_bytes();
-        let mut i = 0;
-        while i < bytes.len() {
-            while i < bytes.len() && is_space(bytes[i]) {
-                i += 1;
-            }
-            let start = i;
-            while i < bytes.len() && !is_space(bytes[i]) {
-                i += 1;
-            }
-            if start < i {
-                out.push(&line[start..i]);
-            }
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        while i < bytes.len() && is_space(bytes[i]) {
+            i += 1;
         }
-    } else {
-        out.extend(
-            line.split(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-                .filter(|f| !f.is_empty()),
-        );
+        let start = i;
+        while i < bytes.len() {
+            if let Some(word) = bytes.get(i..i + 8) {
+                let mut array = [0u8; 8];
+                array.copy_from_slice(word);
+                if plain_word(u64::from_le_bytes(array)) {
+                    i += 8;
+                    continue;
+                }
+            }
+            let b = bytes[i];
+            if b >= 0x80 {
+                // Not ASCII: Python's Unicode whitespace rules, on the whole line.
+                out.clear();
+                out.extend(
+                    line.split(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+                        .filter(|f| !f.is_empty()),
+                );
+                return;
+            }
+            if is_space(b) {
+                break;
+            }
+            i += 1;
+        }
+        if start < i {
+            out.push(&line[start..i]);
+        }
     }
 }
 
@@ -434,6 +499,19 @@ mod tests {
         assert!(err.contains(":20001:"), "{err}");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn fast_split_equals_unicode_split(line in "[a-z0-9_./ \t\u{1c}\u{1f}\u{7f}\u{a0}é\x00-]{0,80}") {
+            let mut fast = Vec::new();
+            split_fields(&line, &mut fast);
+            let slow: Vec<&str> = line
+                .split(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+                .filter(|f| !f.is_empty())
+                .collect();
+            proptest::prop_assert_eq!(fast, slow);
+        }
+    }
+
     #[test]
     fn fields_split_like_python() {
         let mut f = Vec::new();
@@ -441,6 +519,12 @@ mod tests {
         assert_eq!(f, ["a", "b", "c", "d"]);
         split_fields("q\u{a0}é  x", &mut f);
         assert_eq!(f, ["q", "é", "x"]);
+        split_fields("abcdefghijklmnop qrstuvwxyz0123456789\tq\u{7f}", &mut f);
+        assert_eq!(f, ["abcdefghijklmnop", "qrstuvwxyz0123456789", "q\u{7f}"]);
+        split_fields("a_long_doc_id_x\u{a0}y_more_bytes_here 2", &mut f);
+        assert_eq!(f, ["a_long_doc_id_x", "y_more_bytes_here", "2"]);
+        split_fields("a\x00b c", &mut f);
+        assert_eq!(f, ["a\x00b", "c"]);
     }
 
     #[test]
