@@ -31,10 +31,15 @@
 
 pub mod dataset;
 mod error;
+pub mod eval;
 pub mod progress;
 pub mod source;
 
-pub use dataset::{AtomicWriter, Document, DocumentMetadata, Question, QuestionMetadata};
+pub use dataset::{
+    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryRecord, Question,
+    QuestionMetadata, Run,
+};
 pub use error::{Error, Result};
+pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
 pub use progress::{NoProgress, Progress};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

@@ -1,5 +1,7 @@
 //! Integration tests: one binary, one module per stage.
 
+mod cli_eval;
 mod corpus;
+mod eval_parity;
 mod stackoverflow;
 mod util;

@@ -1,6 +1,7 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
 mod corpus;
+mod eval;
 mod progress;
 mod stackoverflow;
 
@@ -25,6 +26,9 @@ enum Command {
     /// Stack Overflow dumps: import a topic's questions, report co-occurring and recent tags.
     #[command(name = "stackoverflow")]
     StackOverflow(stackoverflow::StackOverflowArgs),
+    /// Score TREC runs against nugget judgments (alpha-nDCG, Coverage, Recall, ...), several
+    /// runs side by side with paired significance tests.
+    Eval(eval::EvalArgs),
 }
 
 /// Runs the parsed command.
@@ -32,6 +36,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
         Command::StackOverflow(args) => stackoverflow::run(args),
+        Command::Eval(args) => eval::run(args),
     }
 }
 
