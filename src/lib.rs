@@ -36,8 +36,8 @@ pub mod progress;
 pub mod source;
 
 pub use dataset::{
-    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryRecord, Question,
-    QuestionMetadata, Run,
+    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryRecord, Question, QuestionMetadata,
+    Run,
 };
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};

@@ -13,8 +13,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if cli::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            // One line: the chain of causes joined by ": ".
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cli::one_line(&err));
             ExitCode::FAILURE
         }
     }

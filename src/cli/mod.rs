@@ -56,6 +56,23 @@ pub fn init_logging(verbose: u8) {
         .try_init();
 }
 
+/// The error and its causes on one line, joined by ": ". A cause whose text the line already
+/// holds is skipped: library errors print their source themselves (`path: No such file...`).
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
+}
+
 /// True when the error is a closed stdout (`freshstack ... | head`): not a failure.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
