@@ -33,6 +33,7 @@ pub mod dataset;
 mod error;
 pub mod eval;
 pub mod progress;
+pub mod search;
 pub mod source;
 
 pub use dataset::{

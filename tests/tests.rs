@@ -3,5 +3,6 @@
 mod cli_eval;
 mod corpus;
 mod eval_parity;
+mod fusion;
 mod stackoverflow;
 mod util;

@@ -2,6 +2,7 @@
 
 mod corpus;
 mod eval;
+mod fuse;
 mod progress;
 mod stackoverflow;
 
@@ -29,6 +30,8 @@ enum Command {
     /// Score TREC runs against nugget judgments (alpha-nDCG, Coverage, Recall, ...), several
     /// runs side by side with paired significance tests.
     Eval(eval::EvalArgs),
+    /// Fuse TREC runs: per question, normalise each run's top scores and sum (or RRF).
+    Fuse(fuse::FuseArgs),
 }
 
 /// Runs the parsed command.
@@ -37,6 +40,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Corpus(args) => corpus::run(args),
         Command::StackOverflow(args) => stackoverflow::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Fuse(args) => fuse::run(args),
     }
 }
 
