@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod dataset;
+pub mod embed;
 mod error;
 pub mod progress;
 pub mod source;

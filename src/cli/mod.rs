@@ -1,6 +1,7 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
 mod corpus;
+mod embed;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -21,12 +22,15 @@ pub struct Cli {
 enum Command {
     /// Chunk local repository checkouts into a corpus of documents (JSONL).
     Corpus(corpus::CorpusArgs),
+    /// Embed a corpus or query file with a local dense encoder into a .npy matrix plus .ids.
+    Embed(embed::EmbedArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
+        Command::Embed(args) => embed::run(args),
     }
 }
 
