@@ -4,10 +4,11 @@
 //!
 //! Paper: Devlin et al., *BERT* (2019); upstream: `transformers/models/bert/modeling_bert.py`.
 
-use candle_core::{DType, Module, Tensor};
+use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
+use super::cpu_ops::{AttnMask, attention_probs, gelu_erf};
 use super::encoder::Backbone;
 
 /// The fields of a BERT `config.json` the forward pass needs.
@@ -140,15 +141,21 @@ impl Layer {
             .contiguous()
     }
 
-    /// `bias`: `[batch, 1, 1, seq]`, 0 for tokens and a large negative for padding.
-    fn forward(&self, x: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
+    /// `lengths`: real tokens per row (right padding).
+    fn forward(&self, x: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
         let (b, t, h) = x.dims3()?;
         let q = self.split_heads(&self.query.forward(x)?)?;
         let k = self.split_heads(&self.key.forward(x)?)?;
         let v = self.split_heads(&self.value.forward(x)?)?;
-        let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(bias)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let mask = AttnMask {
+            key_lengths: lengths.to_vec(),
+            query_len: t,
+            causal: false,
+            window: None,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            softcap: None,
+        };
+        let probs = attention_probs(&q.matmul(&k.t()?)?, &mask)?.to_dtype(v.dtype())?;
         let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
         let x = self
             .attn_norm
@@ -157,7 +164,7 @@ impl Layer {
         let up = if self.tanh_gelu {
             up.gelu()?
         } else {
-            up.gelu_erf()?
+            gelu_erf(&up)?
         };
         self.out_norm.forward(&(self.down.forward(&up)? + x)?)
     }
@@ -167,7 +174,6 @@ impl Layer {
 pub struct BertModel {
     embeddings: Embeddings,
     layers: Vec<Layer>,
-    dtype: DType,
     hidden_size: usize,
 }
 
@@ -180,7 +186,8 @@ impl BertModel {
                 cfg.position_embedding_type
             );
         }
-        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
+        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
+        {
             candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
         }
         let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
@@ -188,7 +195,6 @@ impl BertModel {
         } else {
             vb
         };
-        let dtype = vb.dtype();
         let embeddings = Embeddings::new(cfg, vb.pp("embeddings"))?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i)))
@@ -196,22 +202,16 @@ impl BertModel {
         Ok(Self {
             embeddings,
             layers,
-            dtype,
             hidden_size: cfg.hidden_size,
         })
     }
 }
 
 impl Backbone for BertModel {
-    fn forward(&self, input_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, t) = mask.dims2()?;
-        // Additive attention bias: 0 where a key is a token, -inf-like where it is padding.
-        let bias = ((mask.to_dtype(DType::F32)? - 1.0)? * 1e30)?
-            .to_dtype(self.dtype)?
-            .reshape((b, 1, 1, t))?;
+    fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
         let mut x = self.embeddings.forward(input_ids)?;
         for layer in &self.layers {
-            x = layer.forward(&x, &bias)?;
+            x = layer.forward(&x, lengths)?;
         }
         Ok(x)
     }

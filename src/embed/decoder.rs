@@ -8,6 +8,7 @@
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
+use super::cpu_ops::{AttnMask, attention_probs};
 use super::encoder::Backbone;
 
 /// Feed-forward activation of the gated MLP.
@@ -103,8 +104,6 @@ struct Attention {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
-    scale: f64,
-    softcap: Option<f64>,
 }
 
 impl Attention {
@@ -135,8 +134,6 @@ impl Attention {
             num_heads: spec.num_heads,
             num_kv_heads: spec.num_kv_heads,
             head_dim: hd,
-            scale: spec.attn_scale,
-            softcap: spec.attn_softcap,
         })
     }
 
@@ -150,7 +147,7 @@ impl Attention {
         x.transpose(1, 2)?.contiguous()
     }
 
-    fn forward(&self, x: &Tensor, rope: &Rope, bias: &Tensor) -> candle_core::Result<Tensor> {
+    fn forward(&self, x: &Tensor, rope: &Rope, mask: &AttnMask) -> candle_core::Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let q = self.heads(&self.q.forward(x)?, self.num_heads, self.q_norm.as_ref())?;
         let k = self.heads(&self.k.forward(x)?, self.num_kv_heads, self.k_norm.as_ref())?;
@@ -161,16 +158,8 @@ impl Attention {
         // Grouped-query attention as one matmul per kv head: fold the query heads of a group
         // into the sequence axis instead of copying keys and values `group` times.
         let q = q.reshape((b, self.num_kv_heads, group * t, self.head_dim))?;
-        // Logits, soft-capping and softmax in f32 (as upstream's eager attention softmax).
-        let mut scores = (q.matmul(&k.t()?)?.to_dtype(DType::F32)? * self.scale)?;
-        if let Some(cap) = self.softcap {
-            scores = ((scores / cap)?.tanh()? * cap)?;
-        }
-        let scores = scores
-            .reshape((b, self.num_kv_heads, group, t, t))?
-            .broadcast_add(bias)?
-            .reshape((b, self.num_kv_heads, group * t, t))?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
+        // Scaling, soft-capping, masking and softmax in f32 (as upstream's eager attention).
+        let probs = attention_probs(&q.matmul(&k.t()?)?, mask)?.to_dtype(v.dtype())?;
         let ctx = probs
             .matmul(&v)?
             .reshape((b, self.num_heads, t, self.head_dim))?
@@ -242,10 +231,10 @@ impl Layer {
         })
     }
 
-    fn forward(&self, x: &Tensor, rope: &Rope, bias: &Tensor) -> candle_core::Result<Tensor> {
+    fn forward(&self, x: &Tensor, rope: &Rope, mask: &AttnMask) -> candle_core::Result<Tensor> {
         let attn = self
             .attn
-            .forward(&self.input_norm.forward(x)?, rope, bias)?;
+            .forward(&self.input_norm.forward(x)?, rope, mask)?;
         match (&self.pre_ff_norm, &self.post_ff_norm) {
             (Some(pre), Some(post)) => {
                 let x = (x + self.post_attn_norm.forward(&attn)?)?;
@@ -288,30 +277,6 @@ impl Rope {
             sin: freqs.sin()?.to_dtype(dtype)?,
         })
     }
-}
-
-/// Causal (optionally sliding-window) additive bias `[t, t]`: 0 where key `j` is visible from
-/// query `i` (`j <= i`, and `i - j < window`), a large negative elsewhere. Right padding needs no
-/// more: padding keys come after every real query.
-fn causal_bias(
-    t: usize,
-    window: Option<usize>,
-    dtype: DType,
-    dev: &Device,
-) -> candle_core::Result<Tensor> {
-    let window = window.unwrap_or(usize::MAX);
-    let values: Vec<f32> = (0..t)
-        .flat_map(|i| {
-            (0..t).map(move |j| {
-                if j <= i && i - j < window {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-        })
-        .collect();
-    Tensor::from_vec(values, (t, t), dev)?.to_dtype(dtype)
 }
 
 /// A decoder stack: embeddings, layers, final norm.
@@ -359,7 +324,7 @@ impl DecoderModel {
 }
 
 impl Backbone for DecoderModel {
-    fn forward(&self, input_ids: &Tensor, _mask: &Tensor) -> candle_core::Result<Tensor> {
+    fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
         let (_, t) = input_ids.dims2()?;
         let dev = input_ids.device();
         let mut x = self.embed.forward(input_ids)?;
@@ -370,19 +335,17 @@ impl Backbone for DecoderModel {
             x = x.broadcast_mul(&normalizer)?;
         }
         let rope = Rope::new(&self.spec, t, self.dtype, dev)?;
-        let full = causal_bias(t, None, DType::F32, dev)?;
-        let mut windowed: Option<(usize, Tensor)> = None;
         for layer in &self.layers {
-            let bias = match layer.window {
-                Some(w) if w < t => {
-                    if windowed.as_ref().is_none_or(|(size, _)| *size != w) {
-                        windowed = Some((w, causal_bias(t, Some(w), DType::F32, dev)?));
-                    }
-                    windowed.as_ref().map_or(&full, |(_, b)| b)
-                }
-                _ => &full,
+            // Right padding: causality alone keeps real queries off padding keys.
+            let mask = AttnMask {
+                key_lengths: lengths.to_vec(),
+                query_len: t,
+                causal: true,
+                window: layer.window,
+                scale: self.spec.attn_scale as f32,
+                softcap: self.spec.attn_softcap.map(|c| c as f32),
             };
-            x = layer.forward(&x, &rope, bias)?;
+            x = layer.forward(&x, &rope, &mask)?;
         }
         self.norm.forward(&x)
     }

@@ -117,9 +117,9 @@ pub struct EncoderOptions {
 }
 
 /// The forward pass of one architecture: all final hidden states `[batch, seq, hidden]` for
-/// right-padded `input_ids` `[batch, seq]` (u32) and `mask` (1 = token, 0 = padding).
+/// right-padded `input_ids` `[batch, seq]` (u32) whose rows hold `lengths` real tokens.
 pub(crate) trait Backbone: Send + Sync {
-    fn forward(&self, input_ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor>;
+    fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor>;
     fn hidden_size(&self) -> usize;
 }
 
@@ -306,7 +306,7 @@ impl TextEncoder {
         }
         let input = Tensor::from_vec(flat_ids, (ids.len(), width), &self.device)?;
         let mask = Tensor::from_vec(flat_mask, (ids.len(), width), &self.device)?;
-        let hidden = self.backbone.forward(&input, &mask)?;
+        let hidden = self.backbone.forward(&input, &lengths)?;
         let pooled = pool(&hidden, &mask, &lengths, self.manifest.pooling)?;
         let pooled = if self.manifest.normalize {
             l2_normalize(&pooled)?
