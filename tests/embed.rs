@@ -148,6 +148,28 @@ fn cli_writes_npy_and_ids_in_input_order() {
         .unwrap();
     assert!(cosine(&data[2 * dim..], want.row(0)) > 0.999);
 
+    // Byte-identical whatever the thread count.
+    let one = tmp.path().join("one-thread.npy");
+    let status = freshstack(&[
+        "embed",
+        "--model",
+        dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        one.to_str().unwrap(),
+        "--dtype",
+        "f16",
+        "--threads",
+        "1",
+    ]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(std::fs::read(&one).unwrap(), std::fs::read(&out).unwrap());
+
     // Shard 1 of 2 holds the last two rows (0-based, contiguous).
     let shard = tmp.path().join("shard.npy");
     let status = freshstack(&[
