@@ -36,9 +36,9 @@ pub struct EmbedArgs {
     /// Max tokens per text, special tokens included (default: the model's); longer texts are truncated.
     #[arg(long)]
     max_length: Option<usize>,
-    /// Padded tokens per batch.
-    #[arg(long, default_value_t = freshstack::embed::DEFAULT_MAX_BATCH_TOKENS)]
-    max_batch_tokens: usize,
+    /// Padded tokens per batch (default: 2048 on the CPU, 16384 on a GPU).
+    #[arg(long)]
+    max_batch_tokens: Option<usize>,
     /// Embed only shard I of N (0-based, contiguous rows), e.g. for a Slurm array.
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
@@ -79,7 +79,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
             .map(ModelDType::parse)
             .transpose()?,
         max_length: args.max_length,
-        max_batch_tokens: Some(args.max_batch_tokens),
+        max_batch_tokens: args.max_batch_tokens,
         pooling: args.pooling.as_deref().map(Pooling::parse).transpose()?,
         query_template: args.query_template.clone(),
         task: args.task.clone(),

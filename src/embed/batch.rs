@@ -2,8 +2,12 @@
 //! little, and a batch holds at most `max_batch_tokens` padded tokens (rows x longest row). The
 //! plan records each row's input position, so results go back in input order.
 
-/// Default token budget of one batch (padded tokens), as text-embeddings-inference.
+/// Default token budget of one batch (padded tokens) on a GPU, as text-embeddings-inference.
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 16_384;
+
+/// Default token budget on the CPU: small batches keep activations in cache and below the
+/// allocator's mmap threshold (measured ~1.4x faster than 16,384 for all-MiniLM-L6-v2 on 2 cores).
+pub const DEFAULT_CPU_MAX_BATCH_TOKENS: usize = 2_048;
 
 /// Splits inputs of the given token lengths into batches of input positions.
 ///

@@ -9,7 +9,7 @@ use candle_nn::VarBuilder;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
-use super::batch::{DEFAULT_MAX_BATCH_TOKENS, plan_batches};
+use super::batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
 use super::bert::{BertConfig, BertModel};
 use super::gemma2::Gemma2Config;
 use super::manifest::{Architecture, ModelDType, ModelManifest, Pooling, TextKind};
@@ -104,7 +104,8 @@ pub struct EncoderOptions {
     pub dtype: Option<ModelDType>,
     /// Max tokens per text (special tokens included).
     pub max_length: Option<usize>,
-    /// Padded tokens per batch (default [`DEFAULT_MAX_BATCH_TOKENS`]).
+    /// Padded tokens per batch (default [`DEFAULT_CPU_MAX_BATCH_TOKENS`] on the CPU,
+    /// [`DEFAULT_MAX_BATCH_TOKENS`] on a GPU).
     pub max_batch_tokens: Option<usize>,
     /// Pooling override.
     pub pooling: Option<Pooling>,
@@ -247,6 +248,14 @@ impl TextEncoder {
             return Err(Error::model(name, "hidden_size mismatch"));
         }
         manifest.dim = backbone.hidden_size();
+        let max_batch_tokens = options
+            .max_batch_tokens
+            .unwrap_or(if matches!(device, Device::Cpu) {
+                DEFAULT_CPU_MAX_BATCH_TOKENS
+            } else {
+                DEFAULT_MAX_BATCH_TOKENS
+            })
+            .max(1);
         Ok(Self {
             name: name.to_string(),
             manifest,
@@ -254,10 +263,7 @@ impl TextEncoder {
             append_eos,
             backbone,
             device,
-            max_batch_tokens: options
-                .max_batch_tokens
-                .unwrap_or(DEFAULT_MAX_BATCH_TOKENS)
-                .max(1),
+            max_batch_tokens,
         })
     }
 

@@ -22,7 +22,7 @@ mod pooling;
 mod qwen;
 mod resolve;
 
-pub use batch::{DEFAULT_MAX_BATCH_TOKENS, plan_batches};
+pub use batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
 pub use encoder::{DeviceSpec, Embeddings, Encoder, EncoderOptions, TextEncoder};
 pub use input::{EmbedInput, InputKind, read_embed_input};
 pub use manifest::{Architecture, FRESHSTACK_TASK, ModelDType, ModelManifest, Pooling, TextKind};
