@@ -8,7 +8,10 @@
 //!
 //! 1. **Corpus** ([`source`]): repository checkouts are walked and chunked into token-bounded
 //!    documents with stable ids `{owner/name}/{path}_{start_byte}_{end_byte}`.
-//! 2. **Questions**, **nuggets**, **pooling**, **judging**, **evaluation**: later stages.
+//! 2. **Embeddings** ([`embed`]): dense encoders (BERT family, E5-Mistral, BGE-Gemma2, Qwen)
+//!    run locally through candle turn documents and questions into L2-normalised vectors
+//!    (`.npy` + `.ids`).
+//! 3. **Questions**, **nuggets**, **pooling**, **judging**, **evaluation**: later stages.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
