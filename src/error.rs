@@ -64,6 +64,15 @@ pub enum Error {
         /// Why it failed.
         message: String,
     },
+    /// A model could not be resolved, loaded or run (missing or corrupt weights, a tensor of the
+    /// wrong shape, an unsupported architecture).
+    #[error("model {model}: {message}")]
+    Model {
+        /// The model directory or id.
+        model: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl Error {
@@ -88,6 +97,14 @@ impl Error {
     pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
         Error::InvalidArgument {
             what: what.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A model error for `model`.
+    pub fn model(model: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Model {
+            model: model.into(),
             message: message.into(),
         }
     }

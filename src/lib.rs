@@ -10,7 +10,11 @@
 //!    documents with stable ids `{owner/name}/{path}_{start_byte}_{end_byte}`.
 //! 2. **Questions** ([`source::stackoverflow`]): a Stack Overflow `Posts.xml` dump is streamed
 //!    and filtered to a topic's questions with their accepted answers ([`Question`]).
-//! 3. **Nuggets**, **pooling**, **judging**, **evaluation**: later stages.
+//! 3. **Embeddings** ([`embed`]): dense encoders (BERT family, E5-Mistral, BGE-Gemma2, Qwen)
+//!    run locally through candle turn documents and questions into L2-normalised vectors
+//!    (`.npy` + `.ids`).
+//! 4. **Fusion** ([`search::fusion`]) and **evaluation** ([`eval`]): runs are fused as the
+//!    paper does and scored with alpha-nDCG, Coverage and Recall exactly as the reference.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
@@ -30,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod dataset;
+pub mod embed;
 mod error;
 pub mod eval;
 pub mod progress;

@@ -2,6 +2,7 @@
 
 mod cli_eval;
 mod corpus;
+mod embed;
 mod eval_parity;
 mod fusion;
 mod stackoverflow;

@@ -1,6 +1,7 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
 mod corpus;
+mod embed;
 mod eval;
 mod fuse;
 mod progress;
@@ -27,6 +28,8 @@ enum Command {
     /// Stack Overflow dumps: import a topic's questions, report co-occurring and recent tags.
     #[command(name = "stackoverflow")]
     StackOverflow(stackoverflow::StackOverflowArgs),
+    /// Embed a corpus or query file with a local dense encoder into a .npy matrix plus .ids.
+    Embed(embed::EmbedArgs),
     /// Score TREC runs against nugget judgments (alpha-nDCG, Coverage, Recall, ...), several
     /// runs side by side with paired significance tests.
     Eval(eval::EvalArgs),
@@ -39,6 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
         Command::StackOverflow(args) => stackoverflow::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Fuse(args) => fuse::run(args),
     }

@@ -1,0 +1,222 @@
+//! BERT-family encoders (all-MiniLM, BGE, E5): bidirectional self-attention over right-padded
+//! batches, returning every token's final hidden state. Follows the tensor names of Hugging Face
+//! `BertModel` checkpoints (with or without a `bert.` prefix); pooling lives in [`super::pooling`].
+//!
+//! Paper: Devlin et al., *BERT* (2019); upstream: `transformers/models/bert/modeling_bert.py`.
+
+use candle_core::{Module, Tensor};
+use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use serde::Deserialize;
+
+use super::cpu_ops::{AttnMask, attention_probs, gelu_erf};
+use super::encoder::Backbone;
+
+/// The fields of a BERT `config.json` the forward pass needs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BertConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// Transformer layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer.
+    pub num_attention_heads: usize,
+    /// Feed-forward width.
+    pub intermediate_size: usize,
+    /// Learned absolute positions.
+    pub max_position_embeddings: usize,
+    /// Segment vocabulary (2 for BERT; only segment 0 is used).
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    /// LayerNorm epsilon.
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Feed-forward activation: `gelu` (erf) or `gelu_new` / `gelu_pytorch_tanh` (tanh form).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Only `absolute` is supported.
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+}
+
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_act() -> String {
+    "gelu".to_string()
+}
+fn default_position_type() -> String {
+    "absolute".to_string()
+}
+
+struct Embeddings {
+    word: Embedding,
+    position: Embedding,
+    token_type: Embedding,
+    norm: LayerNorm,
+}
+
+impl Embeddings {
+    fn new(cfg: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(Self {
+            word: candle_nn::embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?,
+            position: candle_nn::embedding(
+                cfg.max_position_embeddings,
+                h,
+                vb.pp("position_embeddings"),
+            )?,
+            token_type: candle_nn::embedding(
+                cfg.type_vocab_size,
+                h,
+                vb.pp("token_type_embeddings"),
+            )?,
+            norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("LayerNorm"))?,
+        })
+    }
+
+    fn forward(&self, input_ids: &Tensor) -> candle_core::Result<Tensor> {
+        let (_, seq) = input_ids.dims2()?;
+        let dev = input_ids.device();
+        let positions = Tensor::arange(0u32, seq as u32, dev)?;
+        let zeros = positions.zeros_like()?;
+        let x = self
+            .word
+            .forward(input_ids)?
+            .broadcast_add(&self.position.forward(&positions)?)?
+            .broadcast_add(&self.token_type.forward(&zeros)?)?;
+        self.norm.forward(&x)
+    }
+}
+
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    up: Linear,
+    down: Linear,
+    out_norm: LayerNorm,
+    heads: usize,
+    head_dim: usize,
+    tanh_gelu: bool,
+}
+
+impl Layer {
+    fn new(cfg: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        let h = cfg.hidden_size;
+        let attn = vb.pp("attention");
+        Ok(Self {
+            query: candle_nn::linear(h, h, attn.pp("self").pp("query"))?,
+            key: candle_nn::linear(h, h, attn.pp("self").pp("key"))?,
+            value: candle_nn::linear(h, h, attn.pp("self").pp("value"))?,
+            attn_out: candle_nn::linear(h, h, attn.pp("output").pp("dense"))?,
+            attn_norm: candle_nn::layer_norm(
+                h,
+                cfg.layer_norm_eps,
+                attn.pp("output").pp("LayerNorm"),
+            )?,
+            up: candle_nn::linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
+            down: candle_nn::linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?,
+            out_norm: candle_nn::layer_norm(
+                h,
+                cfg.layer_norm_eps,
+                vb.pp("output").pp("LayerNorm"),
+            )?,
+            heads: cfg.num_attention_heads,
+            head_dim: h / cfg.num_attention_heads,
+            tanh_gelu: cfg.hidden_act != "gelu",
+        })
+    }
+
+    fn split_heads(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        x.reshape((b, t, self.heads, self.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()
+    }
+
+    /// `lengths`: real tokens per row (right padding).
+    fn forward(&self, x: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
+        let (b, t, h) = x.dims3()?;
+        let q = self.split_heads(&self.query.forward(x)?)?;
+        let k = self.split_heads(&self.key.forward(x)?)?;
+        let v = self.split_heads(&self.value.forward(x)?)?;
+        let mask = AttnMask {
+            key_lengths: lengths.to_vec(),
+            query_len: t,
+            causal: false,
+            window: None,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            softcap: None,
+        };
+        let probs = attention_probs(&q.matmul(&k.t()?)?, &mask)?.to_dtype(v.dtype())?;
+        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
+        let x = self
+            .attn_norm
+            .forward(&(self.attn_out.forward(&ctx)? + x)?)?;
+        let up = self.up.forward(&x)?;
+        let up = if self.tanh_gelu {
+            up.gelu()?
+        } else {
+            gelu_erf(&up)?
+        };
+        self.out_norm.forward(&(self.down.forward(&up)? + x)?)
+    }
+}
+
+/// A BERT encoder: embeddings then `num_hidden_layers` post-norm transformer layers.
+pub struct BertModel {
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+    hidden_size: usize,
+}
+
+impl BertModel {
+    /// Builds the model from `vb` (weights at the root or under `bert.`).
+    pub fn new(cfg: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        if cfg.position_embedding_type != "absolute" {
+            candle_core::bail!(
+                "position_embedding_type '{}' is not supported (only absolute)",
+                cfg.position_embedding_type
+            );
+        }
+        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
+        {
+            candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
+        }
+        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else {
+            vb
+        };
+        let embeddings = Embeddings::new(cfg, vb.pp("embeddings"))?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self {
+            embeddings,
+            layers,
+            hidden_size: cfg.hidden_size,
+        })
+    }
+}
+
+impl Backbone for BertModel {
+    fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
+        let mut x = self.embeddings.forward(input_ids)?;
+        for layer in &self.layers {
+            x = layer.forward(&x, lengths)?;
+        }
+        Ok(x)
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.hidden_size
+    }
+}

@@ -1,0 +1,418 @@
+//! The transformer-decoder machinery shared by the Mistral, Qwen2/Qwen3 and Gemma-2 embedders:
+//! RMSNorm, rotary positions, grouped-query causal attention (optional sliding window, logit
+//! soft-capping, per-head q/k norms) and gated MLPs. Each architecture file maps its
+//! `config.json` onto a [`DecoderSpec`]; unlike candle-transformers' generation models, the
+//! forward pass returns every position's final hidden state (no KV cache, no LM head), so the
+//! embedder can pool the last real token of right-padded rows.
+
+use candle_core::{D, DType, Device, Module, Tensor};
+use candle_nn::{Embedding, Linear, VarBuilder};
+
+use super::cpu_ops::{AttnMask, attention_probs};
+use super::encoder::Backbone;
+
+/// Feed-forward activation of the gated MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU (Mistral, Qwen).
+    Silu,
+    /// GELU, tanh approximation (Gemma-2's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+impl Activation {
+    /// From a `hidden_act` / `hidden_activation` value.
+    pub fn parse(name: &str) -> candle_core::Result<Self> {
+        match name {
+            "silu" | "swish" => Ok(Self::Silu),
+            "gelu_pytorch_tanh" | "gelu_new" | "gelu_fast" => Ok(Self::GeluTanh),
+            other => candle_core::bail!("unsupported activation '{other}'"),
+        }
+    }
+}
+
+/// Everything that differs between the decoder families, resolved from their configs.
+#[derive(Debug, Clone)]
+pub struct DecoderSpec {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Layers.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (grouped-query attention).
+    pub num_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// MLP activation.
+    pub activation: Activation,
+    /// q/k/v projections carry biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm on queries and keys before RoPE (Qwen3).
+    pub qk_norm: bool,
+    /// Gemma-2 layout: `(1 + w)` norms, extra post-attention / pre- and post-feed-forward norms,
+    /// embeddings scaled by `sqrt(hidden_size)`.
+    pub gemma: bool,
+    /// Attention scale (`head_dim^-0.5`, or `query_pre_attn_scalar^-0.5` for Gemma-2).
+    pub attn_scale: f64,
+    /// `tanh(x / cap) * cap` on attention logits (Gemma-2).
+    pub attn_softcap: Option<f64>,
+    /// Sliding-window size per layer (`None`: full causal attention).
+    pub sliding_window: Vec<Option<usize>>,
+}
+
+struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn new(size: usize, eps: f64, gemma: bool, vb: VarBuilder) -> candle_core::Result<Self> {
+        let weight = vb.get(size, "weight")?;
+        // Gemma stores w and scales by (1 + w).
+        let weight = if gemma { (weight + 1.0)? } else { weight };
+        Ok(Self { weight, eps })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        // As upstream: normalise in f32, scale, back to the activation dtype.
+        let dtype = x.dtype();
+        let xf = x.to_dtype(DType::F32)?;
+        let var = xf.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = xf.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        normed
+            .broadcast_mul(&self.weight.to_dtype(DType::F32)?)?
+            .to_dtype(dtype)
+    }
+}
+
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn new(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
+        let (h, hd) = (spec.hidden_size, spec.head_dim);
+        let proj = |out, name: &str| {
+            if spec.qkv_bias {
+                candle_nn::linear(h, out, vb.pp(name))
+            } else {
+                candle_nn::linear_no_bias(h, out, vb.pp(name))
+            }
+        };
+        let (q_norm, k_norm) = if spec.qk_norm {
+            (
+                Some(RmsNorm::new(hd, spec.rms_norm_eps, false, vb.pp("q_norm"))?),
+                Some(RmsNorm::new(hd, spec.rms_norm_eps, false, vb.pp("k_norm"))?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            q: proj(spec.num_heads * hd, "q_proj")?,
+            k: proj(spec.num_kv_heads * hd, "k_proj")?,
+            v: proj(spec.num_kv_heads * hd, "v_proj")?,
+            o: candle_nn::linear_no_bias(spec.num_heads * hd, h, vb.pp("o_proj"))?,
+            q_norm,
+            k_norm,
+            num_heads: spec.num_heads,
+            num_kv_heads: spec.num_kv_heads,
+            head_dim: hd,
+        })
+    }
+
+    fn heads(&self, x: &Tensor, n: usize, norm: Option<&RmsNorm>) -> candle_core::Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let x = x.reshape((b, t, n, self.head_dim))?;
+        let x = match norm {
+            Some(norm) => norm.forward(&x)?,
+            None => x,
+        };
+        x.transpose(1, 2)?.contiguous()
+    }
+
+    fn forward(&self, x: &Tensor, rope: &Rope, mask: &AttnMask) -> candle_core::Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let q = self.heads(&self.q.forward(x)?, self.num_heads, self.q_norm.as_ref())?;
+        let k = self.heads(&self.k.forward(x)?, self.num_kv_heads, self.k_norm.as_ref())?;
+        let v = self.heads(&self.v.forward(x)?, self.num_kv_heads, None)?;
+        let q = candle_nn::rotary_emb::rope(&q, &rope.cos, &rope.sin)?;
+        let k = candle_nn::rotary_emb::rope(&k, &rope.cos, &rope.sin)?;
+        let group = self.num_heads / self.num_kv_heads;
+        // Grouped-query attention as one matmul per kv head: fold the query heads of a group
+        // into the sequence axis instead of copying keys and values `group` times.
+        let q = q.reshape((b, self.num_kv_heads, group * t, self.head_dim))?;
+        // Scaling, soft-capping, masking and softmax in f32 (as upstream's eager attention).
+        let probs = attention_probs(&q.matmul(&k.t()?)?, mask)?.to_dtype(v.dtype())?;
+        let ctx = probs
+            .matmul(&v)?
+            .reshape((b, self.num_heads, t, self.head_dim))?
+            .transpose(1, 2)?
+            .reshape((b, t, self.num_heads * self.head_dim))?;
+        self.o.forward(&ctx)
+    }
+}
+
+struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    activation: Activation,
+}
+
+impl Mlp {
+    fn new(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
+        let (h, i) = (spec.hidden_size, spec.intermediate_size);
+        Ok(Self {
+            gate: candle_nn::linear_no_bias(h, i, vb.pp("gate_proj"))?,
+            up: candle_nn::linear_no_bias(h, i, vb.pp("up_proj"))?,
+            down: candle_nn::linear_no_bias(i, h, vb.pp("down_proj"))?,
+            activation: spec.activation,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let gate = self.gate.forward(x)?;
+        let gate = match self.activation {
+            Activation::Silu => candle_nn::ops::silu(&gate)?,
+            Activation::GeluTanh => gate.gelu()?,
+        };
+        self.down.forward(&(gate * self.up.forward(x)?)?)
+    }
+}
+
+struct Layer {
+    attn: Attention,
+    mlp: Mlp,
+    input_norm: RmsNorm,
+    post_attn_norm: RmsNorm,
+    /// Gemma-2 only: norms around the feed-forward block.
+    pre_ff_norm: Option<RmsNorm>,
+    post_ff_norm: Option<RmsNorm>,
+    window: Option<usize>,
+}
+
+impl Layer {
+    fn new(spec: &DecoderSpec, index: usize, vb: VarBuilder) -> candle_core::Result<Self> {
+        let norm =
+            |name: &str| RmsNorm::new(spec.hidden_size, spec.rms_norm_eps, spec.gemma, vb.pp(name));
+        let (pre_ff_norm, post_ff_norm) = if spec.gemma {
+            (
+                Some(norm("pre_feedforward_layernorm")?),
+                Some(norm("post_feedforward_layernorm")?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            attn: Attention::new(spec, vb.pp("self_attn"))?,
+            mlp: Mlp::new(spec, vb.pp("mlp"))?,
+            input_norm: norm("input_layernorm")?,
+            post_attn_norm: norm("post_attention_layernorm")?,
+            pre_ff_norm,
+            post_ff_norm,
+            window: spec.sliding_window.get(index).copied().flatten(),
+        })
+    }
+
+    fn forward(&self, x: &Tensor, rope: &Rope, mask: &AttnMask) -> candle_core::Result<Tensor> {
+        let attn = self
+            .attn
+            .forward(&self.input_norm.forward(x)?, rope, mask)?;
+        match (&self.pre_ff_norm, &self.post_ff_norm) {
+            (Some(pre), Some(post)) => {
+                let x = (x + self.post_attn_norm.forward(&attn)?)?;
+                let ff = self.mlp.forward(&pre.forward(&x)?)?;
+                x + post.forward(&ff)?
+            }
+            _ => {
+                let x = (x + attn)?;
+                let ff = self.mlp.forward(&self.post_attn_norm.forward(&x)?)?;
+                x + ff
+            }
+        }
+    }
+}
+
+struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rope {
+    /// Non-interleaved RoPE tables for positions `0..len` (rotate-half convention).
+    fn new(
+        spec: &DecoderSpec,
+        len: usize,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Self> {
+        let half = spec.head_dim / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| (1.0 / spec.rope_theta.powf(2.0 * i as f64 / spec.head_dim as f64)) as f32)
+            .collect();
+        let inv_freq = Tensor::from_vec(inv_freq, (1, half), dev)?;
+        let positions = Tensor::arange(0u32, len as u32, dev)?
+            .to_dtype(DType::F32)?
+            .reshape((len, 1))?;
+        let freqs = positions.matmul(&inv_freq)?;
+        Ok(Self {
+            cos: freqs.cos()?.to_dtype(dtype)?,
+            sin: freqs.sin()?.to_dtype(dtype)?,
+        })
+    }
+}
+
+/// A decoder stack: embeddings, layers, final norm.
+pub struct DecoderModel {
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    spec: DecoderSpec,
+    dtype: DType,
+}
+
+impl DecoderModel {
+    /// Builds the stack from `vb` (weights at the root or under `model.`).
+    pub fn new(spec: DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
+        if spec.num_kv_heads == 0
+            || !spec.num_heads.is_multiple_of(spec.num_kv_heads)
+            || !spec.head_dim.is_multiple_of(2)
+        {
+            candle_core::bail!("inconsistent head counts or odd head_dim in config.json");
+        }
+        let vb = if vb.contains_tensor("model.embed_tokens.weight") {
+            vb.pp("model")
+        } else {
+            vb
+        };
+        let dtype = vb.dtype();
+        let embed = candle_nn::embedding(spec.vocab_size, spec.hidden_size, vb.pp("embed_tokens"))?;
+        let layers = (0..spec.num_layers)
+            .map(|i| Layer::new(&spec, i, vb.pp("layers").pp(i)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let norm = RmsNorm::new(
+            spec.hidden_size,
+            spec.rms_norm_eps,
+            spec.gemma,
+            vb.pp("norm"),
+        )?;
+        Ok(Self {
+            embed,
+            layers,
+            norm,
+            spec,
+            dtype,
+        })
+    }
+}
+
+impl Backbone for DecoderModel {
+    fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
+        let (_, t) = input_ids.dims2()?;
+        let dev = input_ids.device();
+        let mut x = self.embed.forward(input_ids)?;
+        if self.spec.gemma {
+            // Gemma scales embeddings by sqrt(hidden), rounded to the activation dtype first.
+            let normalizer =
+                Tensor::new((self.spec.hidden_size as f32).sqrt(), dev)?.to_dtype(self.dtype)?;
+            x = x.broadcast_mul(&normalizer)?;
+        }
+        let rope = Rope::new(&self.spec, t, self.dtype, dev)?;
+        for layer in &self.layers {
+            // Right padding: causality alone keeps real queries off padding keys.
+            let mask = AttnMask {
+                key_lengths: lengths.to_vec(),
+                query_len: t,
+                causal: true,
+                window: layer.window,
+                scale: self.spec.attn_scale as f32,
+                softcap: self.spec.attn_softcap.map(|c| c as f32),
+            };
+            x = layer.forward(&x, &rope, &mask)?;
+        }
+        self.norm.forward(&x)
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.spec.hidden_size
+    }
+}
+
+/// RoPE settings as newer `config.json` files nest them (`rope_parameters`), older ones as
+/// `rope_theta` / `rope_scaling` at the top level.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct RopeParameters {
+    /// RoPE base.
+    pub rope_theta: Option<f64>,
+    /// `default` is the only supported type.
+    pub rope_type: Option<String>,
+}
+
+/// The RoPE base from either layout; scaled variants (yarn, linear, ...) are refused.
+pub fn rope_theta(
+    top_level: Option<f64>,
+    nested: Option<&RopeParameters>,
+    scaling: Option<&serde_json::Value>,
+    default: f64,
+) -> candle_core::Result<f64> {
+    let kind = nested.and_then(|p| p.rope_type.as_deref()).or_else(|| {
+        scaling
+            .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
+            .and_then(|v| v.as_str())
+    });
+    if let Some(kind) = kind
+        && kind != "default"
+    {
+        candle_core::bail!("rope type '{kind}' is not supported (only default)");
+    }
+    Ok(nested
+        .and_then(|p| p.rope_theta)
+        .or(top_level)
+        .unwrap_or(default))
+}
+
+/// Per-layer windows from `layer_types` (`sliding_attention` layers get `window`) when the config
+/// lists them, else from `fallback`.
+pub fn layer_windows(
+    layer_types: Option<&[String]>,
+    num_layers: usize,
+    window: Option<usize>,
+    fallback: impl Fn(usize) -> Option<usize>,
+) -> candle_core::Result<Vec<Option<usize>>> {
+    match layer_types {
+        Some(types) => {
+            if types.len() != num_layers {
+                candle_core::bail!(
+                    "layer_types lists {} layers, expected {num_layers}",
+                    types.len()
+                );
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "sliding_attention" => Ok(window),
+                    "full_attention" => Ok(None),
+                    other => candle_core::bail!("unsupported layer type '{other}'"),
+                })
+                .collect()
+        }
+        None => Ok((0..num_layers).map(fallback).collect()),
+    }
+}

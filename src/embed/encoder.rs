@@ -1,0 +1,505 @@
+//! The encoder: tokenizer + backbone + pooling + normalisation, with length-sorted token-budget
+//! batching. [`TextEncoder::load`] reads a resolved model directory; [`Encoder::embed`] returns
+//! vectors in input order.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use super::batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
+use super::bert::{BertConfig, BertModel};
+use super::gemma2::Gemma2Config;
+use super::manifest::{Architecture, ModelDType, ModelManifest, Pooling, TextKind};
+use super::mistral::MistralConfig;
+use super::pooling::{l2_normalize, pool};
+use super::qwen::{QwenConfig, QwenVersion};
+use super::resolve::ModelFiles;
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+
+/// Texts to vectors. Carries no candle types, so retrievers and stages depend only on this.
+pub trait Encoder {
+    /// Output dimension.
+    fn dim(&self) -> usize;
+    /// Embeds `texts` (raw: the encoder applies its query or document template), one row per
+    /// text in input order.
+    fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings>;
+}
+
+/// A row-major matrix of embeddings plus what happened on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embeddings {
+    /// Columns.
+    pub dim: usize,
+    /// `rows x dim` values, row `i` for input `i`.
+    pub data: Vec<f32>,
+    /// Texts cut at the model's max length.
+    pub num_truncated: usize,
+    /// Tokens fed to the model (special tokens included, padding excluded).
+    pub num_tokens: usize,
+}
+
+impl Embeddings {
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.data.len().checked_div(self.dim).unwrap_or(0)
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+}
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    /// The CPU (all cores unless `RAYON_NUM_THREADS` says otherwise).
+    #[default]
+    Cpu,
+    /// CUDA device N (needs the `cuda` feature).
+    Cuda(usize),
+}
+
+impl DeviceSpec {
+    /// Parses `cpu`, `cuda` or `cuda:N`.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda(0)),
+            _ => text
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Self::Cuda)
+                .ok_or_else(|| {
+                    Error::invalid("device", format!("'{text}' (expected cpu, cuda or cuda:N)"))
+                }),
+        }
+    }
+
+    fn device(self) -> Result<Device> {
+        match self {
+            Self::Cpu => Ok(Device::Cpu),
+            Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
+                Error::invalid(
+                    "device",
+                    format!("cuda:{n}: {e} (GPU support needs a build with `--features cuda`)"),
+                )
+            }),
+        }
+    }
+}
+
+/// How to load a model; `None` fields come from the manifest or the model's own config.
+#[derive(Debug, Clone, Default)]
+pub struct EncoderOptions {
+    /// Manifest to use instead of the built-in lookup.
+    pub manifest: Option<ModelManifest>,
+    /// Device.
+    pub device: DeviceSpec,
+    /// Weight and compute dtype.
+    pub dtype: Option<ModelDType>,
+    /// Max tokens per text (special tokens included).
+    pub max_length: Option<usize>,
+    /// Padded tokens per batch (default [`DEFAULT_CPU_MAX_BATCH_TOKENS`] on the CPU,
+    /// [`DEFAULT_MAX_BATCH_TOKENS`] on a GPU).
+    pub max_batch_tokens: Option<usize>,
+    /// Pooling override.
+    pub pooling: Option<Pooling>,
+    /// Query template override (`{task}`, `{text}`).
+    pub query_template: Option<String>,
+    /// Document template override.
+    pub document_template: Option<String>,
+    /// Task description override.
+    pub task: Option<String>,
+}
+
+/// The forward pass of one architecture: all final hidden states `[batch, seq, hidden]` for
+/// right-padded `input_ids` `[batch, seq]` (u32) whose rows hold `lengths` real tokens.
+pub(crate) trait Backbone: Send + Sync {
+    fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor>;
+    fn hidden_size(&self) -> usize;
+}
+
+#[derive(Deserialize)]
+struct ModelTypeOnly {
+    model_type: Option<String>,
+    #[serde(default)]
+    eos_token_id: Option<serde_json::Value>,
+    #[serde(default)]
+    hidden_size: Option<usize>,
+    #[serde(default)]
+    max_position_embeddings: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct StPooling {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
+}
+
+/// A loaded encoder.
+pub struct TextEncoder {
+    name: String,
+    manifest: ModelManifest,
+    tokenizer: Tokenizer,
+    /// EOS id to append after truncation, when the tokenizer does not add it itself.
+    append_eos: Option<u32>,
+    backbone: Box<dyn Backbone>,
+    device: Device,
+    max_batch_tokens: usize,
+}
+
+fn model_err(name: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
+    move |e| Error::model(name, e.to_string())
+}
+
+impl TextEncoder {
+    /// Loads the model in `files`: manifest (built-in by id or directory name, or derived from
+    /// `config.json` and `1_Pooling`), tokenizer and memory-mapped weights.
+    pub fn load(files: &ModelFiles, options: &EncoderOptions) -> Result<Self> {
+        let name = files.name.as_str();
+        let config_text =
+            std::fs::read_to_string(&files.config).map_err(|e| Error::io(&files.config, e))?;
+        let config: ModelTypeOnly = serde_json::from_str(&config_text)
+            .map_err(|e| Error::model(name, format!("{}: {e}", files.config.display())))?;
+        let mut manifest = match &options.manifest {
+            Some(m) => m.clone(),
+            None => find_manifest(files)?.map_or_else(|| derive_manifest(files, &config), Ok)?,
+        };
+        if let Some(model_type) = config.model_type.as_deref() {
+            match Architecture::from_model_type(model_type) {
+                Some(arch) => manifest.architecture = arch,
+                None => {
+                    return Err(Error::model(
+                        name,
+                        format!(
+                            "unknown architecture '{model_type}' (supported: bert, mistral, qwen2, qwen3, gemma2)"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(p) = options.pooling {
+            manifest.pooling = p;
+        }
+        if let Some(t) = &options.query_template {
+            manifest.query_template = t.clone();
+        }
+        if let Some(t) = &options.document_template {
+            manifest.document_template = t.clone();
+        }
+        if let Some(t) = &options.task {
+            manifest.task = t.clone();
+        }
+        if let Some(n) = options.max_length {
+            manifest.max_length = n;
+        }
+        if let Some(limit) = config.max_position_embeddings {
+            manifest.max_length = manifest.max_length.min(limit);
+        }
+        if manifest.max_length < 2 {
+            return Err(Error::invalid("max-length", "must be at least 2"));
+        }
+        let dtype = options.dtype.unwrap_or(manifest.dtype);
+        manifest.dtype = dtype;
+        let device = options.device.device()?;
+
+        let mut tokenizer = Tokenizer::from_file(&files.tokenizer)
+            .map_err(|e| Error::model(name, format!("{}: {e}", files.tokenizer.display())))?;
+        tokenizer.with_padding(None);
+        let eos = eos_id(&config, &tokenizer);
+        let append_eos = if manifest.append_eos && manifest.architecture.is_decoder() {
+            eos.filter(|&id| !adds_eos(&tokenizer, id))
+        } else {
+            None
+        };
+        let truncate_to = manifest.max_length - usize::from(append_eos.is_some());
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: truncate_to,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| Error::model(name, format!("tokenizer truncation: {e}")))?;
+
+        let candle_dtype = match dtype {
+            ModelDType::F32 => DType::F32,
+            ModelDType::Bf16 => DType::BF16,
+            ModelDType::F16 => DType::F16,
+        };
+        // SAFETY: the weight files are memory-mapped read-only; like every mmap user we rely on
+        // them not being truncated while the model is loaded.
+        let vb =
+            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, candle_dtype, &device) }
+                .map_err(|e| Error::model(name, format!("cannot read weights: {e}")))?;
+        let backbone = build_backbone(manifest.architecture, &config_text, vb, name)?;
+        if let Some(hidden) = config.hidden_size
+            && hidden != backbone.hidden_size()
+        {
+            return Err(Error::model(name, "hidden_size mismatch"));
+        }
+        manifest.dim = backbone.hidden_size();
+        let max_batch_tokens = options
+            .max_batch_tokens
+            .unwrap_or(if matches!(device, Device::Cpu) {
+                DEFAULT_CPU_MAX_BATCH_TOKENS
+            } else {
+                DEFAULT_MAX_BATCH_TOKENS
+            })
+            .max(1);
+        Ok(Self {
+            name: name.to_string(),
+            manifest,
+            tokenizer,
+            append_eos,
+            backbone,
+            device,
+            max_batch_tokens,
+        })
+    }
+
+    /// The effective manifest (after overrides).
+    pub fn manifest(&self) -> &ModelManifest {
+        &self.manifest
+    }
+
+    /// Tokenizes already-templated texts into ids (truncated, EOS appended when the model wants
+    /// it), with the number of truncated texts.
+    fn tokenize(&self, texts: &[String]) -> Result<(Vec<Vec<u32>>, usize)> {
+        let mut all = Vec::with_capacity(texts.len());
+        let mut truncated = 0;
+        // Slices keep the tokenizers' full encodings (offsets, strings) short-lived: only ids stay.
+        for slice in texts.chunks(1024) {
+            let encodings = self
+                .tokenizer
+                .encode_batch(slice.to_vec(), true)
+                .map_err(|e| Error::model(&self.name, format!("tokenizer: {e}")))?;
+            for encoding in encodings {
+                truncated += usize::from(!encoding.get_overflowing().is_empty());
+                let mut ids = encoding.get_ids().to_vec();
+                if let Some(eos) = self.append_eos
+                    && ids.last() != Some(&eos)
+                {
+                    ids.push(eos);
+                }
+                all.push(ids);
+            }
+        }
+        Ok((all, truncated))
+    }
+
+    /// Runs one batch (right padded) and returns its pooled, normalised rows.
+    fn run_batch(&self, ids: &[&[u32]]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let width = ids.iter().map(|row| row.len()).max().unwrap_or(1).max(1);
+        let mut flat_ids = Vec::with_capacity(ids.len() * width);
+        let mut flat_mask = Vec::with_capacity(ids.len() * width);
+        let lengths: Vec<usize> = ids.iter().map(|row| row.len().max(1)).collect();
+        for (row, &len) in ids.iter().zip(&lengths) {
+            flat_ids.extend_from_slice(row);
+            flat_ids.resize(flat_ids.len() + width - row.len(), 0);
+            // An empty tokenisation (no special tokens, empty text) still attends to one position.
+            flat_mask.extend(std::iter::repeat_n(1u32, len));
+            flat_mask.resize(flat_mask.len() + width - len, 0);
+        }
+        let input = Tensor::from_vec(flat_ids, (ids.len(), width), &self.device)?;
+        let mask = Tensor::from_vec(flat_mask, (ids.len(), width), &self.device)?;
+        let hidden = self.backbone.forward(&input, &lengths)?;
+        let pooled = pool(&hidden, &mask, &lengths, self.manifest.pooling)?;
+        let pooled = if self.manifest.normalize {
+            l2_normalize(&pooled)?
+        } else {
+            pooled
+        };
+        pooled.to_vec2::<f32>()
+    }
+}
+
+impl Encoder for TextEncoder {
+    fn dim(&self) -> usize {
+        self.manifest.dim
+    }
+
+    fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings> {
+        let templated: Vec<String> = texts
+            .iter()
+            .map(|t| self.manifest.apply_template(t, kind))
+            .collect();
+        let (ids, num_truncated) = self.tokenize(&templated)?;
+        if num_truncated > 0 {
+            tracing::warn!(
+                "{num_truncated} of {} texts were truncated to {} tokens",
+                texts.len(),
+                self.manifest.max_length
+            );
+        }
+        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+        let dim = self.dim();
+        let mut data = vec![0f32; texts.len() * dim];
+        progress.begin("embedding", Some(texts.len() as u64));
+        for batch in plan_batches(&lengths, self.max_batch_tokens) {
+            let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
+            let vectors = self.run_batch(&rows).map_err(model_err(&self.name))?;
+            for (&position, vector) in batch.iter().zip(vectors) {
+                if vector.len() != dim {
+                    return Err(Error::model(
+                        &self.name,
+                        format!("pooled {} values, expected {dim}", vector.len()),
+                    ));
+                }
+                data[position * dim..(position + 1) * dim].copy_from_slice(&vector);
+            }
+            progress.advance(batch.len() as u64);
+        }
+        progress.finish();
+        Ok(Embeddings {
+            dim,
+            data,
+            num_truncated,
+            num_tokens: lengths.iter().sum(),
+        })
+    }
+}
+
+fn build_backbone(
+    arch: Architecture,
+    config: &str,
+    vb: VarBuilder,
+    name: &str,
+) -> Result<Box<dyn Backbone>> {
+    let parse_err = |e: serde_json::Error| Error::model(name, format!("config.json: {e}"));
+    let backbone: Box<dyn Backbone> = match arch {
+        Architecture::Bert => {
+            let cfg: BertConfig = serde_json::from_str(config).map_err(parse_err)?;
+            Box::new(BertModel::new(&cfg, vb).map_err(model_err(name))?)
+        }
+        Architecture::Mistral => {
+            let cfg: MistralConfig = serde_json::from_str(config).map_err(parse_err)?;
+            Box::new(super::mistral::load(&cfg, vb).map_err(model_err(name))?)
+        }
+        Architecture::Qwen2 | Architecture::Qwen3 => {
+            let cfg: QwenConfig = serde_json::from_str(config).map_err(parse_err)?;
+            let version = if arch == Architecture::Qwen2 {
+                QwenVersion::Qwen2
+            } else {
+                QwenVersion::Qwen3
+            };
+            Box::new(super::qwen::load(&cfg, version, vb).map_err(model_err(name))?)
+        }
+        Architecture::Gemma2 => {
+            let cfg: Gemma2Config = serde_json::from_str(config).map_err(parse_err)?;
+            Box::new(super::gemma2::load(&cfg, vb).map_err(model_err(name))?)
+        }
+    };
+    Ok(backbone)
+}
+
+/// The built-in manifest for `files`: by Hugging Face id, else by directory name.
+fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>> {
+    if let Some(id) = &files.id
+        && let Some(m) = ModelManifest::find(id)?
+    {
+        return Ok(Some(m));
+    }
+    match files.dir.file_name().and_then(|n| n.to_str()) {
+        Some(dir_name) => ModelManifest::find(dir_name),
+        None => Ok(None),
+    }
+}
+
+/// A manifest for a model we have no TOML for: from `config.json`, `1_Pooling` and
+/// `sentence_bert_config.json`; no templates, f32 for encoders and bf16 for decoders.
+fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelManifest> {
+    let name = files.name.as_str();
+    let model_type = config
+        .model_type
+        .as_deref()
+        .ok_or_else(|| Error::model(name, "config.json has no model_type"))?;
+    let architecture = Architecture::from_model_type(model_type).ok_or_else(|| {
+        Error::model(
+            name,
+            format!("unknown architecture '{model_type}' (supported: bert, mistral, qwen2, qwen3, gemma2)"),
+        )
+    })?;
+    let pooling = match &files.pooling_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+            let st: StPooling = serde_json::from_str(&text)
+                .map_err(|e| Error::model(name, format!("{}: {e}", path.display())))?;
+            if st.pooling_mode_cls_token {
+                Pooling::Cls
+            } else if st.pooling_mode_lasttoken {
+                Pooling::LastToken
+            } else if st.pooling_mode_mean_tokens {
+                Pooling::Mean
+            } else {
+                return Err(Error::model(
+                    name,
+                    format!("{}: no supported pooling mode", path.display()),
+                ));
+            }
+        }
+        None if architecture.is_decoder() => Pooling::LastToken,
+        None => Pooling::Cls,
+    };
+    let max_length = read_st_max_length(&files.dir)
+        .or(config.max_position_embeddings)
+        .unwrap_or(512);
+    Ok(ModelManifest {
+        id: files.id.clone().unwrap_or_else(|| name.to_string()),
+        aliases: Vec::new(),
+        architecture,
+        pooling,
+        normalize: true,
+        max_length,
+        dim: config.hidden_size.unwrap_or(0),
+        dtype: if architecture.is_decoder() {
+            ModelDType::Bf16
+        } else {
+            ModelDType::F32
+        },
+        append_eos: architecture.is_decoder(),
+        query_template: "{text}".to_string(),
+        document_template: "{text}".to_string(),
+        task: super::manifest::FRESHSTACK_TASK.to_string(),
+    })
+}
+
+fn read_st_max_length(dir: &Path) -> Option<usize> {
+    #[derive(Deserialize)]
+    struct StConfig {
+        max_seq_length: Option<usize>,
+    }
+    let text = std::fs::read_to_string(dir.join("sentence_bert_config.json")).ok()?;
+    serde_json::from_str::<StConfig>(&text).ok()?.max_seq_length
+}
+
+/// The EOS id: `eos_token_id` of config.json (first when a list), else the tokenizer's `</s>`,
+/// `<|endoftext|>` or `<eos>`.
+fn eos_id(config: &ModelTypeOnly, tokenizer: &Tokenizer) -> Option<u32> {
+    let from_config = match &config.eos_token_id {
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        Some(serde_json::Value::Array(items)) => items.first().and_then(|v| v.as_u64()),
+        _ => None,
+    };
+    from_config.and_then(|n| u32::try_from(n).ok()).or_else(|| {
+        ["</s>", "<|endoftext|>", "<eos>"]
+            .iter()
+            .find_map(|t| tokenizer.token_to_id(t))
+    })
+}
+
+/// Whether the tokenizer's post-processor already ends sequences with `eos`.
+fn adds_eos(tokenizer: &Tokenizer, eos: u32) -> bool {
+    tokenizer
+        .encode("a", true)
+        .is_ok_and(|e| e.get_ids().last() == Some(&eos))
+}

@@ -1,0 +1,295 @@
+//! Model manifests: what `models/*.toml` says about a supported model (architecture, pooling,
+//! normalisation, max length, instruction templates, default dtype). The manifests are compiled
+//! into the binary, so a model directory alone is enough at run time.
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The FreshStack retrieval task, as the reference's later examples phrase it (Qwen3-Embedding).
+pub const FRESHSTACK_TASK: &str = "Given a technical question, retrieve relevant code snippets or technical documentation that best answer the question";
+
+/// Network family of an encoder: selects the forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// BERT-family bidirectional encoders (MiniLM, BGE, E5).
+    Bert,
+    /// Mistral decoders (E5-Mistral).
+    Mistral,
+    /// Qwen2 decoders (gte-Qwen2).
+    Qwen2,
+    /// Qwen3 decoders (Qwen3-Embedding).
+    Qwen3,
+    /// Gemma-2 decoders (BGE-multilingual-Gemma2).
+    Gemma2,
+}
+
+impl Architecture {
+    /// From a `config.json` `model_type`.
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        Some(match model_type {
+            "bert" => Self::Bert,
+            "mistral" => Self::Mistral,
+            "qwen2" => Self::Qwen2,
+            "qwen3" => Self::Qwen3,
+            "gemma2" => Self::Gemma2,
+            _ => return None,
+        })
+    }
+
+    /// True for causal decoders (last-token pooling, EOS handling).
+    pub fn is_decoder(self) -> bool {
+        self != Self::Bert
+    }
+}
+
+/// How token states become one vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pooling {
+    /// The first token's state (`[CLS]`).
+    Cls,
+    /// The mean of the non-padding tokens' states.
+    Mean,
+    /// The last non-padding token's state (decoders).
+    LastToken,
+}
+
+impl Pooling {
+    /// Parses `cls`, `mean` or `last_token` / `last-token`.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "cls" => Ok(Self::Cls),
+            "mean" => Ok(Self::Mean),
+            "last_token" | "last-token" | "lasttoken" => Ok(Self::LastToken),
+            other => Err(Error::invalid(
+                "pooling",
+                format!("unknown pooling '{other}' (expected cls, mean or last-token)"),
+            )),
+        }
+    }
+}
+
+/// Floating-point type for weights and activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelDType {
+    /// 32-bit float.
+    F32,
+    /// bfloat16 (7B models: half the memory, no f32 copy of the weights).
+    Bf16,
+    /// IEEE half.
+    F16,
+}
+
+impl ModelDType {
+    /// Parses `f32`, `bf16` or `f16`.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "f32" => Ok(Self::F32),
+            "bf16" => Ok(Self::Bf16),
+            "f16" => Ok(Self::F16),
+            other => Err(Error::invalid(
+                "dtype",
+                format!("unknown dtype '{other}' (expected f32, bf16 or f16)"),
+            )),
+        }
+    }
+}
+
+/// One `models/*.toml` file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelManifest {
+    /// Hugging Face id, e.g. `intfloat/e5-mistral-7b-instruct`.
+    pub id: String,
+    /// Other names the model is known by.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Network family.
+    pub architecture: Architecture,
+    /// Pooling of token states.
+    pub pooling: Pooling,
+    /// Whether vectors are L2-normalised.
+    pub normalize: bool,
+    /// Longest input in tokens, special tokens included; longer inputs are truncated.
+    pub max_length: usize,
+    /// Output dimension.
+    pub dim: usize,
+    /// Default weight/compute dtype.
+    pub dtype: ModelDType,
+    /// Append the tokenizer's EOS token when its post-processor did not (decoders).
+    #[serde(default)]
+    pub append_eos: bool,
+    /// Query wrapper: `{task}` and `{text}` are substituted.
+    pub query_template: String,
+    /// Document wrapper: `{text}` is substituted.
+    pub document_template: String,
+    /// Task description substituted for `{task}`.
+    pub task: String,
+}
+
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "all-MiniLM-L6-v2",
+        include_str!("../../models/all-MiniLM-L6-v2.toml"),
+    ),
+    (
+        "bge-small-en-v1.5",
+        include_str!("../../models/bge-small-en-v1.5.toml"),
+    ),
+    (
+        "bge-base-en-v1.5",
+        include_str!("../../models/bge-base-en-v1.5.toml"),
+    ),
+    ("e5-small-v2", include_str!("../../models/e5-small-v2.toml")),
+    ("e5-base-v2", include_str!("../../models/e5-base-v2.toml")),
+    (
+        "e5-mistral-7b-instruct",
+        include_str!("../../models/e5-mistral-7b-instruct.toml"),
+    ),
+    (
+        "bge-multilingual-gemma2",
+        include_str!("../../models/bge-multilingual-gemma2.toml"),
+    ),
+    (
+        "gte-Qwen2-7B-instruct",
+        include_str!("../../models/gte-Qwen2-7B-instruct.toml"),
+    ),
+    (
+        "gte-Qwen2-1.5B-instruct",
+        include_str!("../../models/gte-Qwen2-1.5B-instruct.toml"),
+    ),
+    (
+        "Qwen3-Embedding-0.6B",
+        include_str!("../../models/Qwen3-Embedding-0.6B.toml"),
+    ),
+    (
+        "Qwen3-Embedding-4B",
+        include_str!("../../models/Qwen3-Embedding-4B.toml"),
+    ),
+    (
+        "Qwen3-Embedding-8B",
+        include_str!("../../models/Qwen3-Embedding-8B.toml"),
+    ),
+];
+
+impl ModelManifest {
+    /// Parses a manifest; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
+        toml::from_str(text)
+            .map_err(|e| Error::invalid(format!("manifest {origin}"), e.to_string()))
+    }
+
+    /// Every built-in manifest (`models/*.toml`).
+    pub fn builtin() -> Result<Vec<Self>> {
+        BUILTIN
+            .iter()
+            .map(|(name, text)| Self::from_toml(text, &format!("models/{name}.toml")))
+            .collect()
+    }
+
+    /// The built-in manifest whose id, short name (after the `/`) or alias equals `name`
+    /// (case-insensitive), if any.
+    pub fn find(name: &str) -> Result<Option<Self>> {
+        let wanted = name.trim_end_matches('/').to_ascii_lowercase();
+        Ok(Self::builtin()?.into_iter().find(|m| {
+            let short = m.id.rsplit('/').next().unwrap_or(&m.id);
+            m.id.to_ascii_lowercase() == wanted
+                || short.to_ascii_lowercase() == wanted
+                || m.aliases.iter().any(|a| a.to_ascii_lowercase() == wanted)
+        }))
+    }
+
+    /// Wraps `text` in the query or document template.
+    pub fn apply_template(&self, text: &str, kind: TextKind) -> String {
+        let template = match kind {
+            TextKind::Query => &self.query_template,
+            TextKind::Document => &self.document_template,
+        };
+        // Substitute the trusted task first, then the text once, so braces inside the text are
+        // never interpreted.
+        let template = template.replace("{task}", &self.task);
+        match template.split_once("{text}") {
+            Some((before, after)) => format!("{before}{text}{after}"),
+            None => format!("{template}{text}"),
+        }
+    }
+}
+
+/// Whether a text is a query (instruction template) or a document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextKind {
+    /// A search query (a question).
+    Query,
+    /// A corpus document.
+    Document,
+}
+
+impl TextKind {
+    /// Parses `query` or `document`.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "query" => Ok(Self::Query),
+            "document" | "doc" => Ok(Self::Document),
+            other => Err(Error::invalid(
+                "kind",
+                format!("unknown kind '{other}' (expected query or document)"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_manifests_parse_and_are_consistent() {
+        let all = ModelManifest::builtin().unwrap();
+        assert_eq!(all.len(), BUILTIN.len());
+        for m in &all {
+            assert!(m.query_template.contains("{text}"), "{}", m.id);
+            assert!(m.document_template.contains("{text}"), "{}", m.id);
+            assert_eq!(m.task, FRESHSTACK_TASK, "{}", m.id);
+            assert_eq!(
+                m.architecture.is_decoder(),
+                m.pooling == Pooling::LastToken,
+                "{}",
+                m.id
+            );
+        }
+    }
+
+    #[test]
+    fn finds_by_id_short_name_and_alias() {
+        let m = ModelManifest::find("intfloat/e5-mistral-7b-instruct")
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.architecture, Architecture::Mistral);
+        assert!(ModelManifest::find("ALL-MINILM-L6-V2").unwrap().is_some());
+        assert!(ModelManifest::find("gte-Qwen2").unwrap().is_some());
+        assert!(ModelManifest::find("no-such-model").unwrap().is_none());
+    }
+
+    #[test]
+    fn templates_substitute_task_and_text_once() {
+        let m = ModelManifest::find("e5-mistral-7b-instruct")
+            .unwrap()
+            .unwrap();
+        let q = m.apply_template("why {task}?", TextKind::Query);
+        assert_eq!(
+            q,
+            format!("Instruct: {FRESHSTACK_TASK}\nQuery: why {{task}}?")
+        );
+        assert_eq!(m.apply_template("body", TextKind::Document), "body");
+        let q3 = ModelManifest::find("Qwen3-Embedding-0.6B")
+            .unwrap()
+            .unwrap();
+        assert!(
+            q3.apply_template("x", TextKind::Query)
+                .ends_with("\nQuery:x")
+        );
+    }
+}

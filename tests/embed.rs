@@ -1,0 +1,344 @@
+//! Encoder integration tests on the real all-MiniLM-L6-v2 (fetched by scripts/setup.sh; the tests
+//! skip loudly without it) and on broken model directories.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use freshstack::NoProgress;
+use freshstack::embed::{
+    Encoder, EncoderOptions, TextEncoder, TextKind, read_npy_f32, resolve_model,
+};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn minilm_dir() -> Option<PathBuf> {
+    let dir = root().join("models").join("all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing: run scripts/setup.sh",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn load(dir: &Path, options: &EncoderOptions) -> TextEncoder {
+    let files = resolve_model(dir.to_str().unwrap()).unwrap();
+    TextEncoder::load(&files, options).unwrap()
+}
+
+#[derive(serde::Deserialize)]
+struct Reference {
+    texts: Vec<String>,
+    vectors: Vec<Vec<f32>>,
+}
+
+fn reference() -> Reference {
+    let path = root().join("tests/fixtures/embed/minilm_reference.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn minilm_matches_sentence_transformers() {
+    let Some(dir) = minilm_dir() else { return };
+    let reference = reference();
+    // A small budget forces several batches with padding.
+    let options = EncoderOptions {
+        max_batch_tokens: Some(200),
+        ..EncoderOptions::default()
+    };
+    let encoder = load(&dir, &options);
+    assert_eq!(encoder.dim(), 384);
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let got = encoder
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    assert_eq!(got.rows(), texts.len());
+    assert_eq!(got.num_truncated, 1, "the long text is cut at 256 tokens");
+    for (i, want) in reference.vectors.iter().enumerate() {
+        let c = cosine(got.row(i), want);
+        assert!(c >= 0.9999, "text {i}: cosine {c}");
+        let diff = got
+            .row(i)
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
+    }
+}
+
+#[test]
+fn minilm_batched_equals_one_by_one() {
+    let Some(dir) = minilm_dir() else { return };
+    let reference = reference();
+    let encoder = load(&dir, &EncoderOptions::default());
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).take(8).collect();
+    let batched = encoder.embed(&texts, TextKind::Query, &NoProgress).unwrap();
+    for (i, text) in texts.iter().enumerate() {
+        let alone = encoder
+            .embed(&[text], TextKind::Query, &NoProgress)
+            .unwrap();
+        let diff = alone
+            .row(0)
+            .iter()
+            .zip(batched.row(i))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-5, "text {i}: batched vs alone differ by {diff}");
+    }
+}
+
+fn freshstack(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cli_writes_npy_and_ids_in_input_order() {
+    let Some(dir) = minilm_dir() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("corpus.jsonl");
+    std::fs::write(
+        &input,
+        "{\"_id\":\"d1\",\"title\":\"\",\"text\":\"short\"}\n\
+         {\"_id\":\"d2\",\"title\":\"\",\"text\":\"a much longer document about queues and workers\"}\n\
+         {\"_id\":\"d3\",\"title\":\"\",\"text\":\"middle length text\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("vectors.npy");
+    let status = freshstack(&[
+        "embed",
+        "--model",
+        dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--dtype",
+        "f16",
+    ]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let (rows, dim, data) = read_npy_f32(&out).unwrap();
+    assert_eq!((rows, dim), (3, 384));
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("vectors.ids")).unwrap(),
+        "d1\nd2\nd3\n"
+    );
+    let encoder = load(&dir, &EncoderOptions::default());
+    let want = encoder
+        .embed(&["middle length text"], TextKind::Document, &NoProgress)
+        .unwrap();
+    assert!(cosine(&data[2 * dim..], want.row(0)) > 0.999);
+
+    // Byte-identical whatever the thread count.
+    let one = tmp.path().join("one-thread.npy");
+    let status = freshstack(&[
+        "embed",
+        "--model",
+        dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        one.to_str().unwrap(),
+        "--dtype",
+        "f16",
+        "--threads",
+        "1",
+    ]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(std::fs::read(&one).unwrap(), std::fs::read(&out).unwrap());
+
+    // Shard 1 of 2 holds the last two rows (0-based, contiguous).
+    let shard = tmp.path().join("shard.npy");
+    let status = freshstack(&[
+        "embed",
+        "--model",
+        dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        shard.to_str().unwrap(),
+        "--shard",
+        "1/2",
+    ]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("shard.ids")).unwrap(),
+        "d2\nd3\n"
+    );
+}
+
+#[test]
+fn cli_bad_input_fails_without_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("queries.jsonl");
+    std::fs::write(
+        &input,
+        "{\"query_id\":\"q1\",\"query_title\":\"\",\"query_text\":\"\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("q.npy");
+    let model = tmp.path().join("no-model");
+    let result = freshstack(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!result.status.success());
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains("queries.jsonl:1: q1: empty query_title/query_text"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn corrupt_and_mismatched_weights_are_errors() {
+    let Some(dir) = minilm_dir() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(dir.join(file), tmp.path().join(file)).unwrap();
+    }
+    let weights = tmp.path().join("model.safetensors");
+    std::fs::write(&weights, b"definitely not safetensors").unwrap();
+    let files = resolve_model(tmp.path().to_str().unwrap()).unwrap();
+    let err = TextEncoder::load(&files, &EncoderOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("cannot read weights"), "{err}");
+
+    // A config whose width disagrees with the checkpoint: a shape error, not a panic.
+    let config = std::fs::read_to_string(dir.join("config.json"))
+        .unwrap()
+        .replace("\"hidden_size\": 384", "\"hidden_size\": 768");
+    std::fs::write(tmp.path().join("config.json"), config).unwrap();
+    std::fs::copy(dir.join("model.safetensors"), &weights).unwrap();
+    let err = TextEncoder::load(&files, &EncoderOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("shape"), "{err}");
+
+    // An architecture we do not know.
+    let config = std::fs::read_to_string(dir.join("config.json"))
+        .unwrap()
+        .replace("\"model_type\": \"bert\"", "\"model_type\": \"t5\"");
+    std::fs::write(tmp.path().join("config.json"), config).unwrap();
+    let err = TextEncoder::load(&files, &EncoderOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("unknown architecture 't5'"), "{err}");
+}
+
+#[derive(serde::Deserialize)]
+struct DecoderReference {
+    texts: Vec<String>,
+    tokens: Vec<usize>,
+    vectors: Vec<Vec<f32>>,
+}
+
+/// Tiny random-weight models made by scripts/gen_tiny_decoders.py with `transformers`: our
+/// forward pass (batched, right padded) must match theirs (one text at a time).
+fn decoder_parity(arch: &str) {
+    let dir = root().join(format!("tests/fixtures/embed/tiny-{arch}"));
+    let reference: DecoderReference =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let options = EncoderOptions {
+        dtype: Some(freshstack::embed::ModelDType::F32),
+        max_batch_tokens: Some(100),
+        ..EncoderOptions::default()
+    };
+    let encoder = load(&dir, &options);
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let got = encoder
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    assert_eq!(
+        got.num_tokens,
+        reference.tokens.iter().sum::<usize>(),
+        "{arch}: token counts"
+    );
+    // Text 4 is far longer than the 48-token limit; text 3 may fill it exactly.
+    let at_limit = reference.tokens.iter().filter(|&&n| n == 48).count();
+    assert!(
+        (1..=at_limit).contains(&got.num_truncated),
+        "{arch}: {} truncated",
+        got.num_truncated
+    );
+    for (i, want) in reference.vectors.iter().enumerate() {
+        let diff = got
+            .row(i)
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-4, "{arch} text {i}: max abs diff {diff}");
+        let alone = encoder
+            .embed(&[texts[i]], TextKind::Document, &NoProgress)
+            .unwrap();
+        let diff = alone
+            .row(0)
+            .iter()
+            .zip(got.row(i))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            diff <= 1e-5,
+            "{arch} text {i}: batched vs alone differ by {diff}"
+        );
+    }
+}
+
+#[test]
+fn mistral_matches_transformers() {
+    decoder_parity("mistral");
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    decoder_parity("qwen2");
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    decoder_parity("qwen3");
+}
+
+#[test]
+fn gemma2_matches_transformers() {
+    decoder_parity("gemma2");
+}
