@@ -86,7 +86,12 @@ fn chunking(c: &mut Criterion) {
     });
     // The floor: one plain tokenizer pass (bpe-openai, no memo) over the same bytes.
     group.bench_function("tokenize_one_thread", |b| {
-        b.iter(|| files.iter().map(|(_, text)| bpe.count(text.as_str())).sum::<usize>())
+        b.iter(|| {
+            files
+                .iter()
+                .map(|(_, text)| bpe.count(text.as_str()))
+                .sum::<usize>()
+        })
     });
     group.finish();
 }

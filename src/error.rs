@@ -52,6 +52,14 @@ pub enum Error {
         /// Why it failed.
         message: String,
     },
+    /// An index directory is missing, corrupt, or was written by an incompatible version.
+    #[error("index {}: {message}", path.display())]
+    Index {
+        /// The index directory (or the file inside it that is wrong).
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
 }
 
 impl Error {
@@ -76,6 +84,14 @@ impl Error {
     pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
         Error::InvalidArgument {
             what: what.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A problem with the index at `path`.
+    pub fn index(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::Index {
+            path: path.into(),
             message: message.into(),
         }
     }

@@ -29,7 +29,9 @@
 
 pub mod dataset;
 mod error;
+pub mod index;
 pub mod progress;
+pub mod search;
 pub mod source;
 
 pub use dataset::{AtomicWriter, Document, DocumentMetadata};

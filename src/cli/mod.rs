@@ -1,7 +1,10 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
 mod corpus;
+mod index;
 mod progress;
+mod retrieve;
+mod search;
 
 use clap::{Parser, Subcommand};
 
@@ -21,12 +24,21 @@ pub struct Cli {
 enum Command {
     /// Chunk local repository checkouts into a corpus of documents (JSONL).
     Corpus(corpus::CorpusArgs),
+    /// Build an index directory: BM25 and/or precomputed dense vectors (+ HNSW).
+    Index(index::IndexArgs),
+    /// Search an index with one query.
+    Search(search::SearchArgs),
+    /// Run a query file against an index and write a TREC run.
+    Retrieve(retrieve::RetrieveArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
+        Command::Index(args) => index::run(args),
+        Command::Search(args) => search::run(args),
+        Command::Retrieve(args) => retrieve::run(args),
     }
 }
 
