@@ -8,7 +8,10 @@
 //!
 //! 1. **Corpus** ([`source`]): repository checkouts are walked and chunked into token-bounded
 //!    documents with stable ids `{owner/name}/{path}_{start_byte}_{end_byte}`.
-//! 2. **Questions**, **nuggets**, **pooling**, **judging**, **evaluation**: later stages.
+//! 2. **Index** ([`index`]): one directory with a BM25 index (tantivy, code-aware analyzer,
+//!    k1/b settable) and dense vector matrices with HNSW graphs; **search** ([`search`]): the
+//!    [`Engine`] serves `bm25` and `dense:NAME` retrievers and writes TREC runs.
+//! 3. **Questions**, **nuggets**, **pooling**, **judging**, **evaluation**: later stages.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
@@ -36,5 +39,7 @@ pub mod source;
 
 pub use dataset::{AtomicWriter, Document, DocumentMetadata};
 pub use error::{Error, Result};
+pub use index::{IndexConfig, build_index};
 pub use progress::{NoProgress, Progress};
+pub use search::{Engine, Hit, QueryEncoder, Retriever, SearchOptions};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};
