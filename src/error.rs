@@ -73,6 +73,14 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// An index directory is missing, corrupt, or was written by an incompatible version.
+    #[error("index {}: {message}", path.display())]
+    Index {
+        /// The index directory (or the file inside it that is wrong).
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
 }
 
 impl Error {
@@ -105,6 +113,12 @@ impl Error {
     pub fn model(model: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Model {
             model: model.into(),
+        message: String,
+    },
+    /// A problem with the index at `path`.
+    pub fn index(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::Index {
+            path: path.into(),
             message: message.into(),
         }
     }

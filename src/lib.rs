@@ -15,6 +15,9 @@
 //!    (`.npy` + `.ids`).
 //! 4. **Fusion** ([`search::fusion`]) and **evaluation** ([`eval`]): runs are fused as the
 //!    paper does and scored with alpha-nDCG, Coverage and Recall exactly as the reference.
+//! 5. **Index** ([`index`]): one directory with a BM25 index (tantivy, code-aware analyzer,
+//!    k1/b settable) and dense vector matrices with HNSW graphs; **search** ([`search`]): the
+//!    [`Engine`] serves `bm25` and `dense:NAME` retrievers and writes TREC runs.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
@@ -37,6 +40,7 @@ pub mod dataset;
 pub mod embed;
 mod error;
 pub mod eval;
+pub mod index;
 pub mod progress;
 pub mod search;
 pub mod source;
@@ -47,5 +51,7 @@ pub use dataset::{
 };
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
+pub use index::{IndexConfig, build_index};
 pub use progress::{NoProgress, Progress};
+pub use search::{Engine, Hit, QueryEncoder, Retriever, SearchOptions};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

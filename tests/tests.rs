@@ -3,6 +3,7 @@
 mod cli_eval;
 mod corpus;
 mod embed;
+mod engine;
 mod eval_parity;
 mod fusion;
 mod stackoverflow;

@@ -4,7 +4,10 @@ mod corpus;
 mod embed;
 mod eval;
 mod fuse;
+mod index;
 mod progress;
+mod retrieve;
+mod search;
 mod stackoverflow;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +38,12 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Fuse TREC runs: per question, normalise each run's top scores and sum (or RRF).
     Fuse(fuse::FuseArgs),
+    /// Build an index directory: BM25 and/or precomputed dense vectors (+ HNSW).
+    Index(index::IndexArgs),
+    /// Search an index with one query.
+    Search(search::SearchArgs),
+    /// Run a query file against an index and write a TREC run.
+    Retrieve(retrieve::RetrieveArgs),
 }
 
 /// Runs the parsed command.
@@ -45,6 +54,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Embed(args) => embed::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Fuse(args) => fuse::run(args),
+        Command::Index(args) => index::run(args),
+        Command::Search(args) => search::run(args),
+        Command::Retrieve(args) => retrieve::run(args),
     }
 }
 

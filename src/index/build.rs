@@ -1,0 +1,328 @@
+//! Building an index directory from a corpus (and precomputed vectors), atomically: everything
+//! is written into a temporary sibling directory, the manifest last, then renamed into place.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap;
+
+use crate::dataset::Document;
+use crate::error::{Error, Result};
+use crate::index::bm25::{Bm25Settings, Bm25Writer};
+use crate::index::docids::DocIds;
+use crate::index::hnsw::{HnswGraph, cache_key};
+use crate::index::layout;
+use crate::index::manifest::{CorpusInfo, DenseInfo, FORMAT_VERSION, HnswSettings, Manifest};
+use crate::index::vectors::{VectorMatrix, ids_path, read_ids, write_npy};
+use crate::progress::Progress;
+
+/// Precomputed document vectors to add as dense model `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorSource {
+    /// Retriever name (`dense:NAME`): letters, digits, `.`, `_`, `-`.
+    pub name: String,
+    /// The `.npy` matrix; its ids are read from the `.ids` file next to it.
+    pub npy: PathBuf,
+}
+
+impl VectorSource {
+    /// Parses `NAME=PATH.npy`.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let (name, path) = spec.split_once('=').ok_or_else(|| {
+            Error::invalid("--vectors", format!("{spec:?}: expected NAME=PATH.npy"))
+        })?;
+        validate_model_name(name)?;
+        Ok(Self {
+            name: name.to_string(),
+            npy: PathBuf::from(path),
+        })
+    }
+}
+
+/// Checks a dense model name is usable as a directory name and retriever suffix.
+pub fn validate_model_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "model name",
+            format!("{name:?}: use letters, digits, '.', '_' and '-'"),
+        ))
+    }
+}
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct IndexConfig {
+    /// The corpus (JSONL documents).
+    pub corpus: PathBuf,
+    /// BM25 settings; `None` builds no BM25 part.
+    pub bm25: Option<Bm25Settings>,
+    /// Precomputed dense vectors, one per model.
+    pub vectors: Vec<VectorSource>,
+    /// HNSW parameters for every dense model; `None` keeps exact search only.
+    pub hnsw: Option<HnswSettings>,
+}
+
+/// What was built.
+#[derive(Debug, Clone)]
+pub struct IndexSummary {
+    /// Documents indexed.
+    pub num_documents: usize,
+    /// The manifest written.
+    pub manifest: Manifest,
+}
+
+/// Reads the corpus, checking ids (non-empty, unique) and texts (not blank), with line numbers.
+pub fn read_corpus(path: &Path) -> Result<Vec<Document>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut docs = Vec::new();
+    let mut first_line: FxHashMap<String, usize> = FxHashMap::default();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line_no = i + 1;
+        let line = line.map_err(|e| Error::io(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let doc: Document =
+            serde_json::from_str(&line).map_err(|e| Error::parse(path, line_no, e.to_string()))?;
+        if doc.id.is_empty() || doc.id.contains(['\n', '\r']) {
+            return Err(Error::parse(path, line_no, format!("bad _id {:?}", doc.id)));
+        }
+        if doc.text.trim().is_empty() && doc.title.trim().is_empty() {
+            return Err(Error::parse(
+                path,
+                line_no,
+                format!("document {:?} has an empty text", doc.id),
+            ));
+        }
+        if let Some(first) = first_line.insert(doc.id.clone(), line_no) {
+            return Err(Error::parse(
+                path,
+                line_no,
+                format!("duplicate document id {:?} (first on line {first})", doc.id),
+            ));
+        }
+        docs.push(doc);
+    }
+    if docs.is_empty() {
+        return Err(Error::invalid(
+            "corpus",
+            format!("{}: no documents", path.display()),
+        ));
+    }
+    Ok(docs)
+}
+
+/// Builds the index `dir` from `config`, replacing an existing index there.
+pub fn build_index(
+    config: &IndexConfig,
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<IndexSummary> {
+    if config.bm25.is_none() && config.vectors.is_empty() {
+        return Err(Error::invalid(
+            "index",
+            "nothing to build: ask for --bm25 and/or --vectors",
+        ));
+    }
+    let mut names: Vec<&str> = config.vectors.iter().map(|v| v.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::invalid(
+            "--vectors",
+            format!("model {:?} given twice", w[0]),
+        ));
+    }
+    if dir.exists() && !dir.join(crate::index::manifest::MANIFEST_FILE).exists() {
+        let empty = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .next()
+            .is_none();
+        if !empty {
+            return Err(Error::index(
+                dir,
+                "exists and is not a freshstack index; refusing to replace it",
+            ));
+        }
+    }
+    progress.begin("reading corpus", None);
+    let docs = read_corpus(&config.corpus)?;
+    let corpus_hash = crate::index::manifest::fnv1a64_file(&config.corpus)?;
+    progress.finish();
+    let ids = DocIds::new(docs.iter().map(|d| d.id.clone()).collect())?;
+
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".freshstack-index.")
+        .tempdir_in(&parent)
+        .map_err(|e| Error::io(&parent, e))?;
+    let tmp = staging.path();
+    ids.write(&tmp.join(layout::IDS_FILE))?;
+
+    if let Some(settings) = &config.bm25 {
+        let bm25_dir = tmp.join(layout::BM25_DIR);
+        std::fs::create_dir_all(&bm25_dir).map_err(|e| Error::io(&bm25_dir, e))?;
+        let mut writer = Bm25Writer::create(&bm25_dir, settings)?;
+        progress.begin("bm25", Some(docs.len() as u64));
+        for (ord, doc) in docs.iter().enumerate() {
+            writer.add(ord as u32, doc)?;
+            if ord % 1024 == 1023 {
+                progress.advance(1024);
+            }
+        }
+        progress.finish();
+        writer.finish(progress)?;
+    }
+
+    let mut dense = Vec::new();
+    for source in &config.vectors {
+        dense.push(add_vectors(
+            source,
+            &ids,
+            tmp,
+            &corpus_hash,
+            config.hnsw.as_ref(),
+            progress,
+        )?);
+    }
+    dense.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        created_by: format!("freshstack {}", env!("CARGO_PKG_VERSION")),
+        corpus: CorpusInfo {
+            path: config.corpus.display().to_string(),
+            fnv1a64: corpus_hash,
+            num_documents: docs.len(),
+        },
+        bm25: config.bm25,
+        dense,
+        files: Vec::new(),
+    };
+    manifest.record_files(tmp)?;
+    manifest.write(tmp)?;
+    install(staging, dir)?;
+    Ok(IndexSummary {
+        num_documents: docs.len(),
+        manifest,
+    })
+}
+
+/// Copies one model's vectors into the index in corpus order, and builds its graph.
+fn add_vectors(
+    source: &VectorSource,
+    ids: &DocIds,
+    tmp: &Path,
+    corpus_hash: &str,
+    hnsw: Option<&HnswSettings>,
+    progress: &dyn Progress,
+) -> Result<DenseInfo> {
+    let matrix = VectorMatrix::open(&source.npy)?;
+    let ids_file = ids_path(&source.npy);
+    let row_ids = read_ids(&ids_file)?;
+    if row_ids.len() != matrix.rows() {
+        return Err(Error::invalid(
+            "--vectors",
+            format!(
+                "{} has {} ids but {} has {} rows",
+                ids_file.display(),
+                row_ids.len(),
+                source.npy.display(),
+                matrix.rows()
+            ),
+        ));
+    }
+    let mut row_of: FxHashMap<&str, usize> = FxHashMap::default();
+    for (row, id) in row_ids.iter().enumerate() {
+        if row_of.insert(id.as_str(), row).is_some() {
+            return Err(Error::parse(
+                &ids_file,
+                row + 1,
+                format!("duplicate id {id:?}"),
+            ));
+        }
+    }
+    let mut order = Vec::with_capacity(ids.len());
+    for id in ids.ids() {
+        let row = row_of.get(id.as_str()).copied().ok_or_else(|| {
+            Error::invalid(
+                "--vectors",
+                format!("{} has no vector for document {id:?}", ids_file.display()),
+            )
+        })?;
+        order.push(row);
+    }
+    if row_ids.len() != ids.len() {
+        let known: rustc_hash::FxHashSet<&str> = ids.ids().iter().map(String::as_str).collect();
+        let extra = row_ids
+            .iter()
+            .find(|id| !known.contains(id.as_str()))
+            .map_or_else(String::new, |id| format!("{id:?}"));
+        return Err(Error::invalid(
+            "--vectors",
+            format!(
+                "{} names {} documents that are not in the corpus, e.g. {extra}",
+                ids_file.display(),
+                row_ids.len() - ids.len()
+            ),
+        ));
+    }
+    let model_dir = tmp.join(layout::DENSE_DIR).join(&source.name);
+    std::fs::create_dir_all(&model_dir).map_err(|e| Error::io(&model_dir, e))?;
+    let stored = model_dir.join(layout::VECTORS_FILE);
+    write_npy(
+        &stored,
+        ids.len(),
+        matrix.dim(),
+        matrix.dtype(),
+        |i, row| matrix.row_into(order[i], row),
+    )?;
+    let stored_matrix = VectorMatrix::open(&stored)?;
+    if let Some(settings) = hnsw {
+        let graph = HnswGraph::build(&stored_matrix, settings, progress)?;
+        let key = cache_key(corpus_hash, &source.name, ids.len(), settings);
+        graph.save(&model_dir.join(layout::HNSW_DIR), &key)?;
+    }
+    Ok(DenseInfo {
+        name: source.name.clone(),
+        dim: matrix.dim(),
+        dtype: matrix.dtype().name().to_string(),
+        source: source.npy.display().to_string(),
+        hnsw: hnsw.copied(),
+    })
+}
+
+/// Moves the staged index onto `dir`, replacing an older index there.
+pub(crate) fn install(staging: tempfile::TempDir, dir: &Path) -> Result<()> {
+    let tmp = staging.keep();
+    if dir.exists() {
+        let parent = tmp.parent().unwrap_or(Path::new("."));
+        let old = tempfile::Builder::new()
+            .prefix(".freshstack-old.")
+            .tempdir_in(parent)
+            .map_err(|e| Error::io(parent, e))?;
+        let old_path = old.path().join("index");
+        std::fs::rename(dir, &old_path).map_err(|e| Error::io(dir, e))?;
+        if let Err(e) = std::fs::rename(&tmp, dir) {
+            let _ = std::fs::rename(&old_path, dir);
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(Error::io(dir, e));
+        }
+        drop(old);
+    } else if let Err(e) = std::fs::rename(&tmp, dir) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(Error::io(dir, e));
+    }
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! The on-disk index: one directory holding a BM25 index (tantivy) and, per dense model, a
+//! memory-mapped vector matrix with an optional HNSW graph.
+//!
+//! Layout of an index directory:
+//! ```text
+//! DIR/manifest.json            format version, corpus hash, settings, models, file sizes
+//! DIR/ids.txt                  document ids, one per line; line n = ordinal n-1
+//! DIR/bm25/                    tantivy index (field `body`, fast field `ord`, `repo`)
+//! DIR/dense/NAME/vectors.npy   N x dim, f16 or f32, rows in ordinal order
+//! DIR/dense/NAME/hnsw/         HNSW graph dump (a rebuildable cache, keyed)
+//! ```
+//! Guarantees: a build writes into a temporary sibling and renames it into place, so a
+//! directory with a manifest is complete; opening an index of another format version, or one
+//! whose files do not match the manifest, is an [`Error::Index`](crate::Error::Index).
+//! Imports only `dataset` (and the error and progress types).
+
+mod analyzer;
+mod bm25;
+mod build;
+mod docids;
+mod flat;
+mod hnsw;
+mod manifest;
+mod refresh;
+mod vectors;
+
+pub use analyzer::{AnalyzerKind, MAX_TERM_BYTES};
+pub use bm25::{
+    Bm25Index, Bm25Settings, Bm25Writer, DEFAULT_B, DEFAULT_K1, MAX_QUERY_BYTES, ScoredOrd,
+};
+pub use build::{
+    IndexConfig, IndexSummary, VectorSource, build_index, read_corpus, validate_model_name,
+};
+pub use docids::{DocIds, TopK};
+pub use flat::{dot, search as flat_search};
+pub use hnsw::{ClampedDot, HnswGraph, cache_key};
+pub use manifest::{
+    CorpusInfo, DenseInfo, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE, Manifest,
+    fnv1a64_file,
+};
+pub use refresh::{RefreshConfig, RefreshSummary, refresh_index};
+pub use vectors::{Dtype, VectorMatrix, ids_path, read_ids, write_npy};
+
+/// File and directory names inside an index directory.
+pub mod layout {
+    /// Ordinal -> document id.
+    pub const IDS_FILE: &str = "ids.txt";
+    /// The tantivy index.
+    pub const BM25_DIR: &str = "bm25";
+    /// Parent of the per-model directories.
+    pub const DENSE_DIR: &str = "dense";
+    /// A model's matrix, inside `dense/NAME/`.
+    pub const VECTORS_FILE: &str = "vectors.npy";
+    /// A model's HNSW cache, inside `dense/NAME/`.
+    pub const HNSW_DIR: &str = "hnsw";
+}

@@ -1,0 +1,369 @@
+//! The hybrid engine: one open index directory, serving BM25 and dense retrievers.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::index::{
+    Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, VectorMatrix, cache_key, dot,
+    flat_search, layout,
+};
+use crate::search::{Ann, Hit, QueryEncoder, Retriever, RetrieverSpec, SearchOptions};
+
+/// One dense model of an open index.
+struct DenseModel {
+    info: DenseInfo,
+    matrix: VectorMatrix,
+    /// Loaded (or rebuilt) on first HNSW search; `Err` carries why there is no graph.
+    graph: OnceLock<std::result::Result<HnswGraph, String>>,
+}
+
+/// An open index: immutable, `Send + Sync`, cheap to search from many threads.
+pub struct Engine {
+    dir: PathBuf,
+    manifest: Manifest,
+    ids: DocIds,
+    bm25: Option<Bm25Index>,
+    dense: BTreeMap<String, DenseModel>,
+    encoders: BTreeMap<String, Arc<dyn QueryEncoder>>,
+}
+
+/// What an open index holds (for `freshstack search --info` and logs).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EngineInfo {
+    /// Documents.
+    pub num_documents: usize,
+    /// Retriever names available.
+    pub retrievers: Vec<String>,
+}
+
+impl Engine {
+    /// Opens the index in `dir`: checks the manifest (format version, file sizes), maps the
+    /// vectors and opens BM25. HNSW graphs are loaded lazily, on first use.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let manifest = Manifest::read(&dir)?;
+        let ids = DocIds::read(&dir.join(layout::IDS_FILE))?;
+        if ids.len() != manifest.corpus.num_documents {
+            return Err(Error::index(
+                &dir,
+                format!(
+                    "corrupt index: {} ids, the manifest says {} documents",
+                    ids.len(),
+                    manifest.corpus.num_documents
+                ),
+            ));
+        }
+        let bm25 = match &manifest.bm25 {
+            Some(settings) => Some(Bm25Index::open(&dir.join(layout::BM25_DIR), *settings)?),
+            None => None,
+        };
+        let mut dense = BTreeMap::new();
+        for info in &manifest.dense {
+            let path = dir
+                .join(layout::DENSE_DIR)
+                .join(&info.name)
+                .join(layout::VECTORS_FILE);
+            let matrix = VectorMatrix::open(&path)?;
+            if matrix.rows() != ids.len() || matrix.dim() != info.dim {
+                return Err(Error::index(
+                    &path,
+                    format!(
+                        "corrupt index: {} x {} vectors, expected {} x {}",
+                        matrix.rows(),
+                        matrix.dim(),
+                        ids.len(),
+                        info.dim
+                    ),
+                ));
+            }
+            dense.insert(
+                info.name.clone(),
+                DenseModel {
+                    info: info.clone(),
+                    matrix,
+                    graph: OnceLock::new(),
+                },
+            );
+        }
+        Ok(Self {
+            dir,
+            manifest,
+            ids,
+            bm25,
+            dense,
+            encoders: BTreeMap::new(),
+        })
+    }
+
+    /// The manifest the index was opened with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Documents and retriever names.
+    pub fn info(&self) -> EngineInfo {
+        let mut retrievers = Vec::new();
+        if self.bm25.is_some() {
+            retrievers.push("bm25".to_string());
+        }
+        retrievers.extend(self.dense.keys().map(|n| format!("dense:{n}")));
+        EngineInfo {
+            num_documents: self.ids.num_live(),
+            retrievers,
+        }
+    }
+
+    /// Registers the query encoder of dense model `name`, so text queries can use it.
+    pub fn set_query_encoder(&mut self, name: &str, encoder: Arc<dyn QueryEncoder>) -> Result<()> {
+        let model = self.dense_model(Some(name))?;
+        if encoder.dim() != model.info.dim {
+            return Err(Error::invalid(
+                "query encoder",
+                format!(
+                    "dimension {} for model {name:?} of dimension {}",
+                    encoder.dim(),
+                    model.info.dim
+                ),
+            ));
+        }
+        self.encoders.insert(name.to_string(), encoder);
+        Ok(())
+    }
+
+    fn dense_model(&self, name: Option<&str>) -> Result<&DenseModel> {
+        match name {
+            Some(name) => self.dense.get(name).ok_or_else(|| {
+                Error::invalid(
+                    "retriever",
+                    format!(
+                        "dense:{name}: no such model in {} (has: {})",
+                        self.dir.display(),
+                        self.info().retrievers.join(", ")
+                    ),
+                )
+            }),
+            None => {
+                let mut models = self.dense.values();
+                match (models.next(), models.next()) {
+                    (Some(model), None) => Ok(model),
+                    (None, _) => Err(Error::invalid(
+                        "retriever",
+                        format!("dense: {} has no dense model", self.dir.display()),
+                    )),
+                    _ => Err(Error::invalid(
+                        "retriever",
+                        format!(
+                            "dense: {} has several dense models, name one: {}",
+                            self.dir.display(),
+                            self.info().retrievers.join(", ")
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The canonical name (`bm25`, `dense:NAME`) of `retriever`, checking it exists here.
+    pub fn resolve(&self, retriever: &str) -> Result<String> {
+        match RetrieverSpec::parse(retriever)? {
+            RetrieverSpec::Bm25 => {
+                self.bm25_index()?;
+                Ok("bm25".to_string())
+            }
+            RetrieverSpec::Dense(name) => {
+                let model = self.dense_model(name.as_deref())?;
+                Ok(format!("dense:{}", model.info.name))
+            }
+        }
+    }
+
+    fn bm25_index(&self) -> Result<&Bm25Index> {
+        self.bm25.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "retriever",
+                format!("bm25: {} has no BM25 index", self.dir.display()),
+            )
+        })
+    }
+
+    /// Searches with a text query. Dense retrievers need a registered [`QueryEncoder`].
+    /// A query without any searchable term (symbols only) is an error for BM25.
+    pub fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<Hit>> {
+        match RetrieverSpec::parse(&options.retriever)? {
+            RetrieverSpec::Bm25 => self.search_bm25(query, options.k),
+            RetrieverSpec::Dense(name) => {
+                let model = self.dense_model(name.as_deref())?;
+                let encoder = self.encoders.get(&model.info.name).ok_or_else(|| {
+                    Error::invalid(
+                        "retriever",
+                        format!(
+                            "dense:{} needs a query encoder for text queries \
+                             (or pass precomputed query vectors)",
+                            model.info.name
+                        ),
+                    )
+                })?;
+                let vector = encoder.encode_query(query)?;
+                self.search_vector(&model.info.name, &vector, options)
+            }
+        }
+    }
+
+    /// True when `query` has at least one BM25 term (false: only symbols or stop words).
+    pub fn has_searchable_terms(&self, query: &str) -> Result<bool> {
+        Ok(!self.bm25_index()?.query_terms(query)?.is_empty())
+    }
+
+    /// BM25 top `k` for `query`.
+    pub fn search_bm25(&self, query: &str, k: usize) -> Result<Vec<Hit>> {
+        let bm25 = self.bm25_index()?;
+        if bm25.query_terms(query)?.is_empty() {
+            return Err(Error::invalid(
+                "query",
+                "no searchable terms (only symbols or stop words)",
+            ));
+        }
+        let mut top = TopK::new(k, &self.ids);
+        bm25.score_all(query, |ord, score| top.push(ord, score))?;
+        Ok(self.hits(top.into_sorted()))
+    }
+
+    /// Dense top `options.k` for a query vector of model `name` (`""` = the only model), by
+    /// HNSW (rescored exactly) or exact search.
+    pub fn search_vector(
+        &self,
+        name: &str,
+        vector: &[f32],
+        options: &SearchOptions,
+    ) -> Result<Vec<Hit>> {
+        let model = self.dense_model((!name.is_empty()).then_some(name))?;
+        if vector.len() != model.info.dim {
+            return Err(Error::invalid(
+                "query vector",
+                format!(
+                    "dimension {} for model {:?} of dimension {}",
+                    vector.len(),
+                    model.info.name,
+                    model.info.dim
+                ),
+            ));
+        }
+        if vector.iter().any(|v| !v.is_finite()) {
+            return Err(Error::invalid("query vector", "contains NaN or infinity"));
+        }
+        let k = options.k;
+        let graph = match options.ann {
+            Ann::Exact => None,
+            Ann::Hnsw if model.info.hnsw.is_none() => None,
+            Ann::Hnsw => match self.graph(model) {
+                Ok(graph) => Some(graph),
+                Err(message) => {
+                    tracing::warn!("{message}; using exact search");
+                    None
+                }
+            },
+        };
+        let scored = match graph {
+            None => flat_search(&model.matrix, &self.ids, vector, k),
+            Some(graph) => {
+                let mut top = TopK::new(k, &self.ids);
+                let mut buf = vec![0f32; model.info.dim];
+                for row in graph.search(vector, k, options.ef_search.max(k)) {
+                    if (row as usize) < model.matrix.rows() {
+                        model.matrix.row_into(row as usize, &mut buf);
+                        top.push(row, dot(&buf, vector));
+                    }
+                }
+                top.into_sorted()
+            }
+        };
+        Ok(self.hits(scored))
+    }
+
+    fn graph<'a>(&'a self, model: &'a DenseModel) -> std::result::Result<&'a HnswGraph, String> {
+        model
+            .graph
+            .get_or_init(|| {
+                let settings = model
+                    .info
+                    .hnsw
+                    .ok_or_else(|| "no HNSW settings".to_string())?;
+                let dir = self
+                    .dir
+                    .join(layout::DENSE_DIR)
+                    .join(&model.info.name)
+                    .join(layout::HNSW_DIR);
+                let key = cache_key(
+                    &self.manifest.corpus.fnv1a64,
+                    &model.info.name,
+                    self.ids.len(),
+                    &settings,
+                );
+                if let Some(graph) = HnswGraph::load(&dir, &key).map_err(|e| e.to_string())? {
+                    return Ok(graph);
+                }
+                tracing::warn!("{}: rebuilding the HNSW graph", dir.display());
+                let graph =
+                    HnswGraph::build(&model.matrix, &settings, &crate::progress::NoProgress)
+                        .map_err(|e| e.to_string())?;
+                // Best effort: the index may be read-only; the graph still serves this process.
+                let fresh = dir.with_extension("new");
+                let _ = std::fs::remove_dir_all(&fresh);
+                if graph.save(&fresh, &key).is_ok() {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let _ = std::fs::rename(&fresh, &dir);
+                }
+                Ok(graph)
+            })
+            .as_ref()
+            .map_err(|e| format!("dense:{}: {e}", model.info.name))
+    }
+
+    fn hits(&self, scored: Vec<(u32, f32)>) -> Vec<Hit> {
+        scored
+            .into_iter()
+            .map(|(ord, score)| Hit {
+                id: self.ids.id(ord).to_string(),
+                score,
+            })
+            .collect()
+    }
+
+    /// A [`Retriever`] view of `retriever` (`bm25`, `dense`, `dense:NAME`) on this engine.
+    pub fn retriever<'a>(
+        &'a self,
+        retriever: &str,
+        options: &SearchOptions,
+    ) -> Result<EngineRetriever<'a>> {
+        let name = self.resolve(retriever)?;
+        Ok(EngineRetriever {
+            engine: self,
+            options: SearchOptions {
+                retriever: name,
+                ..options.clone()
+            },
+        })
+    }
+}
+
+/// One retriever of an [`Engine`], as a [`Retriever`].
+pub struct EngineRetriever<'a> {
+    engine: &'a Engine,
+    options: SearchOptions,
+}
+
+impl Retriever for EngineRetriever<'_> {
+    fn name(&self) -> String {
+        self.options.retriever.clone()
+    }
+
+    fn retrieve(&self, query: &str, k: usize) -> Result<Vec<Hit>> {
+        let options = SearchOptions {
+            k,
+            ..self.options.clone()
+        };
+        self.engine.search(query, &options)
+    }
+}

@@ -1,0 +1,628 @@
+//! The index and search stages: BM25 (scores, ties, analyzer), dense vectors (exact, HNSW),
+//! the CLI (index, search, retrieve), and bad input.
+
+use std::path::{Path, PathBuf};
+
+use freshstack::NoProgress;
+use freshstack::index::{
+    Bm25Settings, Dtype, HnswSettings, IndexConfig, VectorSource, build_index, write_npy,
+};
+use freshstack::search::{Ann, Engine, SearchOptions};
+
+use crate::util::{freshstack, write};
+
+fn doc(id: &str, text: &str) -> String {
+    serde_json::json!({"_id": id, "title": "", "text": text, "metadata": {"repo": "a/b"}})
+        .to_string()
+}
+
+fn corpus(dir: &Path, docs: &[(&str, &str)]) -> PathBuf {
+    let lines: Vec<String> = docs.iter().map(|(id, text)| doc(id, text)).collect();
+    write(dir, "corpus.jsonl", lines.join("\n") + "\n")
+}
+
+const DOCS: &[(&str, &str)] = &[
+    (
+        "a/b/app.php_0_10",
+        "Route::get('/users', [UserController::class, 'index']);",
+    ),
+    (
+        "a/b/db.md_0_10",
+        "Configure the database connection in config/database.php",
+    ),
+    (
+        "a/b/http.py_0_10",
+        "class HTTPServer: def handle_request(self): return getUserName()",
+    ),
+    (
+        "a/b/cache.md_0_10",
+        "The cache driver stores items; cache items expire.",
+    ),
+    (
+        "a/b/queue.md_0_10",
+        "Queues let you defer time consuming tasks such as sending email.",
+    ),
+];
+
+fn bm25_index(dir: &Path) -> PathBuf {
+    let corpus = corpus(dir, DOCS);
+    let index = dir.join("index");
+    let config = IndexConfig {
+        corpus,
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![],
+        hnsw: None,
+    };
+    build_index(&config, &index, &NoProgress).unwrap();
+    index
+}
+
+fn ids(hits: &[freshstack::search::Hit]) -> Vec<&str> {
+    hits.iter().map(|h| h.id.as_str()).collect()
+}
+
+#[test]
+fn bm25_finds_identifier_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(bm25_index(dir.path())).unwrap();
+    let hits = engine.search_bm25("user name", 3).unwrap();
+    assert_eq!(hits[0].id, "a/b/http.py_0_10");
+    let hits = engine.search_bm25("handle_request", 3).unwrap();
+    assert_eq!(ids(&hits), ["a/b/http.py_0_10"]);
+    let hits = engine.search_bm25("UserController", 3).unwrap();
+    assert_eq!(hits[0].id, "a/b/app.php_0_10");
+}
+
+#[test]
+fn bm25_score_matches_hand_computation() {
+    // "cache" occurs twice in a 7-term doc (after stop words and stemming: the, cache, driver,
+    // store, item, cache, item, expir -> "the" removed: 7 terms), in 1 of 5 documents.
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(bm25_index(dir.path())).unwrap();
+    let hits = engine.search_bm25("cache", 10).unwrap();
+    assert_eq!(ids(&hits), ["a/b/cache.md_0_10"]);
+    // Document lengths (terms): app 8? computed from the analyzer below.
+    let lens: Vec<usize> = DOCS
+        .iter()
+        .map(|(_, t)| freshstack::index::AnalyzerKind::Code.terms(t).len())
+        .collect();
+    let avgdl = lens.iter().sum::<usize>() as f32 / lens.len() as f32;
+    let (k1, b) = (0.9f32, 0.4f32);
+    let n = 5.0f32;
+    let idf = (1.0 + (n - 1.0 + 0.5) / (1.0 + 0.5)).ln();
+    let tf = 2.0f32;
+    let expected = idf * tf / (tf + k1 * (1.0 - b + b * lens[3] as f32 / avgdl));
+    assert!(
+        (hits[0].score - expected).abs() < 1e-4,
+        "{} vs {expected}",
+        hits[0].score
+    );
+}
+
+#[test]
+fn bm25_ties_are_broken_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = [
+        ("z", "same words here"),
+        ("b", "same words here"),
+        ("m", "same words here"),
+    ];
+    let corpus = corpus(dir.path(), &docs);
+    let index = dir.path().join("index");
+    let config = IndexConfig {
+        corpus,
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![],
+        hnsw: None,
+    };
+    build_index(&config, &index, &NoProgress).unwrap();
+    let engine = Engine::open(&index).unwrap();
+    assert_eq!(
+        ids(&engine.search_bm25("words", 10).unwrap()),
+        ["b", "m", "z"]
+    );
+    assert_eq!(ids(&engine.search_bm25("words", 2).unwrap()), ["b", "m"]);
+}
+
+#[test]
+fn k1_and_b_are_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path(), DOCS);
+    let mut scores = Vec::new();
+    for (i, (k1, b)) in [(0.9, 0.4), (1.2, 0.75)].into_iter().enumerate() {
+        let index = dir.path().join(format!("index{i}"));
+        let config = IndexConfig {
+            corpus: corpus.clone(),
+            bm25: Some(Bm25Settings {
+                k1,
+                b,
+                ..Bm25Settings::default()
+            }),
+            vectors: vec![],
+            hnsw: None,
+        };
+        build_index(&config, &index, &NoProgress).unwrap();
+        let engine = Engine::open(&index).unwrap();
+        assert_eq!(engine.manifest().bm25.unwrap().k1, k1);
+        scores.push(engine.search_bm25("cache", 1).unwrap()[0].score);
+    }
+    assert!((scores[0] - scores[1]).abs() > 1e-3);
+}
+
+#[test]
+fn engine_is_shareable_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(bm25_index(dir.path())).unwrap();
+    let expected = engine.search_bm25("cache database", 5).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| assert_eq!(engine.search_bm25("cache database", 5).unwrap(), expected));
+        }
+    });
+}
+
+#[test]
+fn bad_queries_and_retrievers_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(bm25_index(dir.path())).unwrap();
+    let err = engine.search_bm25("$%^ -> {}", 5).unwrap_err().to_string();
+    assert!(err.contains("no searchable terms"), "{err}");
+    let huge = "word ".repeat(300_000);
+    let err = engine.search_bm25(&huge, 5).unwrap_err().to_string();
+    assert!(err.contains("limit"), "{err}");
+    let options = SearchOptions {
+        retriever: "splade".into(),
+        ..SearchOptions::default()
+    };
+    let err = engine.search("cache", &options).unwrap_err().to_string();
+    assert!(err.contains("unknown retriever \"splade\""), "{err}");
+    let options = SearchOptions {
+        retriever: "dense".into(),
+        ..SearchOptions::default()
+    };
+    let err = engine.search("cache", &options).unwrap_err().to_string();
+    assert!(err.contains("no dense model"), "{err}");
+}
+
+#[test]
+fn corpus_errors_name_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let cases = [
+        (
+            format!("{}\n{}\n", doc("x", "one"), doc("x", "two")),
+            "corpus.jsonl:2: duplicate document id \"x\" (first on line 1)",
+        ),
+        (
+            format!("{}\n", doc("x", "  ")),
+            "corpus.jsonl:1: document \"x\" has an empty text",
+        ),
+        (format!("{}\n{{oops\n", doc("x", "one")), "corpus.jsonl:2:"),
+    ];
+    for (content, expected) in cases {
+        let corpus = write(dir.path(), "corpus.jsonl", content);
+        let out = freshstack(&[
+            "index",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--index",
+            index.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains(expected), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!index.exists(), "nothing written half-way");
+    }
+    // No temporary directories left behind either.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".freshstack"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn other_format_version_and_corrupt_files_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = bm25_index(dir.path());
+    let manifest_path = index.join("manifest.json");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap();
+    std::fs::write(
+        &manifest_path,
+        manifest.replace("\"format_version\": 1", "\"format_version\": 99"),
+    )
+    .unwrap();
+    let err = Engine::open(&index).err().unwrap().to_string();
+    assert!(
+        err.contains("format version 99") && err.contains("rebuild"),
+        "{err}"
+    );
+    std::fs::write(&manifest_path, "{not json").unwrap();
+    let err = Engine::open(&index).err().unwrap().to_string();
+    assert!(err.contains("corrupt manifest"), "{err}");
+    std::fs::write(&manifest_path, &manifest).unwrap();
+    Engine::open(&index).unwrap();
+    // Truncate the id list: the manifest's size check catches it.
+    let ids_path = index.join("ids.txt");
+    let ids = std::fs::read(&ids_path).unwrap();
+    std::fs::write(&ids_path, &ids[..ids.len() - 2]).unwrap();
+    let err = Engine::open(&index).err().unwrap().to_string();
+    assert!(err.contains("corrupt index"), "{err}");
+    let err = Engine::open(dir.path()).err().unwrap().to_string();
+    assert!(err.contains("not a freshstack index"), "{err}");
+}
+
+/// Deterministic pseudo-random unit vectors (xorshift), `n x dim`.
+fn unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut state = seed.max(1);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+    };
+    (0..n)
+        .map(|_| {
+            let v: Vec<f32> = (0..dim).map(|_| next()).collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / norm).collect()
+        })
+        .collect()
+}
+
+fn write_vectors(path: &Path, ids: &[String], vectors: &[Vec<f32>], dtype: Dtype) {
+    write_npy(path, vectors.len(), vectors[0].len(), dtype, |i, row| {
+        row.copy_from_slice(&vectors[i])
+    })
+    .unwrap();
+    std::fs::write(path.with_extension("ids"), ids.join("\n") + "\n").unwrap();
+}
+
+fn dense_fixture(dir: &Path, n: usize, dtype: Dtype) -> (PathBuf, Vec<String>, Vec<Vec<f32>>) {
+    let ids: Vec<String> = (0..n).map(|i| format!("a/b/f{i:04}.md_0_1")).collect();
+    let docs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "some text")).collect();
+    let corpus = corpus(dir, &docs);
+    let vectors = unit_vectors(n, 24, 7);
+    // Rows in reverse corpus order: the index must reorder them by id.
+    let mut rev_ids = ids.clone();
+    rev_ids.reverse();
+    let mut rev_vectors = vectors.clone();
+    rev_vectors.reverse();
+    let npy = dir.join("vectors.npy");
+    write_vectors(&npy, &rev_ids, &rev_vectors, dtype);
+    let index = dir.join("index");
+    let config = IndexConfig {
+        corpus,
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![VectorSource {
+            name: "rand".into(),
+            npy,
+        }],
+        hnsw: Some(HnswSettings::default()),
+    };
+    build_index(&config, &index, &NoProgress).unwrap();
+    (index, ids, vectors)
+}
+
+#[test]
+fn dense_exact_and_hnsw_agree_on_small_data() {
+    for dtype in [Dtype::F32, Dtype::F16] {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, ids, vectors) = dense_fixture(dir.path(), 300, dtype);
+        let engine = Engine::open(&index).unwrap();
+        let query = &vectors[17];
+        let exact = SearchOptions {
+            retriever: "dense".into(),
+            k: 10,
+            ann: Ann::Exact,
+            ..SearchOptions::default()
+        };
+        let hits = engine.search_vector("rand", query, &exact).unwrap();
+        assert_eq!(hits[0].id, ids[17]);
+        assert!((hits[0].score - 1.0).abs() < 1e-2, "{}", hits[0].score);
+        let hnsw = SearchOptions {
+            ann: Ann::Hnsw,
+            ..exact.clone()
+        };
+        let approx = engine.search_vector("", query, &hnsw).unwrap();
+        let overlap = approx.iter().filter(|h| hits.contains(h)).count();
+        assert!(overlap >= 9, "{overlap}");
+        // The graph is a cache: without it, it is rebuilt.
+        drop(engine);
+        std::fs::remove_dir_all(index.join("dense/rand/hnsw")).unwrap();
+        let engine = Engine::open(&index).unwrap();
+        let again = engine.search_vector("rand", query, &hnsw).unwrap();
+        assert_eq!(again[0].id, ids[17]);
+    }
+}
+
+#[test]
+fn clamped_dot_never_panics_on_unit_vectors() {
+    use hnsw_rs::anndists::dist::Distance;
+    let v = vec![0.577_350_3f32; 3];
+    let d = freshstack::index::ClampedDot.eval(&v, &v);
+    assert!(d >= 0.0);
+}
+
+#[test]
+fn vector_ids_must_match_the_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path(), &[("a", "x y"), ("b", "y z")]);
+    let npy = dir.path().join("v.npy");
+    write_vectors(
+        &npy,
+        &["a".into(), "c".into()],
+        &unit_vectors(2, 4, 3),
+        Dtype::F32,
+    );
+    let index = dir.path().join("index");
+    let out = freshstack(&[
+        "index",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--index",
+        index.to_str().unwrap(),
+        "--vectors",
+        &format!("m={}", npy.display()),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no vector for document \"b\""), "{stderr}");
+    assert!(!index.exists());
+}
+
+#[test]
+fn cli_index_search_retrieve() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path(), DOCS);
+    let index = dir.path().join("index");
+    let out = freshstack(&[
+        "index",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--index",
+        index.to_str().unwrap(),
+        "--bm25",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = freshstack(&[
+        "search",
+        "--index",
+        index.to_str().unwrap(),
+        "--json",
+        "-k",
+        "2",
+        "cache expiry",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let first: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(first["id"], "a/b/cache.md_0_10");
+    assert_eq!(first["rank"], 1);
+
+    let questions = [
+        serde_json::json!({"query_id": "q1", "query_title": "Database config", "query_text": "where is the connection set?",
+            "answer_text": "config/database.php", "nuggets": [{"_id": "q1_0", "text": "database connection config"}]}),
+        serde_json::json!({"query_id": "q2", "query_title": "Send email later", "query_text": "defer tasks",
+            "answer_text": "use queues", "nuggets": [{"_id": "q2_0", "text": "queues defer tasks"}]}),
+        serde_json::json!({"query_id": "q3", "query_title": "$$$", "query_text": "->",
+            "answer_text": "?", "nuggets": [{"_id": "q3_0", "text": "$$"}]}),
+    ];
+    let lines: Vec<String> = questions.iter().map(|q| q.to_string()).collect();
+    let queries = write(dir.path(), "questions.jsonl", lines.join("\n"));
+    let mut runs = Vec::new();
+    for threads in ["1", "2"] {
+        let run = dir.path().join(format!("run{threads}.trec"));
+        let out = freshstack(&[
+            "retrieve",
+            "--index",
+            index.to_str().unwrap(),
+            "--queries",
+            queries.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+            "-k",
+            "3",
+            "--threads",
+            threads,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("1 queries have no searchable terms")
+        );
+        runs.push(std::fs::read_to_string(&run).unwrap());
+    }
+    assert_eq!(runs[0], runs[1]);
+    let first = runs[0].lines().next().unwrap();
+    let fields: Vec<&str> = first.split(' ').collect();
+    assert_eq!(fields[..4], ["q1", "Q0", "a/b/db.md_0_10", "1"]);
+    assert_eq!(fields[5], "bm25");
+    assert!(runs[0].lines().all(|l| !l.starts_with("q3 ")));
+
+    // Oracle fields and BEIR queries.
+    let run = dir.path().join("nuggets.trec");
+    let out = freshstack(&[
+        "retrieve",
+        "--index",
+        index.to_str().unwrap(),
+        "--queries",
+        queries.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--field",
+        "nuggets",
+        "-k",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let beir = write(
+        dir.path(),
+        "beir.jsonl",
+        "{\"_id\": \"b1\", \"text\": \"cache driver\"}\n{\"_id\": \"b2\"}\n",
+    );
+    let out = freshstack(&[
+        "retrieve",
+        "--index",
+        index.to_str().unwrap(),
+        "--queries",
+        beir.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--field",
+        "text",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("beir.jsonl:2: no text"), "{stderr}");
+    let out = freshstack(&[
+        "retrieve",
+        "--index",
+        index.to_str().unwrap(),
+        "--queries",
+        beir.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--retriever",
+        "dense:nope",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("dense:nope: no such model"), "{stderr}");
+}
+
+#[test]
+fn cli_retrieve_with_query_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, ids, vectors) = dense_fixture(dir.path(), 200, Dtype::F16);
+    let queries = write(
+        dir.path(),
+        "queries.jsonl",
+        "{\"_id\": \"q1\", \"text\": \"x\"}\n{\"_id\": \"q2\", \"text\": \"y\"}\n",
+    );
+    let qnpy = dir.path().join("queries.npy");
+    write_vectors(
+        &qnpy,
+        &["q2".into(), "q1".into()],
+        &[vectors[5].clone(), vectors[9].clone()],
+        Dtype::F32,
+    );
+    let mut runs = Vec::new();
+    for ann in ["exact", "hnsw"] {
+        let run = dir.path().join(format!("{ann}.trec"));
+        let out = freshstack(&[
+            "retrieve",
+            "--index",
+            index.to_str().unwrap(),
+            "--queries",
+            queries.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+            "--retriever",
+            "dense",
+            "-k",
+            "5",
+            "--ann",
+            ann,
+            "--query-vectors",
+            &format!("rand={}", qnpy.display()),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        runs.push(std::fs::read_to_string(&run).unwrap());
+    }
+    let first: Vec<&str> = runs[0].lines().next().unwrap().split(' ').collect();
+    assert_eq!(first[..3], ["q1", "Q0", ids[9].as_str()]);
+    assert_eq!(first[5], "dense:rand");
+    let q2_first = runs[0].lines().find(|l| l.starts_with("q2 ")).unwrap();
+    assert!(q2_first.contains(&ids[5]));
+}
+
+#[test]
+fn refresh_removes_and_adds_a_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = [
+        ("a/b/x.md_0_1", "cache driver"),
+        ("c/d/y.md_0_1", "cache tags"),
+        ("c/d/z.md_0_1", "old queue text"),
+    ];
+    let corpus = corpus(dir.path(), &old);
+    let index = dir.path().join("index");
+    let out = freshstack(&[
+        "index",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--index",
+        index.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = [
+        doc("c/d/y.md_0_1", "cache tags renamed"),
+        doc("c/d/w.md_0_1", "new queue text"),
+    ];
+    let fresh = write(dir.path(), "fresh.jsonl", lines.join("\n"));
+    // Adding a live id without removing its repository is refused, and changes nothing.
+    let out = freshstack(&[
+        "index",
+        "--refresh",
+        "--index",
+        index.to_str().unwrap(),
+        "--corpus",
+        fresh.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already in the index"));
+    let out = freshstack(&[
+        "index",
+        "--refresh",
+        "--index",
+        index.to_str().unwrap(),
+        "--corpus",
+        fresh.to_str().unwrap(),
+        "--remove-repo",
+        "c/d",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("removed 2, added 2, 3 documents now"));
+    let engine = Engine::open(&index).unwrap();
+    assert_eq!(engine.info().num_documents, 3);
+    assert_eq!(
+        ids(&engine.search_bm25("queue", 10).unwrap()),
+        ["c/d/w.md_0_1"]
+    );
+    assert_eq!(
+        ids(&engine.search_bm25("renamed", 10).unwrap()),
+        ["c/d/y.md_0_1"]
+    );
+    assert_eq!(engine.search_bm25("cache", 10).unwrap().len(), 2);
+}
