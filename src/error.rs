@@ -52,6 +52,22 @@ pub enum Error {
         /// Why it failed.
         message: String,
     },
+    /// A language-model call failed for good (after retries), or the backend could not start.
+    #[error("LLM {backend}: {message}")]
+    Llm {
+        /// The backend and where it runs (e.g. `openai http://localhost:8000/v1`, `gguf model.gguf`).
+        backend: String,
+        /// What went wrong, with the attempt count when retried.
+        message: String,
+    },
+    /// The response cache database failed.
+    #[error("{}: LLM response cache: {message}", path.display())]
+    Cache {
+        /// The SQLite file.
+        path: PathBuf,
+        /// SQLite's reason.
+        message: String,
+    },
 }
 
 impl Error {

@@ -29,10 +29,13 @@
 
 pub mod dataset;
 mod error;
+pub mod llm;
 pub mod progress;
 pub mod source;
+pub mod stages;
 
 pub use dataset::{AtomicWriter, Document, DocumentMetadata};
 pub use error::{Error, Result};
+pub use llm::{Chat, ChatParams, Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};
 pub use progress::{NoProgress, Progress};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

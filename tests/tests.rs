@@ -1,4 +1,5 @@
 //! Integration tests: one binary, one module per stage.
 
 mod corpus;
+mod llm;
 mod util;

@@ -1,7 +1,11 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
 mod corpus;
+mod judge;
+mod llm;
+mod nuggets;
 mod progress;
+mod query_variants;
 
 use clap::{Parser, Subcommand};
 
@@ -21,12 +25,21 @@ pub struct Cli {
 enum Command {
     /// Chunk local repository checkouts into a corpus of documents (JSONL).
     Corpus(corpus::CorpusArgs),
+    /// Turn each question and its accepted answer into nuggets (atomic facts) with an LLM.
+    Nuggets(nuggets::NuggetsArgs),
+    /// Write sub-questions and a closed-book answer per question with an LLM (inference setting).
+    QueryVariants(query_variants::QueryVariantsArgs),
+    /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
+    Judge(judge::JudgeArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
+        Command::Nuggets(args) => nuggets::run(args),
+        Command::QueryVariants(args) => query_variants::run(args),
+        Command::Judge(args) => judge::run(args),
     }
 }
 
