@@ -741,3 +741,90 @@ fn cli_nuggets_sends_the_key_and_never_prints_it() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--llm-base-url"), "{stderr}");
 }
+
+/// The SmolLM2 test model fetched by `scripts/setup-llm.sh`, when present.
+fn smollm2() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    path.is_file().then_some(path)
+}
+
+#[test]
+fn local_gguf_generates_and_the_stages_cope() {
+    use freshstack::llm::{Chat, ChatFormat, ChatParams, LocalChat, Message};
+    let Some(model) = smollm2() else {
+        eprintln!(
+            "SKIPPED local_gguf_generates_and_the_stages_cope: models/SmolLM2-135M-Instruct.Q4_1.gguf \
+             is absent (run scripts/setup-llm.sh)"
+        );
+        return;
+    };
+    let chat = LocalChat::load(&model).unwrap();
+    assert_eq!(
+        chat.format(),
+        ChatFormat::ChatMl,
+        "SmolLM2's template is ChatML"
+    );
+    // Special markers are single tokens; ordinary text round-trips.
+    let ids = chat
+        .encode("<|im_start|>user\nhello world<|im_end|>")
+        .unwrap();
+    assert_eq!(ids.len(), 6, "{ids:?}");
+    let params = ChatParams {
+        temperature: 0.0,
+        max_tokens: 24,
+        seed: None,
+    };
+    let messages = [Message::user(
+        "What is the capital of France? Answer in one word.",
+    )];
+    let first = chat.chat(&messages, &params).unwrap();
+    let second = chat.chat(&messages, &params).unwrap();
+    assert!(!first.trim().is_empty());
+    assert_eq!(first, second, "greedy decoding is deterministic");
+    assert!(first.contains("Paris"), "{first}");
+    let seeded = ChatParams {
+        temperature: 0.8,
+        seed: Some(7),
+        ..params.clone()
+    };
+    assert_eq!(
+        chat.chat(&messages, &seeded).unwrap(),
+        chat.chat(&messages, &seeded).unwrap(),
+        "seeded sampling is reproducible"
+    );
+
+    // The nuggets stage through the native backend: the weak model's answers end parsed or
+    // recorded as failed, never lost.
+    let dir = tempfile::tempdir().unwrap();
+    let questions = write(
+        dir.path(),
+        "q.jsonl",
+        json!({"query_id": "1", "query_title": "How to reverse a list in Python?",
+               "query_text": "I have a list [1, 2, 3]. How do I reverse it?",
+               "answer_text": "Use my_list.reverse() to reverse in place, or my_list[::-1] for a reversed copy."})
+        .to_string(),
+    );
+    let out = dir.path().join("nuggets.jsonl");
+    let cache = dir.path().join("cache.sqlite");
+    let config = NuggetsConfig {
+        params: ChatParams {
+            max_tokens: 64,
+            ..ChatParams::default()
+        },
+        max_nuggets: 5,
+        max_repairs: 0,
+    };
+    let llm = Llm::new(Box::new(chat), Some(ResponseCache::open(&cache).unwrap()));
+    let summary = generate_nuggets(&llm, &config, &questions, &out, &NoProgress).unwrap();
+    assert_eq!(summary.items, 1);
+    assert_eq!(summary.ok + summary.failed, 1);
+    let rows: Vec<NuggetsRecord> = read_lines(&out);
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].error.is_some() || !rows[0].nuggets.is_empty());
+    eprintln!("SmolLM2 nuggets: {:?}", rows[0]);
+    let again = generate_nuggets(&llm, &config, &questions, &out, &NoProgress).unwrap();
+    assert_eq!(
+        again.llm.calls, summary.llm.calls,
+        "rerun served from the cache"
+    );
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use freshstack::llm::{ChatParams, Llm, OpenAiChat, OpenAiConfig, ResponseCache};
+use freshstack::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
 
 /// Environment variable holding the API key (never a flag, so it stays out of shell history and
 /// process listings; never logged).
@@ -21,6 +21,9 @@ pub struct LlmArgs {
     /// Model name as the server knows it.
     #[arg(long, value_name = "NAME")]
     llm_model: Option<String>,
+    /// Generate natively from this GGUF file (llama / qwen2 families, CPU) instead of a server.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["llm_base_url", "llm_model"])]
+    llm_gguf: Option<PathBuf>,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 8)]
     llm_concurrency: usize,
@@ -67,21 +70,13 @@ impl LlmArgs {
 
     /// Builds the backend and opens the cache (next to `out` unless `--llm-cache`).
     pub fn open(&self, out: &Path) -> anyhow::Result<Llm> {
-        let (Some(base_url), Some(model)) = (&self.llm_base_url, &self.llm_model) else {
-            bail!("no language model: give --llm-base-url URL and --llm-model NAME");
+        let chat: Box<dyn Chat> = match (&self.llm_gguf, &self.llm_base_url, &self.llm_model) {
+            (Some(path), _, _) => Box::new(LocalChat::load(path)?),
+            (None, Some(base_url), Some(model)) => Box::new(self.openai(base_url, model)?),
+            _ => bail!(
+                "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"
+            ),
         };
-        if self.llm_concurrency == 0 {
-            bail!("invalid --llm-concurrency: must be at least 1");
-        }
-        if !(self.llm_timeout.is_finite() && self.llm_timeout > 0.0) {
-            bail!("invalid --llm-timeout: must be a positive number of seconds");
-        }
-        let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
-        config.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
-        config.concurrency = self.llm_concurrency;
-        config.timeout = Duration::from_secs_f64(self.llm_timeout);
-        config.max_retries = self.llm_max_retries;
-        let chat = OpenAiChat::new(config)?;
         let cache =
             if self.no_cache {
                 None
@@ -96,7 +91,22 @@ impl LlmArgs {
                     format!("cannot open the response cache {}", path.display())
                 })?)
             };
-        Ok(Llm::new(Box::new(chat), cache))
+        Ok(Llm::new(chat, cache))
+    }
+
+    fn openai(&self, base_url: &str, model: &str) -> anyhow::Result<OpenAiChat> {
+        if self.llm_concurrency == 0 {
+            bail!("invalid --llm-concurrency: must be at least 1");
+        }
+        if !(self.llm_timeout.is_finite() && self.llm_timeout > 0.0) {
+            bail!("invalid --llm-timeout: must be a positive number of seconds");
+        }
+        let mut config = OpenAiConfig::new(base_url, model);
+        config.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
+        config.concurrency = self.llm_concurrency;
+        config.timeout = Duration::from_secs_f64(self.llm_timeout);
+        config.max_retries = self.llm_max_retries;
+        Ok(OpenAiChat::new(config)?)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Language models behind one small trait, with a persistent response cache.
 //!
 //! Owns: the [`Chat`] trait (messages in, text out), its OpenAI-compatible HTTP implementation
-//! ([`OpenAiChat`]), the SQLite response cache ([`ResponseCache`]), the [`Llm`] front that every
+//! ([`OpenAiChat`]), native GGUF generation through candle ([`LocalChat`]), the SQLite response cache ([`ResponseCache`]), the [`Llm`] front that every
 //! stage calls (cache first, then the backend, with counters), our own prompts
 //! ([`prompts`], versioned text files) and robust output parsing ([`parse`]).
 //!
@@ -10,6 +10,7 @@
 //! is stored as soon as it arrives. The API key is never logged nor printed by `Debug`.
 
 mod cache;
+mod local;
 mod openai;
 pub mod parse;
 pub mod prompts;
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 pub use cache::{ResponseCache, cache_key};
+pub use local::{ChatFormat, LocalChat};
 pub use openai::{OpenAiChat, OpenAiConfig};
 
 use crate::error::Result;
