@@ -81,6 +81,22 @@ pub enum Error {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// A language-model call failed for good (after retries), or the backend could not start.
+    #[error("LLM {backend}: {message}")]
+    Llm {
+        /// The backend and where it runs (e.g. `openai http://localhost:8000/v1`, `gguf model.gguf`).
+        backend: String,
+        /// What went wrong, with the attempt count when retried.
+        message: String,
+    },
+    /// The response cache database failed.
+    #[error("{}: LLM response cache: {message}", path.display())]
+    Cache {
+        /// The SQLite file.
+        path: PathBuf,
+        /// SQLite's reason.
+        message: String,
+    },
 }
 
 impl Error {
@@ -113,8 +129,10 @@ impl Error {
     pub fn model(model: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Model {
             model: model.into(),
-        message: String,
-    },
+            message: message.into(),
+        }
+    }
+
     /// A problem with the index at `path`.
     pub fn index(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
         Error::Index {

@@ -41,9 +41,11 @@ pub mod embed;
 mod error;
 pub mod eval;
 pub mod index;
+pub mod llm;
 pub mod progress;
 pub mod search;
 pub mod source;
+pub mod stages;
 
 pub use dataset::{
     AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryRecord, Question, QuestionMetadata,
@@ -52,6 +54,7 @@ pub use dataset::{
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
 pub use index::{IndexConfig, build_index};
+pub use llm::{Chat, ChatParams, Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};
 pub use progress::{NoProgress, Progress};
 pub use search::{Engine, Hit, QueryEncoder, Retriever, SearchOptions};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

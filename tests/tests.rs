@@ -6,5 +6,6 @@ mod embed;
 mod engine;
 mod eval_parity;
 mod fusion;
+mod llm;
 mod stackoverflow;
 mod util;

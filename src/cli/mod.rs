@@ -5,7 +5,11 @@ mod embed;
 mod eval;
 mod fuse;
 mod index;
+mod judge;
+mod llm;
+mod nuggets;
 mod progress;
+mod query_variants;
 mod retrieve;
 mod search;
 mod stackoverflow;
@@ -44,6 +48,12 @@ enum Command {
     Search(search::SearchArgs),
     /// Run a query file against an index and write a TREC run.
     Retrieve(retrieve::RetrieveArgs),
+    /// Turn each question and its accepted answer into nuggets (atomic facts) with an LLM.
+    Nuggets(nuggets::NuggetsArgs),
+    /// Write sub-questions and a closed-book answer per question with an LLM (inference setting).
+    QueryVariants(query_variants::QueryVariantsArgs),
+    /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
+    Judge(judge::JudgeArgs),
 }
 
 /// Runs the parsed command.
@@ -57,6 +67,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Index(args) => index::run(args),
         Command::Search(args) => search::run(args),
         Command::Retrieve(args) => retrieve::run(args),
+        Command::Nuggets(args) => nuggets::run(args),
+        Command::QueryVariants(args) => query_variants::run(args),
+        Command::Judge(args) => judge::run(args),
     }
 }
 

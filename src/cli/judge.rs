@@ -1,0 +1,86 @@
+//! `freshstack judge`: nugget-level support judgments on a pool.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use freshstack::stages::{JudgeConfig, JudgeInputs, judge};
+
+use super::llm::{LlmArgs, stats_line};
+use super::progress::Bars;
+
+/// Arguments of `freshstack judge`.
+#[derive(Debug, Args)]
+pub struct JudgeArgs {
+    /// Questions (JSONL, reference query schema).
+    #[arg(long, value_name = "FILE")]
+    questions: PathBuf,
+    /// Nuggets (JSONL, as written by `freshstack nuggets`).
+    #[arg(long, value_name = "FILE")]
+    nuggets: PathBuf,
+    /// Corpus (JSONL documents: _id, title, text, metadata).
+    #[arg(long, value_name = "FILE")]
+    corpus: PathBuf,
+    /// Judgment pool (JSONL: {"query_id", "doc_ids": [...]}).
+    #[arg(long, value_name = "FILE")]
+    pool: PathBuf,
+    /// Output (JSONL, one row per question, nugget and document).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Documents judged together in one call, with all the question's nuggets.
+    #[arg(long, default_value_t = 20)]
+    docs_per_call: usize,
+    /// The model's context window, in tokens; documents are truncated to fit.
+    #[arg(long, default_value_t = 32_768)]
+    llm_context_tokens: usize,
+    /// Most tokens of one document shown to the model.
+    #[arg(long, default_value_t = 2048)]
+    max_doc_tokens: usize,
+    /// Also write the stage summary (JSON) here.
+    #[arg(long, value_name = "FILE")]
+    summary: Option<PathBuf>,
+    #[command(flatten)]
+    llm: LlmArgs,
+}
+
+pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
+    let default = JudgeConfig::default();
+    let config = JudgeConfig {
+        params: args.llm.params(&default.params),
+        docs_per_call: args.docs_per_call,
+        context_tokens: args.llm_context_tokens,
+        max_doc_tokens: args.max_doc_tokens,
+        max_repairs: args.llm.max_repairs(),
+    };
+    let llm = args.llm.open(&args.out)?;
+    let summary = judge(
+        &llm,
+        &config,
+        &JudgeInputs {
+            questions: &args.questions,
+            nuggets: &args.nuggets,
+            corpus: &args.corpus,
+            pool: &args.pool,
+        },
+        &args.out,
+        &Bars::new(),
+    )?;
+    if let Some(path) = &args.summary {
+        freshstack::dataset::write_json_atomic(path, &summary)?;
+    }
+    eprintln!(
+        "wrote {} judgments ({} supported, {} without a verdict) for {} questions to {}; {} \
+         questions without nuggets skipped; {} of {} calls failed after repairs (recorded with \
+         the raw answer); {} documents truncated to fit; {}",
+        summary.judgments,
+        summary.supported,
+        summary.unjudged,
+        summary.questions - summary.questions_without_nuggets,
+        args.out.display(),
+        summary.questions_without_nuggets,
+        summary.stage.failed,
+        summary.stage.items,
+        summary.documents_truncated,
+        stats_line(&llm)
+    );
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The flags every LLM stage shares: which backend, its limits, the cache.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use freshstack::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
+
+/// Environment variable holding the API key (never a flag, so it stays out of shell history and
+/// process listings; never logged).
+pub const API_KEY_ENV: &str = "FRESHSTACK_LLM_API_KEY";
+
+/// Backend and cache flags.
+#[derive(Debug, Args)]
+pub struct LlmArgs {
+    /// OpenAI-compatible API root, e.g. http://localhost:8000/v1 (vLLM, llama.cpp, TGI, Ollama,
+    /// OpenAI). The key, if needed, is read from FRESHSTACK_LLM_API_KEY.
+    #[arg(long, value_name = "URL")]
+    llm_base_url: Option<String>,
+    /// Model name as the server knows it.
+    #[arg(long, value_name = "NAME")]
+    llm_model: Option<String>,
+    /// Generate natively from this GGUF file (llama / qwen2 families, CPU) instead of a server.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["llm_base_url", "llm_model"])]
+    llm_gguf: Option<PathBuf>,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 8)]
+    llm_concurrency: usize,
+    /// Seconds allowed for one request (connect, generate, read).
+    #[arg(long, default_value_t = 300.0)]
+    llm_timeout: f64,
+    /// Retries of a request after a 429, a 5xx, a timeout or a dropped connection.
+    #[arg(long, default_value_t = 8)]
+    llm_max_retries: u32,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    llm_temperature: f32,
+    /// Sampling seed sent to the server.
+    #[arg(long)]
+    llm_seed: Option<u64>,
+    /// Most tokens per answer (default: per stage).
+    #[arg(long)]
+    llm_max_tokens: Option<u32>,
+    /// Repair requests after an unparseable answer, before recording it as failed.
+    #[arg(long, default_value_t = freshstack::stages::DEFAULT_MAX_REPAIRS)]
+    llm_max_repairs: u32,
+    /// Response cache (SQLite). Default: llm-cache.sqlite next to --out.
+    #[arg(long, value_name = "FILE")]
+    llm_cache: Option<PathBuf>,
+    /// Do not read nor write the response cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+impl LlmArgs {
+    /// Stage parameters: `default` with the flags applied.
+    pub fn params(&self, default: &ChatParams) -> ChatParams {
+        ChatParams {
+            temperature: self.llm_temperature,
+            max_tokens: self.llm_max_tokens.unwrap_or(default.max_tokens),
+            seed: self.llm_seed,
+        }
+    }
+
+    /// Repair attempts.
+    pub fn max_repairs(&self) -> u32 {
+        self.llm_max_repairs
+    }
+
+    /// Builds the backend and opens the cache (next to `out` unless `--llm-cache`).
+    pub fn open(&self, out: &Path) -> anyhow::Result<Llm> {
+        let chat: Box<dyn Chat> = match (&self.llm_gguf, &self.llm_base_url, &self.llm_model) {
+            (Some(path), _, _) => Box::new(LocalChat::load(path)?),
+            (None, Some(base_url), Some(model)) => Box::new(self.openai(base_url, model)?),
+            _ => bail!(
+                "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"
+            ),
+        };
+        let cache =
+            if self.no_cache {
+                None
+            } else {
+                let path = self.llm_cache.clone().unwrap_or_else(|| {
+                    out.parent()
+                        .filter(|p| !p.as_os_str().is_empty())
+                        .unwrap_or(Path::new("."))
+                        .join("llm-cache.sqlite")
+                });
+                Some(ResponseCache::open(&path).with_context(|| {
+                    format!("cannot open the response cache {}", path.display())
+                })?)
+            };
+        Ok(Llm::new(chat, cache))
+    }
+
+    fn openai(&self, base_url: &str, model: &str) -> anyhow::Result<OpenAiChat> {
+        if self.llm_concurrency == 0 {
+            bail!("invalid --llm-concurrency: must be at least 1");
+        }
+        if !(self.llm_timeout.is_finite() && self.llm_timeout > 0.0) {
+            bail!("invalid --llm-timeout: must be a positive number of seconds");
+        }
+        let mut config = OpenAiConfig::new(base_url, model);
+        config.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
+        config.concurrency = self.llm_concurrency;
+        config.timeout = Duration::from_secs_f64(self.llm_timeout);
+        config.max_retries = self.llm_max_retries;
+        Ok(OpenAiChat::new(config)?)
+    }
+}
+
+/// One line about the backend's work, for the end of a stage.
+pub fn stats_line(llm: &Llm) -> String {
+    let stats = llm.stats();
+    format!(
+        "{} calls to {}, {} answers from the cache",
+        stats.calls,
+        llm.chat_backend().location(),
+        stats.cache_hits
+    )
+}

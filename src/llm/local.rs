@@ -1,0 +1,419 @@
+//! Native generation from a GGUF file through candle (quantized llama and qwen2 families), so a
+//! build can run with no server at all. The tokenizer is rebuilt from the GGUF metadata (gpt2
+//! byte-level BPE: `tokenizer.ggml.tokens` / `merges`); the chat format is chosen from the
+//! `tokenizer.chat_template` metadata (ChatML, Llama 3, Llama 2, Gemma markers), falling back to
+//! ChatML when the vocabulary has `<|im_start|>`, else Llama 2. Greedy at temperature 0, else
+//! seeded sampling. One generation at a time (the model holds a KV cache); CPU.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use candle_transformers::generation::LogitsProcessor;
+use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, Tokenizer};
+
+use super::{Chat, ChatParams, Message, Role};
+use crate::error::{Error, Result};
+
+/// How messages become one prompt string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatFormat {
+    /// `<|im_start|>role\n...<|im_end|>` (Qwen, SmolLM).
+    ChatMl,
+    /// `<|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>`.
+    Llama3,
+    /// `[INST] <<SYS>>...<</SYS>> ... [/INST]`.
+    Llama2,
+    /// `<start_of_turn>user\n...<end_of_turn>` (system folded into the first user turn).
+    Gemma,
+}
+
+impl ChatFormat {
+    /// The format a GGUF chat template (Jinja source) uses, recognised by its markers.
+    pub fn detect(template: Option<&str>, has_im_start: bool) -> Self {
+        match template {
+            Some(t) if t.contains("<|im_start|>") => ChatFormat::ChatMl,
+            Some(t) if t.contains("<|start_header_id|>") => ChatFormat::Llama3,
+            Some(t) if t.contains("<start_of_turn>") => ChatFormat::Gemma,
+            Some(t) if t.contains("[INST]") => ChatFormat::Llama2,
+            _ if has_im_start => ChatFormat::ChatMl,
+            _ => ChatFormat::Llama2,
+        }
+    }
+
+    /// The prompt for `messages`, ending where the assistant's answer begins.
+    pub fn render(self, messages: &[Message]) -> String {
+        let role = |r: Role| match r {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        let mut out = String::new();
+        match self {
+            ChatFormat::ChatMl => {
+                for m in messages {
+                    out.push_str(&format!(
+                        "<|im_start|>{}\n{}<|im_end|>\n",
+                        role(m.role),
+                        m.content
+                    ));
+                }
+                out.push_str("<|im_start|>assistant\n");
+            }
+            ChatFormat::Llama3 => {
+                out.push_str("<|begin_of_text|>");
+                for m in messages {
+                    out.push_str(&format!(
+                        "<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>",
+                        role(m.role),
+                        m.content
+                    ));
+                }
+                out.push_str("<|start_header_id|>assistant<|end_header_id|>\n\n");
+            }
+            ChatFormat::Gemma | ChatFormat::Llama2 => {
+                // Both lack a system role: fold system text into the next user turn.
+                let mut pending_system = String::new();
+                for m in messages {
+                    match m.role {
+                        Role::System => {
+                            pending_system.push_str(&m.content);
+                            pending_system.push_str("\n\n");
+                        }
+                        Role::User => {
+                            let content = format!("{pending_system}{}", m.content);
+                            pending_system.clear();
+                            if self == ChatFormat::Gemma {
+                                out.push_str(&format!(
+                                    "<start_of_turn>user\n{content}<end_of_turn>\n"
+                                ));
+                            } else {
+                                out.push_str(&format!("<s>[INST] {content} [/INST]"));
+                            }
+                        }
+                        Role::Assistant => {
+                            if self == ChatFormat::Gemma {
+                                out.push_str(&format!(
+                                    "<start_of_turn>model\n{}<end_of_turn>\n",
+                                    m.content
+                                ));
+                            } else {
+                                out.push_str(&format!(" {} </s>", m.content));
+                            }
+                        }
+                    }
+                }
+                if self == ChatFormat::Gemma {
+                    out.push_str("<start_of_turn>model\n");
+                }
+            }
+        }
+        out
+    }
+}
+
+enum Weights {
+    Llama(quantized_llama::ModelWeights),
+    Qwen2(quantized_qwen2::ModelWeights),
+}
+
+impl Weights {
+    fn forward(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
+        match self {
+            Weights::Llama(m) => m.forward(input, pos),
+            Weights::Qwen2(m) => m.forward(input, pos),
+        }
+    }
+    fn clear(&mut self) {
+        match self {
+            Weights::Llama(m) => m.clear_kv_cache(),
+            Weights::Qwen2(m) => m.clear_kv_cache(),
+        }
+    }
+}
+
+/// A GGUF model loaded in memory.
+pub struct LocalChat {
+    path: PathBuf,
+    model_id: String,
+    format: ChatFormat,
+    context_tokens: usize,
+    stop_ids: Vec<u32>,
+    tokenizer: Tokenizer,
+    weights: Mutex<Weights>,
+    device: Device,
+}
+
+fn gguf_error(path: &Path, message: impl std::fmt::Display) -> Error {
+    Error::Llm {
+        backend: format!("gguf {}", path.display()),
+        message: message.to_string(),
+    }
+}
+
+impl LocalChat {
+    /// Loads the model and its tokenizer from `path` (on the CPU).
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let content = gguf_file::Content::read(&mut file)
+            .map_err(|e| gguf_error(&path, format!("not a readable GGUF file: {e}")))?;
+        let md = &content.metadata;
+        let get_str = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
+        let get_u32 = |k: &str| md.get(k).and_then(|v| v.to_u32().ok());
+        let arch = get_str("general.architecture").unwrap_or_default();
+        let name = get_str("general.name").unwrap_or_else(|| arch.clone());
+        let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
+        let tokenizer_model = get_str("tokenizer.ggml.model").unwrap_or_default();
+        if tokenizer_model != "gpt2" {
+            return Err(gguf_error(
+                &path,
+                format!(
+                    "tokenizer {tokenizer_model:?} is not supported (supported: gpt2 byte-level BPE)"
+                ),
+            ));
+        }
+        let tokens: Vec<String> = md
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.to_vec().ok())
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(|v| v.to_string().ok().cloned())
+                    .collect()
+            })
+            .ok_or_else(|| gguf_error(&path, "metadata tokenizer.ggml.tokens missing"))?;
+        let merges: Vec<(String, String)> = md
+            .get("tokenizer.ggml.merges")
+            .and_then(|v| v.to_vec().ok())
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(|v| v.to_string().ok())
+                    .filter_map(|m| m.split_once(' '))
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect()
+            })
+            .ok_or_else(|| gguf_error(&path, "metadata tokenizer.ggml.merges missing"))?;
+        let token_types: Vec<i64> = md
+            .get("tokenizer.ggml.token_type")
+            .and_then(|v| v.to_vec().ok())
+            .map(|vs| {
+                vs.iter()
+                    .map(|v| v.to_i32().map(i64::from).unwrap_or(1))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let vocab: HashMap<String, u32> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(
+                vocab
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect::<tokenizers::models::bpe::Vocab>(),
+                merges,
+            )
+            .build()
+            .map_err(|e| gguf_error(&path, format!("tokenizer: {e}")))?;
+        let mut tokenizer = Tokenizer::new(bpe);
+        tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+        tokenizer.with_decoder(Some(ByteLevel::new(false, true, true)));
+        // Control tokens (type 3) and user-defined ones (type 4) are matched whole.
+        let specials: Vec<AddedToken> = tokens
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| {
+                matches!(token_types.get(*i), Some(3) | Some(4))
+                    || (t.starts_with("<|") && t.ends_with("|>"))
+            })
+            .map(|(_, t)| AddedToken::from(t.clone(), true))
+            .collect();
+        tokenizer
+            .add_special_tokens(specials)
+            .map_err(|e| gguf_error(&path, format!("tokenizer: {e}")))?;
+
+        let template = get_str("tokenizer.chat_template");
+        let format = ChatFormat::detect(template.as_deref(), vocab.contains_key("<|im_start|>"));
+        let mut stop_ids: Vec<u32> = get_u32("tokenizer.ggml.eos_token_id").into_iter().collect();
+        for marker in [
+            "<|im_end|>",
+            "<|eot_id|>",
+            "<end_of_turn>",
+            "<|endoftext|>",
+            "</s>",
+        ] {
+            if let Some(&id) = vocab.get(marker) {
+                stop_ids.push(id);
+            }
+        }
+        let device = Device::Cpu;
+        let weights = match arch.as_str() {
+            "llama" => Weights::Llama(
+                quantized_llama::ModelWeights::from_gguf(content, &mut file, &device)
+                    .map_err(|e| gguf_error(&path, e))?,
+            ),
+            "qwen2" => Weights::Qwen2(
+                quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &device)
+                    .map_err(|e| gguf_error(&path, e))?,
+            ),
+            other => {
+                return Err(gguf_error(
+                    &path,
+                    format!("architecture {other:?} is not supported (supported: llama, qwen2)"),
+                ));
+            }
+        };
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Self {
+            model_id: format!("{name} ({file_name}, {size} bytes)"),
+            path,
+            format,
+            context_tokens,
+            stop_ids,
+            tokenizer,
+            weights: Mutex::new(weights),
+            device,
+        })
+    }
+
+    /// The chat format in use.
+    pub fn format(&self) -> ChatFormat {
+        self.format
+    }
+
+    /// The model's context window (from the metadata).
+    pub fn context_tokens(&self) -> usize {
+        self.context_tokens
+    }
+
+    /// Token ids of `text` (special markers matched whole).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.tokenizer
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))
+    }
+
+    /// Generates up to `params.max_tokens` tokens after `prompt`; returns the text and the
+    /// number of tokens generated.
+    pub fn generate(&self, prompt: &str, params: &ChatParams) -> Result<(String, usize)> {
+        let fail = |e: candle_core::Error| gguf_error(&self.path, e);
+        let prompt_ids = self.encode(prompt)?;
+        let budget = params.max_tokens as usize;
+        if prompt_ids.len() + budget > self.context_tokens {
+            return Err(gguf_error(
+                &self.path,
+                format!(
+                    "context overflow: the prompt has {} tokens and the answer may have {budget}, \
+                     more than the model's {}-token context (lower --llm-max-tokens, \
+                     --max-doc-tokens or --docs-per-call)",
+                    prompt_ids.len(),
+                    self.context_tokens
+                ),
+            ));
+        }
+        let temperature = (params.temperature > 0.0).then_some(f64::from(params.temperature));
+        let mut sampler = LogitsProcessor::new(params.seed.unwrap_or(0), temperature, None);
+        let mut weights = self
+            .weights
+            .lock()
+            .map_err(|_| gguf_error(&self.path, "model lock poisoned"))?;
+        weights.clear();
+        let mut generated: Vec<u32> = Vec::new();
+        let mut input = prompt_ids.clone();
+        let mut pos = 0;
+        while generated.len() < budget {
+            let x = Tensor::new(input.as_slice(), &self.device)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(fail)?;
+            let logits = weights
+                .forward(&x, pos)
+                .and_then(|l| l.squeeze(0))
+                .and_then(|l| l.to_dtype(candle_core::DType::F32))
+                .map_err(fail)?;
+            pos += input.len();
+            let next = sampler.sample(&logits).map_err(fail)?;
+            if self.stop_ids.contains(&next) {
+                break;
+            }
+            generated.push(next);
+            input = vec![next];
+        }
+        let text = self
+            .tokenizer
+            .decode(&generated, true)
+            .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))?;
+        Ok((text, generated.len()))
+    }
+}
+
+impl Chat for LocalChat {
+    fn backend(&self) -> &str {
+        "gguf"
+    }
+
+    fn model(&self) -> &str {
+        &self.model_id
+    }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn max_concurrency(&self) -> usize {
+        1
+    }
+
+    fn chat(&self, messages: &[Message], params: &ChatParams) -> Result<String> {
+        let prompt = self.format.render(messages);
+        self.generate(&prompt, params).map(|(text, _)| text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_formats() {
+        assert_eq!(
+            ChatFormat::detect(Some("{{'<|im_start|>' + role}}"), false),
+            ChatFormat::ChatMl
+        );
+        assert_eq!(
+            ChatFormat::detect(Some("<|start_header_id|>"), true),
+            ChatFormat::Llama3
+        );
+        assert_eq!(
+            ChatFormat::detect(Some("<start_of_turn>"), false),
+            ChatFormat::Gemma
+        );
+        assert_eq!(ChatFormat::detect(None, true), ChatFormat::ChatMl);
+        assert_eq!(ChatFormat::detect(None, false), ChatFormat::Llama2);
+    }
+
+    #[test]
+    fn renders_chatml_and_gemma() {
+        let msgs = [Message::system("S"), Message::user("U")];
+        assert_eq!(
+            ChatFormat::ChatMl.render(&msgs),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(
+            ChatFormat::Gemma.render(&msgs),
+            "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n"
+        );
+        assert_eq!(ChatFormat::Llama2.render(&msgs), "<s>[INST] S\n\nU [/INST]");
+    }
+}

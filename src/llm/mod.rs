@@ -1,0 +1,180 @@
+//! Language models behind one small trait, with a persistent response cache.
+//!
+//! Owns: the [`Chat`] trait (messages in, text out), its OpenAI-compatible HTTP implementation
+//! ([`OpenAiChat`]), native GGUF generation through candle ([`LocalChat`]), the SQLite response cache ([`ResponseCache`]), the [`Llm`] front that every
+//! stage calls (cache first, then the backend, with counters), our own prompts
+//! ([`prompts`], versioned text files) and robust output parsing ([`parse`]).
+//!
+//! Guarantees: a call whose answer is in the cache never reaches the backend, so a rerun of a
+//! finished stage makes no calls and an interrupted one resumes where it stopped; every answer
+//! is stored as soon as it arrives. The API key is never logged nor printed by `Debug`.
+
+mod cache;
+mod local;
+mod openai;
+pub mod parse;
+pub mod prompts;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+pub use cache::{ResponseCache, cache_key};
+pub use local::{ChatFormat, LocalChat};
+pub use openai::{OpenAiChat, OpenAiConfig};
+
+use crate::error::Result;
+
+/// Who speaks a [`Message`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions that frame the conversation.
+    System,
+    /// The request.
+    User,
+    /// The model's earlier answer (used when asking it to repair its output).
+    Assistant,
+}
+
+/// One turn of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Speaker.
+    pub role: Role,
+    /// Text.
+    pub content: String,
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::System,
+            content: content.into(),
+        }
+    }
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: content.into(),
+        }
+    }
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
+}
+
+/// Generation parameters; part of the cache key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatParams {
+    /// Sampling temperature; 0 means greedy.
+    pub temperature: f32,
+    /// Most tokens the answer may have.
+    pub max_tokens: u32,
+    /// Sampling seed, when the backend supports one.
+    pub seed: Option<u64>,
+}
+
+impl Default for ChatParams {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            max_tokens: 2048,
+            seed: None,
+        }
+    }
+}
+
+/// A chat model: messages in, text out. Implementations are called from several threads at
+/// once and bound their own concurrency (see [`Chat::max_concurrency`]).
+pub trait Chat: Send + Sync {
+    /// Backend kind, part of the cache key (`openai`, `gguf`).
+    fn backend(&self) -> &str;
+    /// Model name, part of the cache key.
+    fn model(&self) -> &str;
+    /// Where it runs, for error messages (a URL or a file), never with credentials.
+    fn location(&self) -> String;
+    /// How many calls are worth running at once.
+    fn max_concurrency(&self) -> usize;
+    /// Generates the answer to `messages`. Transient failures are retried inside; an error here
+    /// is final.
+    fn chat(&self, messages: &[Message], params: &ChatParams) -> Result<String>;
+}
+
+/// Counters of one [`Llm`]: what reached the backend and what the cache answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LlmStats {
+    /// Answers served from the cache.
+    pub cache_hits: u64,
+    /// Calls that reached the backend and succeeded.
+    pub calls: u64,
+    /// Calls that failed for good.
+    pub failed_calls: u64,
+}
+
+/// The front every stage calls: the response cache, then the backend.
+pub struct Llm {
+    chat: Box<dyn Chat>,
+    cache: Option<ResponseCache>,
+    cache_hits: AtomicU64,
+    calls: AtomicU64,
+    failed_calls: AtomicU64,
+}
+
+impl Llm {
+    /// Wraps `chat`; with `cache` None every call reaches the backend (`--no-cache`).
+    pub fn new(chat: Box<dyn Chat>, cache: Option<ResponseCache>) -> Self {
+        Self {
+            chat,
+            cache,
+            cache_hits: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            failed_calls: AtomicU64::new(0),
+        }
+    }
+
+    /// The backend.
+    pub fn chat_backend(&self) -> &dyn Chat {
+        self.chat.as_ref()
+    }
+
+    /// The answer to `messages`, from the cache when it has it, else from the backend (and then
+    /// stored in the cache at once).
+    pub fn complete(&self, messages: &[Message], params: &ChatParams) -> Result<String> {
+        let key = cache_key(self.chat.backend(), self.chat.model(), messages, params);
+        if let Some(cache) = &self.cache
+            && let Some(text) = cache.get(&key)?
+        {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(text);
+        }
+        match self.chat.chat(messages, params) {
+            Ok(text) => {
+                self.calls.fetch_add(1, Ordering::Relaxed);
+                if let Some(cache) = &self.cache {
+                    cache.put(&key, self.chat.backend(), self.chat.model(), &text)?;
+                }
+                Ok(text)
+            }
+            Err(err) => {
+                self.failed_calls.fetch_add(1, Ordering::Relaxed);
+                Err(err)
+            }
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> LlmStats {
+        LlmStats {
+            cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            calls: self.calls.load(Ordering::Relaxed),
+            failed_calls: self.failed_calls.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! An OpenAI-compatible `chat/completions` client (vLLM, llama.cpp server, TGI, Ollama, OpenAI)
+//! over blocking HTTP (ureq; rustls for https, no system TLS library).
+//!
+//! Transient failures are retried with exponential backoff and full jitter: HTTP 408, 409, 429
+//! and 5xx, timeouts, refused or dropped connections, and bodies that are not the JSON the
+//! protocol promises (truncated or garbled). A `Retry-After` header (seconds) is honoured, capped
+//! by [`OpenAiConfig::max_backoff`]. Other 4xx (bad request, context overflow, bad key) fail at
+//! once with the server's message. At most [`OpenAiConfig::concurrency`] requests are in flight,
+//! however many threads call.
+
+use std::fmt;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Chat, ChatParams, Message};
+use crate::error::{Error, Result};
+
+/// Settings of [`OpenAiChat`].
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// The API root, e.g. `http://localhost:8000/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    /// The model name the server knows.
+    pub model: String,
+    /// Sent as `Authorization: Bearer ...` when set. Never logged.
+    pub api_key: Option<String>,
+    /// Most requests in flight at once.
+    pub concurrency: usize,
+    /// Limit for one whole request (connect, send, wait, read).
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// First backoff; doubled each retry.
+    pub initial_backoff: Duration,
+    /// Longest single wait, `Retry-After` included.
+    pub max_backoff: Duration,
+}
+
+impl OpenAiConfig {
+    /// Defaults: 8 in flight, 300 s per request, 8 retries, backoff 1 s doubling to 60 s.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            concurrency: 8,
+            timeout: Duration::from_secs(300),
+            max_retries: 8,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+impl fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("concurrency", &self.concurrency)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .finish()
+    }
+}
+
+/// A counting semaphore: bounds requests in flight.
+struct Permits {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+struct Permit<'a>(&'a Permits);
+
+impl Permits {
+    fn new(n: usize) -> Self {
+        Self {
+            free: Mutex::new(n.max(1)),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> Permit<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        let mut free = self.0.free.lock().unwrap_or_else(|e| e.into_inner());
+        *free += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// The outcome of one attempt.
+enum Attempt {
+    Done(String),
+    /// Worth retrying; `retry_after` from the server when it said.
+    Transient {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Fatal(String),
+}
+
+/// The chat client. Cheap to share between threads.
+pub struct OpenAiChat {
+    config: OpenAiConfig,
+    endpoint: String,
+    agent: ureq::Agent,
+    permits: Permits,
+}
+
+impl OpenAiChat {
+    /// Checks the settings and builds the HTTP agent (no request is made).
+    pub fn new(config: OpenAiConfig) -> Result<Self> {
+        let base = config.base_url.trim().trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::invalid(
+                "--llm-base-url",
+                format!("{base:?} is not an http:// or https:// URL"),
+            ));
+        }
+        if config.model.trim().is_empty() {
+            return Err(Error::invalid("--llm-model", "empty model name"));
+        }
+        if config.timeout.is_zero() {
+            return Err(Error::invalid("--llm-timeout", "must be positive"));
+        }
+        let endpoint = format!("{base}/chat/completions");
+        let agent_config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(config.timeout))
+            .timeout_connect(Some(config.timeout.min(Duration::from_secs(30))))
+            .max_idle_connections(config.concurrency.max(1) * 2)
+            .max_idle_connections_per_host(config.concurrency.max(1) * 2)
+            .user_agent(concat!("freshstack/", env!("CARGO_PKG_VERSION")))
+            .build();
+        Ok(Self {
+            permits: Permits::new(config.concurrency),
+            endpoint,
+            agent: ureq::Agent::new_with_config(agent_config),
+            config,
+        })
+    }
+
+    /// The full `chat/completions` URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn request_body(&self, messages: &[Message], params: &ChatParams) -> String {
+        let mut body = serde_json::json!({
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": params.temperature,
+            "max_tokens": params.max_tokens,
+            "stream": false,
+        });
+        if let Some(seed) = params.seed {
+            body["seed"] = serde_json::json!(seed);
+        }
+        body.to_string()
+    }
+
+    fn attempt(&self, body: &str) -> Attempt {
+        let _permit = self.permits.acquire();
+        let mut request = self
+            .agent
+            .post(&self.endpoint)
+            .header("Content-Type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+        let mut response = match request.send(body) {
+            Ok(r) => r,
+            Err(e) => return classify_transport(e),
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let text = match response.body_mut().read_to_string() {
+            Ok(t) => t,
+            Err(e) => {
+                return Attempt::Transient {
+                    reason: format!("reading the response body: {e}"),
+                    retry_after: None,
+                };
+            }
+        };
+        match status {
+            200..=299 => match extract_content(&text) {
+                Ok(content) => Attempt::Done(content),
+                Err(reason) => Attempt::Transient {
+                    reason,
+                    retry_after: None,
+                },
+            },
+            408 | 409 | 429 | 500..=599 => Attempt::Transient {
+                reason: format!("HTTP {status}: {}", snippet(&text)),
+                retry_after,
+            },
+            _ => {
+                let mut message = format!("HTTP {status}: {}", snippet(&text));
+                let lower = text.to_ascii_lowercase();
+                if lower.contains("context") || lower.contains("too long") {
+                    message.push_str(
+                        " (the prompt may exceed the model's context: lower --llm-context-tokens, \
+                         --max-doc-tokens or --docs-per-call)",
+                    );
+                }
+                Attempt::Fatal(message)
+            }
+        }
+    }
+
+    /// The wait before retry number `retry` (0-based): full jitter over an exponential ceiling,
+    /// at least the server's `Retry-After`, at most `max_backoff`.
+    fn backoff(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
+        let ceiling = self
+            .config
+            .initial_backoff
+            .saturating_mul(1u32 << retry.min(20))
+            .min(self.config.max_backoff);
+        let jittered = ceiling.mul_f64(0.5 + 0.5 * fastrand::f64());
+        match retry_after {
+            Some(wait) => wait.max(jittered).min(self.config.max_backoff),
+            None => jittered,
+        }
+    }
+}
+
+impl Chat for OpenAiChat {
+    fn backend(&self) -> &str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    fn location(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    fn max_concurrency(&self) -> usize {
+        self.config.concurrency.max(1)
+    }
+
+    fn chat(&self, messages: &[Message], params: &ChatParams) -> Result<String> {
+        let body = self.request_body(messages, params);
+        let mut retry = 0;
+        loop {
+            match self.attempt(&body) {
+                Attempt::Done(text) => return Ok(text),
+                Attempt::Fatal(message) => {
+                    return Err(Error::Llm {
+                        backend: format!("openai {}", self.endpoint),
+                        message,
+                    });
+                }
+                Attempt::Transient {
+                    reason,
+                    retry_after,
+                } => {
+                    if retry >= self.config.max_retries {
+                        return Err(Error::Llm {
+                            backend: format!("openai {}", self.endpoint),
+                            message: format!(
+                                "giving up after {} attempts; last: {reason}",
+                                retry + 1
+                            ),
+                        });
+                    }
+                    let wait = self.backoff(retry, retry_after);
+                    tracing::debug!(
+                        "{}: {reason}; retry {} in {:.2}s",
+                        self.endpoint,
+                        retry + 1,
+                        wait.as_secs_f64()
+                    );
+                    std::thread::sleep(wait);
+                    retry += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Sorts a transport error into retryable (network, timeout) or not (bad URL, TLS setup).
+fn classify_transport(e: ureq::Error) -> Attempt {
+    use ureq::Error as E;
+    match e {
+        E::BadUri(_)
+        | E::Http(_)
+        | E::RequireHttpsOnly(_)
+        | E::TlsRequired
+        | E::InvalidProxyUrl
+        | E::Tls(_) => Attempt::Fatal(e.to_string()),
+        other => Attempt::Transient {
+            reason: other.to_string(),
+            retry_after: None,
+        },
+    }
+}
+
+/// `Retry-After` as delta-seconds (the HTTP-date form is rare from model servers: ignored).
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    let secs: f64 = value.trim().parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
+}
+
+#[derive(Deserialize)]
+struct Completion {
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: ChoiceMessage,
+}
+
+#[derive(Deserialize)]
+struct ChoiceMessage {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+/// `choices[0].message.content`; an error message when the body is not that shape.
+fn extract_content(body: &str) -> std::result::Result<String, String> {
+    let completion: Completion = serde_json::from_str(body)
+        .map_err(|e| format!("malformed completion body ({e}): {}", snippet(body)))?;
+    let choice = completion
+        .choices
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("completion without choices: {}", snippet(body)))?;
+    Ok(choice.message.content.unwrap_or_default())
+}
+
+/// The first 200 characters of a body, on one line, for error messages.
+fn snippet(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().count() > 200 {
+        format!("{one_line}...")
+    } else {
+        one_line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_key() {
+        let mut config = OpenAiConfig::new("http://x/v1", "m");
+        config.api_key = Some("sk-secret".into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        assert!(shown.contains("redacted"));
+    }
+
+    #[test]
+    fn rejects_bad_urls() {
+        assert!(OpenAiChat::new(OpenAiConfig::new("localhost:8000", "m")).is_err());
+        assert!(OpenAiChat::new(OpenAiConfig::new("http://h/v1/", "")).is_err());
+        let chat = OpenAiChat::new(OpenAiConfig::new("http://h/v1/", "m")).unwrap();
+        assert_eq!(chat.endpoint(), "http://h/v1/chat/completions");
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let mut config = OpenAiConfig::new("http://h/v1", "m");
+        config.initial_backoff = Duration::from_millis(100);
+        config.max_backoff = Duration::from_secs(2);
+        let chat = OpenAiChat::new(config).unwrap();
+        for retry in 0..30 {
+            let wait = chat.backoff(retry, None);
+            assert!(wait <= Duration::from_secs(2));
+            let ceiling = Duration::from_millis(100)
+                .saturating_mul(1 << retry.min(20))
+                .min(Duration::from_secs(2));
+            assert!(wait >= ceiling / 2, "{retry}: {wait:?}");
+        }
+        assert_eq!(
+            chat.backoff(0, Some(Duration::from_secs(1))),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            chat.backoff(0, Some(Duration::from_secs(100))),
+            Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn retry_after_and_content() {
+        assert_eq!(parse_retry_after(" 3 "), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(
+            extract_content(r#"{"choices":[{"message":{"role":"assistant","content":"hi"}}]}"#)
+                .unwrap(),
+            "hi"
+        );
+        assert!(extract_content(r#"{"choices":[]}"#).is_err());
+        assert!(extract_content(r#"{"choi"#).is_err());
+    }
+}

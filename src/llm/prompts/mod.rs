@@ -1,0 +1,166 @@
+//! Our own prompts (the paper's were not released), as versioned text files compiled into the
+//! binary. A file has `=== system ===` / `=== user ===` sections and `{{name}}` placeholders.
+//! Changing a prompt means a new file (`*.v2.txt`) and a new constant: prompt text is part of the
+//! cache key, so old answers are then simply not reused.
+
+use super::{Message, Role};
+use crate::error::{Error, Result};
+
+/// A prompt template.
+#[derive(Debug, Clone, Copy)]
+pub struct Prompt {
+    /// Name with version, e.g. `nuggets.v1` (recorded in stage summaries).
+    pub id: &'static str,
+    text: &'static str,
+}
+
+/// Question + accepted answer -> nuggets, grading-notes style (paper §3.3).
+/// Placeholders: `title`, `question`, `answer`, `max_nuggets`.
+pub const NUGGETS: Prompt = Prompt {
+    id: "nuggets.v1",
+    text: include_str!("nuggets.v1.txt"),
+};
+
+/// Question only -> sub-questions and a closed-book answer (paper §3.4, inference setting).
+/// Placeholders: `title`, `question`, `max_sub_questions`.
+pub const QUERY_VARIANTS: Prompt = Prompt {
+    id: "query-variants.v1",
+    text: include_str!("query-variants.v1.txt"),
+};
+
+/// Question, its nuggets and up to N documents -> per-document supported nuggets with a short
+/// chain of thought (paper §3.5). Placeholders: `title`, `question`, `nuggets`, `num_nuggets`,
+/// `documents`, `num_docs`.
+pub const JUDGE: Prompt = Prompt {
+    id: "judge.v1",
+    text: include_str!("judge.v1.txt"),
+};
+
+/// Follow-up when an answer cannot be parsed. Placeholders: `problem`, `format`.
+pub const REPAIR: Prompt = Prompt {
+    id: "repair.v1",
+    text: include_str!("repair.v1.txt"),
+};
+
+impl Prompt {
+    /// The messages with every `{{name}}` replaced by its value from `vars`. Values are inserted
+    /// verbatim and not scanned again (documents may contain `{{`). A placeholder without a value
+    /// is an error (a bug in the caller).
+    pub fn render(&self, vars: &[(&str, &str)]) -> Result<Vec<Message>> {
+        let mut messages = Vec::new();
+        let mut current: Option<(Role, String)> = None;
+        for line in self.text.lines() {
+            let header = match line.trim() {
+                "=== system ===" => Some(Role::System),
+                "=== user ===" => Some(Role::User),
+                "=== assistant ===" => Some(Role::Assistant),
+                _ => None,
+            };
+            if let Some(role) = header {
+                if let Some((role, body)) = current.take() {
+                    messages.push(Message {
+                        role,
+                        content: body.trim().to_string(),
+                    });
+                }
+                current = Some((role, String::new()));
+            } else if let Some((_, body)) = current.as_mut() {
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+        if let Some((role, body)) = current {
+            messages.push(Message {
+                role,
+                content: body.trim().to_string(),
+            });
+        }
+        for message in &mut messages {
+            message.content = self.fill(&message.content, vars)?;
+        }
+        Ok(messages)
+    }
+
+    fn fill(&self, template: &str, vars: &[(&str, &str)]) -> Result<String> {
+        let mut out = String::with_capacity(template.len());
+        let mut rest = template;
+        while let Some(open) = rest.find("{{") {
+            out.push_str(&rest[..open]);
+            let after = &rest[open + 2..];
+            let close = after.find("}}").ok_or_else(|| {
+                Error::invalid(format!("prompt {}", self.id), "unclosed {{ placeholder")
+            })?;
+            let name = after[..close].trim();
+            let value = vars
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        format!("prompt {}", self.id),
+                        format!("no value for placeholder {name}"),
+                    )
+                })?;
+            out.push_str(value);
+            rest = &after[close + 2..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_sections_and_values_verbatim() {
+        let msgs = NUGGETS
+            .render(&[
+                ("title", "T"),
+                ("question", "uses {{title}} literally"),
+                ("answer", "A"),
+                ("max_nuggets", "5"),
+            ])
+            .unwrap();
+        assert_eq!(msgs.len(), 2);
+        assert_eq!(msgs[0].role, Role::System);
+        assert_eq!(msgs[1].role, Role::User);
+        assert!(msgs[1].content.contains("Question title: T"));
+        assert!(msgs[1].content.contains("uses {{title}} literally"));
+        assert!(msgs[1].content.contains("between 1 and 5 nuggets"));
+    }
+
+    #[test]
+    fn missing_value_is_an_error() {
+        let err = REPAIR.render(&[("problem", "x")]).unwrap_err().to_string();
+        assert!(err.contains("format"), "{err}");
+    }
+
+    #[test]
+    fn every_prompt_renders() {
+        let all = [
+            "title",
+            "question",
+            "answer",
+            "max_nuggets",
+            "max_sub_questions",
+            "nuggets",
+            "num_nuggets",
+            "documents",
+            "num_docs",
+            "problem",
+            "format",
+        ];
+        let vars: Vec<(&str, &str)> = all.iter().map(|k| (*k, "v")).collect();
+        for prompt in [NUGGETS, QUERY_VARIANTS, JUDGE, REPAIR] {
+            let msgs = prompt.render(&vars).unwrap();
+            assert!(!msgs.is_empty(), "{}", prompt.id);
+            assert!(
+                msgs.iter().all(|m| !m.content.contains("{{")),
+                "{}",
+                prompt.id
+            );
+        }
+    }
+}

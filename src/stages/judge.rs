@@ -1,0 +1,562 @@
+//! Nugget-level support judgments (paper §3.5): per question, up to `docs_per_call` pooled
+//! documents with all the question's nuggets in one call; the model reasons briefly, then gives
+//! per document the nuggets it supports. One output row per (question, nugget, document).
+//!
+//! Documents are truncated to fit the model's context: the prompt without documents, the answer
+//! budget and the documents must fit in `context_tokens` (counted with cl100k_base, an
+//! approximation of the served model's tokenizer), and no document gets more than
+//! `max_doc_tokens`. Truncations are counted in the summary.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::input::{
+    JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QuestionInput, read_questions, read_rows,
+};
+use super::run::{ParseOutcome, ask, run_items};
+use super::{DEFAULT_MAX_REPAIRS, StageSummary};
+use crate::dataset::{AtomicWriter, Document};
+use crate::error::{Error, Result};
+use crate::llm::prompts::JUDGE;
+use crate::llm::{ChatParams, Llm, parse};
+use crate::progress::Progress;
+
+/// Settings of the judge stage.
+#[derive(Debug, Clone)]
+pub struct JudgeConfig {
+    /// Generation parameters (default: greedy, 4096 tokens for the reasoning and the verdicts).
+    pub params: ChatParams,
+    /// Documents judged together in one call (the paper: at most 20).
+    pub docs_per_call: usize,
+    /// The model's context window, in tokens.
+    pub context_tokens: usize,
+    /// Most tokens of one document shown to the model.
+    pub max_doc_tokens: usize,
+    /// Repair requests after an unusable answer.
+    pub max_repairs: u32,
+}
+
+impl Default for JudgeConfig {
+    fn default() -> Self {
+        Self {
+            params: ChatParams {
+                max_tokens: 4096,
+                ..ChatParams::default()
+            },
+            docs_per_call: 20,
+            context_tokens: 32_768,
+            max_doc_tokens: 2048,
+            max_repairs: DEFAULT_MAX_REPAIRS,
+        }
+    }
+}
+
+/// What the judge stage did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JudgeSummary {
+    /// Calls (items = batches of documents), repairs, failures, cache use.
+    #[serde(flatten)]
+    pub stage: StageSummary,
+    /// Questions in the pool.
+    pub questions: u64,
+    /// Pool questions skipped because they have no nuggets (missing or failed in the nuggets file).
+    pub questions_without_nuggets: u64,
+    /// Output rows.
+    pub judgments: u64,
+    /// Rows judged supported.
+    pub supported: u64,
+    /// Rows without a verdict (the call's answer stayed unusable).
+    pub unjudged: u64,
+    /// Documents shortened to fit the context.
+    pub documents_truncated: u64,
+}
+
+/// One call's worth of work.
+struct Batch<'a> {
+    question: &'a QuestionInput,
+    nuggets: &'a [NuggetText],
+    docs: Vec<&'a Document>,
+}
+
+/// A batch's rows plus counters.
+struct BatchResult {
+    rows: Vec<JudgmentRecord>,
+    repairs: u32,
+    failed: bool,
+    truncated: u64,
+}
+
+/// The verdicts of one document.
+#[derive(Debug, Clone, PartialEq)]
+struct DocVerdict {
+    supported: Vec<bool>,
+    reason: String,
+}
+
+const FORMAT: &str = r#"{"judgments": [{"doc": "D1", "reason": "one short sentence", "supported": ["N1", "N3"]}, {"doc": "D2", "reason": "one short sentence", "supported": []}]}"#;
+
+/// Reads the judgments object: one entry per document D1..Dn, each listing supported nuggets
+/// (an array of `N`-numbers, or a map nugget -> yes/no).
+fn parse_judgments(
+    text: &str,
+    num_docs: usize,
+    num_nuggets: usize,
+) -> ParseOutcome<Vec<Option<DocVerdict>>> {
+    let entries = match parse::extract_json_with_key(text, "judgments") {
+        Some(map) => map.get("judgments").and_then(Value::as_array).cloned(),
+        None => match parse::extract_json(text) {
+            Some(Value::Array(items)) => Some(items),
+            _ => None,
+        },
+    };
+    let Some(entries) = entries else {
+        return Err((
+            "no JSON object with a \"judgments\" array found at the end of the reply".into(),
+            None,
+        ));
+    };
+    let mut verdicts: Vec<Option<DocVerdict>> = vec![None; num_docs];
+    let mut problems = Vec::new();
+    for entry in &entries {
+        let Some(obj) = entry.as_object() else {
+            problems.push("a judgment is not an object".to_string());
+            continue;
+        };
+        let doc = ["doc", "document", "id", "doc_id"]
+            .iter()
+            .find_map(|k| obj.get(*k))
+            .and_then(parse::parse_index);
+        let Some(doc) = doc.filter(|d| (1..=num_docs).contains(d)) else {
+            problems.push(format!("a judgment names no document D1..D{num_docs}"));
+            continue;
+        };
+        let mut supported = vec![false; num_nuggets];
+        let mut ok = true;
+        match obj
+            .get("supported")
+            .or_else(|| obj.get("supported_nuggets"))
+        {
+            Some(Value::Array(items)) => {
+                for item in items {
+                    match parse::parse_index(item).filter(|n| (1..=num_nuggets).contains(n)) {
+                        Some(n) => supported[n - 1] = true,
+                        None => {
+                            problems
+                                .push(format!("D{doc}: {item} is not a nugget N1..N{num_nuggets}"));
+                            ok = false;
+                        }
+                    }
+                }
+            }
+            Some(Value::Object(map)) => {
+                for (key, value) in map {
+                    let n = parse::parse_index(&Value::String(key.clone()))
+                        .filter(|n| (1..=num_nuggets).contains(n));
+                    match (n, parse::parse_verdict(value)) {
+                        (Some(n), Some(v)) => supported[n - 1] = v,
+                        _ => {
+                            problems.push(format!("D{doc}: cannot read {key:?}: {value}"));
+                            ok = false;
+                        }
+                    }
+                }
+            }
+            _ => {
+                problems.push(format!("D{doc}: no \"supported\" array"));
+                ok = false;
+            }
+        }
+        let reason = ["reason", "rationale", "reasoning"]
+            .iter()
+            .find_map(|k| obj.get(*k).and_then(Value::as_str))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        if ok && verdicts[doc - 1].is_none() {
+            verdicts[doc - 1] = Some(DocVerdict { supported, reason });
+        }
+    }
+    let missing: Vec<String> = verdicts
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_none())
+        .map(|(i, _)| format!("D{}", i + 1))
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!("no usable judgment for {}", missing.join(", ")));
+    }
+    if problems.is_empty() {
+        Ok(verdicts)
+    } else {
+        problems.dedup();
+        Err((problems.join("; "), Some(verdicts)))
+    }
+}
+
+/// `text` cut to at most `max_tokens` cl100k tokens, at a pre-token boundary; `None` when it
+/// already fits.
+fn truncate_to_tokens(text: &str, max_tokens: usize) -> Option<String> {
+    let tokenizer = bpe_openai::cl100k_base();
+    let mut used = 0;
+    let mut end = 0;
+    for piece in tokenizer.split(text) {
+        let n = tokenizer.bpe.count(piece.as_bytes());
+        if used + n > max_tokens {
+            let mut cut = text[..end].to_string();
+            cut.push_str("\n[... truncated]");
+            return Some(cut);
+        }
+        used += n;
+        end += piece.len();
+    }
+    None
+}
+
+fn count_tokens(text: &str) -> usize {
+    bpe_openai::cl100k_base().count(text)
+}
+
+fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<BatchResult> {
+    let q = batch.question;
+    let nuggets_text: String = batch
+        .nuggets
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("N{}. {}\n", i + 1, n.text.trim()))
+        .collect();
+    let num_nuggets = batch.nuggets.len().to_string();
+    let num_docs = batch.docs.len().to_string();
+    let vars_without_docs = [
+        ("title", q.query_title.trim()),
+        ("question", q.query_text.trim()),
+        ("nuggets", nuggets_text.trim_end()),
+        ("num_nuggets", num_nuggets.as_str()),
+        ("num_docs", num_docs.as_str()),
+        ("documents", ""),
+    ];
+    let fixed_tokens: usize = JUDGE
+        .render(&vars_without_docs)?
+        .iter()
+        .map(|m| count_tokens(&m.content) + 8)
+        .sum();
+    // Room for the documents: the context minus the prompt, the answer budget and the
+    // per-document headers.
+    let headers = batch.docs.len() * 32;
+    let room = config
+        .context_tokens
+        .saturating_sub(fixed_tokens + config.params.max_tokens as usize + headers);
+    let per_doc = (room / batch.docs.len().max(1)).min(config.max_doc_tokens);
+    if per_doc < 32 {
+        return Err(Error::invalid(
+            "--llm-context-tokens",
+            format!(
+                "question {}: the prompt ({fixed_tokens} tokens) and the answer budget ({}) leave \
+                 no room for {} documents in a {}-token context; lower --docs-per-call or \
+                 --llm-max-tokens, or raise --llm-context-tokens",
+                q.query_id,
+                config.params.max_tokens,
+                batch.docs.len(),
+                config.context_tokens
+            ),
+        ));
+    }
+    let mut truncated = 0;
+    let mut documents = String::new();
+    for (i, doc) in batch.docs.iter().enumerate() {
+        let text = match truncate_to_tokens(&doc.text, per_doc) {
+            Some(cut) => {
+                truncated += 1;
+                cut
+            }
+            None => doc.text.clone(),
+        };
+        documents.push_str(&format!("[D{}] {}\n{}\n\n", i + 1, doc.id, text.trim_end()));
+    }
+    let mut vars = vars_without_docs;
+    vars[5] = ("documents", documents.trim_end());
+    let messages = JUDGE.render(&vars)?;
+    let (n_docs, n_nuggets) = (batch.docs.len(), batch.nuggets.len());
+    let answer = ask(
+        llm,
+        messages,
+        &config.params,
+        config.max_repairs,
+        FORMAT,
+        |text| parse_judgments(text, n_docs, n_nuggets),
+    )?;
+    let verdicts = answer.value.unwrap_or_else(|| vec![None; n_docs]);
+    let mut rows = Vec::with_capacity(n_docs * n_nuggets);
+    for (nugget_index, nugget) in batch.nuggets.iter().enumerate() {
+        for (doc, verdict) in batch.docs.iter().zip(&verdicts) {
+            rows.push(match verdict {
+                Some(v) => JudgmentRecord {
+                    query_id: q.query_id.clone(),
+                    nugget_id: nugget.id.clone(),
+                    doc_id: doc.id.clone(),
+                    supported: Some(v.supported[nugget_index]),
+                    rationale: v.reason.clone(),
+                    error: None,
+                    raw: None,
+                },
+                None => JudgmentRecord {
+                    query_id: q.query_id.clone(),
+                    nugget_id: nugget.id.clone(),
+                    doc_id: doc.id.clone(),
+                    supported: None,
+                    rationale: String::new(),
+                    error: answer.problem.clone(),
+                    raw: Some(answer.raw.clone()),
+                },
+            });
+        }
+    }
+    Ok(BatchResult {
+        rows,
+        repairs: answer.repairs,
+        failed: answer.problem.is_some(),
+        truncated,
+    })
+}
+
+/// Reads the corpus, keeping only the documents in `wanted`.
+fn read_pool_documents(corpus: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, Document>> {
+    let file = File::open(corpus).map_err(|e| Error::io(corpus, e))?;
+    let mut docs = HashMap::with_capacity(wanted.len());
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| Error::io(corpus, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        // Cheap pre-filter: most corpus rows are not in the pool.
+        let doc: Document =
+            serde_json::from_str(&line).map_err(|e| Error::parse(corpus, i + 1, e.to_string()))?;
+        if wanted.contains(doc.id.as_str()) {
+            docs.insert(doc.id.clone(), doc);
+        }
+    }
+    Ok(docs)
+}
+
+/// The files the judge stage reads.
+#[derive(Debug, Clone)]
+pub struct JudgeInputs<'a> {
+    /// Questions (JSONL, reference query schema).
+    pub questions: &'a Path,
+    /// Nuggets (JSONL, [`NuggetsRecord`] rows).
+    pub nuggets: &'a Path,
+    /// Corpus (JSONL documents).
+    pub corpus: &'a Path,
+    /// Pool (JSONL, [`PoolRow`] rows).
+    pub pool: &'a Path,
+}
+
+/// Judges every pooled document of every question against the question's nuggets and writes
+/// one [`JudgmentRecord`] per (question, nugget, document) to `out`, sorted by question id,
+/// nugget order, then document id.
+pub fn judge(
+    llm: &Llm,
+    config: &JudgeConfig,
+    inputs: &JudgeInputs<'_>,
+    out: &Path,
+    progress: &dyn Progress,
+) -> Result<JudgeSummary> {
+    let JudgeInputs {
+        questions,
+        nuggets,
+        corpus,
+        pool,
+    } = *inputs;
+    if config.docs_per_call == 0 {
+        return Err(Error::invalid("--docs-per-call", "must be at least 1"));
+    }
+    let questions: HashMap<String, QuestionInput> = read_questions(questions)?
+        .into_iter()
+        .map(|q| (q.query_id.clone(), q))
+        .collect();
+    let mut nuggets_by_query: HashMap<String, Vec<NuggetText>> = HashMap::new();
+    for (line, record) in read_rows::<NuggetsRecord>(nuggets)? {
+        if nuggets_by_query.contains_key(&record.query_id) {
+            return Err(Error::parse(
+                nuggets,
+                line,
+                format!("field query_id: {:?} appears twice", record.query_id),
+            ));
+        }
+        nuggets_by_query.insert(record.query_id, record.nuggets);
+    }
+    // Pool: dedupe documents within a question, keep pool order.
+    let mut pool_rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (line, row) in read_rows::<PoolRow>(pool)? {
+        if !questions.contains_key(&row.query_id) {
+            return Err(Error::parse(
+                pool,
+                line,
+                format!(
+                    "field query_id: {:?} is not in the questions file",
+                    row.query_id
+                ),
+            ));
+        }
+        let docs = pool_rows.entry(row.query_id).or_default();
+        for id in row.doc_ids {
+            if !docs.contains(&id) {
+                docs.push(id);
+            }
+        }
+    }
+    let wanted: HashSet<&str> = pool_rows.values().flatten().map(String::as_str).collect();
+    let documents = read_pool_documents(corpus, &wanted)?;
+    let mut missing: Vec<&str> = wanted
+        .iter()
+        .filter(|id| !documents.contains_key(**id))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        missing.sort_unstable();
+        return Err(Error::invalid(
+            "--pool",
+            format!(
+                "{} pooled document(s) are not in the corpus {}: {}{}",
+                missing.len(),
+                corpus.display(),
+                missing
+                    .iter()
+                    .take(3)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if missing.len() > 3 { ", ..." } else { "" }
+            ),
+        ));
+    }
+
+    let mut summary = JudgeSummary {
+        questions: pool_rows.len() as u64,
+        ..JudgeSummary::default()
+    };
+    let mut batches = Vec::new();
+    for (qid, doc_ids) in &pool_rows {
+        let nuggets = match nuggets_by_query.get(qid) {
+            Some(n) if !n.is_empty() => n.as_slice(),
+            _ => {
+                summary.questions_without_nuggets += 1;
+                continue;
+            }
+        };
+        let Some(question) = questions.get(qid) else {
+            continue;
+        };
+        for chunk in doc_ids.chunks(config.docs_per_call) {
+            let docs = chunk.iter().filter_map(|id| documents.get(id)).collect();
+            batches.push(Batch {
+                question,
+                nuggets,
+                docs,
+            });
+        }
+    }
+
+    let mut writer = AtomicWriter::create(out)?;
+    progress.begin("judging", Some(batches.len() as u64));
+    let results = run_items(
+        &batches,
+        llm.chat_backend().max_concurrency(),
+        progress,
+        |batch| judge_batch(llm, config, batch),
+    );
+    progress.finish();
+    let results = results?;
+
+    summary.stage.prompt = JUDGE.id.to_string();
+    summary.stage.items = results.len() as u64;
+    let mut rows = Vec::new();
+    for result in results {
+        summary.stage.repairs += u64::from(result.repairs);
+        summary.documents_truncated += result.truncated;
+        if result.failed {
+            summary.stage.failed += 1;
+        } else {
+            summary.stage.ok += 1;
+        }
+        rows.extend(result.rows);
+    }
+    // Nugget order is the numeric suffix of the id (`q_10` after `q_9`).
+    let nugget_rank = |id: &str| -> u64 {
+        id.rsplit('_')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX)
+    };
+    rows.sort_by(|a, b| {
+        (
+            a.query_id.as_str(),
+            nugget_rank(&a.nugget_id),
+            a.nugget_id.as_str(),
+            a.doc_id.as_str(),
+        )
+            .cmp(&(
+                b.query_id.as_str(),
+                nugget_rank(&b.nugget_id),
+                b.nugget_id.as_str(),
+                b.doc_id.as_str(),
+            ))
+    });
+    for row in &rows {
+        match row.supported {
+            Some(true) => summary.supported += 1,
+            Some(false) => {}
+            None => summary.unjudged += 1,
+        }
+        writer.write_json_line(row)?;
+    }
+    summary.judgments = rows.len() as u64;
+    writer.commit()?;
+    summary.stage.llm = llm.stats();
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_reasoning_then_json() {
+        let text = "D1 shows the config key {x}. D2 is unrelated.\n\
+            ```json\n{\"judgments\": [{\"doc\": \"D1\", \"reason\": \"sets x\", \"supported\": [\"N2\"]},\
+            {\"doc\": 2, \"reasoning\": \"no\", \"supported\": {\"N1\": \"no\", \"N2\": false}}]}\n```";
+        let verdicts = parse_judgments(text, 2, 2).unwrap();
+        let d1 = verdicts[0].as_ref().unwrap();
+        assert_eq!(d1.supported, vec![false, true]);
+        assert_eq!(d1.reason, "sets x");
+        assert_eq!(verdicts[1].as_ref().unwrap().supported, vec![false, false]);
+    }
+
+    #[test]
+    fn missing_documents_are_reported_with_the_partial_result() {
+        let text = r#"{"judgments": [{"doc": "D1", "supported": ["N1"]}, {"doc": "D9", "supported": []}]}"#;
+        let (problem, partial) = parse_judgments(text, 3, 1).unwrap_err();
+        assert!(problem.contains("D2, D3"), "{problem}");
+        assert!(problem.contains("D1..D3"), "{problem}");
+        let partial = partial.unwrap();
+        assert!(partial[0].is_some() && partial[1].is_none());
+        let (problem, _) = parse_judgments("I think D1 is relevant.", 1, 1).unwrap_err();
+        assert!(problem.contains("judgments"));
+        let (problem, _) =
+            parse_judgments(r#"{"judgments": [{"doc": 1, "supported": ["N7"]}]}"#, 1, 2)
+                .unwrap_err();
+        assert!(problem.contains("N7"), "{problem}");
+    }
+
+    #[test]
+    fn truncation_respects_budget() {
+        let text = "word ".repeat(1000);
+        let cut = truncate_to_tokens(&text, 100).unwrap();
+        assert!(count_tokens(&cut) <= 110);
+        assert!(truncate_to_tokens("short text", 100).is_none());
+    }
+}

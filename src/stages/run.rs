@@ -1,0 +1,163 @@
+//! What the LLM stages share: a bounded pool of workers over work items, and the
+//! ask-parse-repair loop.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
+use crate::llm::prompts::REPAIR;
+use crate::llm::{ChatParams, Llm, Message};
+use crate::progress::Progress;
+
+/// Runs `work` on every item with `workers` threads and returns the results in item order
+/// (never completion order). The first error stops new items from starting; items in flight
+/// finish (their answers are cached), then the error is returned.
+pub(crate) fn run_items<T: Sync, R: Send>(
+    items: &[T],
+    workers: usize,
+    progress: &dyn Progress,
+    work: impl Fn(&T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    let workers = workers.clamp(1, items.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    match work(item) {
+                        Ok(result) => {
+                            if let Ok(mut slot) = slots[i].lock() {
+                                *slot = Some(result);
+                            }
+                            progress.advance(1);
+                        }
+                        Err(err) => {
+                            stop.store(true, Ordering::Relaxed);
+                            if let Ok(mut first) = first_error.lock()
+                                && first.is_none()
+                            {
+                                *first = Some(err);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(err) = first_error.into_inner().ok().flatten() {
+        return Err(err);
+    }
+    slots
+        .into_iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            slot.into_inner()
+                .ok()
+                .flatten()
+                .ok_or_else(|| Error::Resource {
+                    what: "worker pool".into(),
+                    message: format!("item {i} produced no result"),
+                })
+        })
+        .collect()
+}
+
+/// The outcome of [`ask`].
+pub(crate) struct Answer<T> {
+    /// The parsed value; on failure, whatever part the last answer had (may be `None`).
+    pub value: Option<T>,
+    /// Why the last answer could not be used; `None` on success.
+    pub problem: Option<String>,
+    /// The last raw answer.
+    pub raw: String,
+    /// Repair requests sent.
+    pub repairs: u32,
+}
+
+/// What a parser says about an answer: usable, or why not (with any usable part).
+pub(crate) type ParseOutcome<T> = std::result::Result<T, (String, Option<T>)>;
+
+/// Sends `messages`; when `parse` rejects the answer, asks the model to repair it (showing its
+/// answer and the problem) up to `max_repairs` times. A transport failure is an error; an
+/// answer still unusable after the repairs is an [`Answer`] with `problem` set.
+pub(crate) fn ask<T>(
+    llm: &Llm,
+    mut messages: Vec<Message>,
+    params: &ChatParams,
+    max_repairs: u32,
+    format: &str,
+    parse: impl Fn(&str) -> ParseOutcome<T>,
+) -> Result<Answer<T>> {
+    let mut repairs = 0;
+    loop {
+        let raw = llm.complete(&messages, params)?;
+        match parse(&raw) {
+            Ok(value) => {
+                return Ok(Answer {
+                    value: Some(value),
+                    problem: None,
+                    raw,
+                    repairs,
+                });
+            }
+            Err((problem, partial)) => {
+                if repairs >= max_repairs {
+                    return Ok(Answer {
+                        value: partial,
+                        problem: Some(problem),
+                        raw,
+                        repairs,
+                    });
+                }
+                messages.push(Message::assistant(raw));
+                messages.extend(REPAIR.render(&[("problem", &problem), ("format", format)])?);
+                repairs += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+
+    #[test]
+    fn results_in_item_order_whatever_the_workers() {
+        let items: Vec<u64> = (0..200).collect();
+        for workers in [1, 3, 16] {
+            let out = run_items(&items, workers, &NoProgress, |&i| {
+                if i % 7 == 0 {
+                    std::thread::yield_now();
+                }
+                Ok(i * 2)
+            })
+            .unwrap();
+            assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn first_error_stops_the_run() {
+        let items: Vec<u64> = (0..50).collect();
+        let err = run_items(&items, 4, &NoProgress, |&i| {
+            if i == 10 {
+                Err(Error::invalid("x", "boom"))
+            } else {
+                Ok(i)
+            }
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("boom"));
+        assert!(
+            run_items::<u64, u64>(&[], 4, &NoProgress, |&i| Ok(i))
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
