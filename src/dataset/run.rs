@@ -121,6 +121,27 @@ impl Run {
         }
     }
 
+    /// Adds a whole ranking of distinct documents for `query_id` at once, without the per-push
+    /// duplicate bookkeeping (fusion and retrieval produce distinct ids). Falls back to
+    /// [`Run::push`] per document when the run already has this question.
+    pub fn push_ranking(&mut self, query_id: &str, docs: Vec<ScoredDoc>) {
+        if self.by_query.contains_key(query_id) {
+            for doc in docs {
+                self.push(query_id, &doc.doc_id, doc.score);
+            }
+            return;
+        }
+        let i = self.rankings.len();
+        self.by_query.insert(query_id.to_string(), i);
+        self.rankings.push(Ranking {
+            query_id: query_id.to_string(),
+            docs,
+        });
+        // Built lazily by `push` if this question ever gets another document.
+        self.positions.push(None);
+        self.last = Some(i);
+    }
+
     /// The ranking of `query_id`, if the run has one.
     pub fn get(&self, query_id: &str) -> Option<&Ranking> {
         self.by_query.get(query_id).map(|&i| &self.rankings[i])
@@ -465,6 +486,22 @@ impl FromIterator<(String, String, f64)> for Run {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn push_ranking_then_push_keeps_dict_semantics() {
+        let doc = |id: &str, score| ScoredDoc {
+            doc_id: id.to_string(),
+            score,
+        };
+        let mut run = Run::new("r");
+        run.push_ranking("q", vec![doc("a", 2.0), doc("b", 1.0)]);
+        run.push("q", "a", 5.0);
+        run.push("q", "c", 0.5);
+        run.push_ranking("q", vec![doc("b", 3.0)]);
+        let docs = &run.get("q").unwrap().docs;
+        assert_eq!(docs, &vec![doc("a", 5.0), doc("b", 3.0), doc("c", 0.5)]);
+        assert_eq!(run.duplicates(), 2);
+    }
 
     fn read(text: &str) -> Result<Run> {
         let dir = tempfile::tempdir().unwrap();

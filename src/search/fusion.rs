@@ -91,18 +91,22 @@ pub fn fuse(runs: &[&Run], options: &FusionOptions, name: &str) -> Result<Run> {
         }
     }
     // Questions are independent: fused in parallel, added in order (deterministic).
-    let per_query: Vec<Vec<(&str, f64)>> = order
+    let per_query: Vec<Vec<ScoredDoc>> = order
         .par_iter()
         .map(|query_id| {
             let rankings: Vec<Option<&Ranking>> = runs.iter().map(|r| r.get(query_id)).collect();
             fuse_query(&rankings, &weights, options)
+                .into_iter()
+                .map(|(doc_id, score)| ScoredDoc {
+                    doc_id: doc_id.to_string(),
+                    score,
+                })
+                .collect()
         })
         .collect();
     let mut fused = Run::new(name);
     for (query_id, docs) in order.iter().zip(per_query) {
-        for (doc_id, score) in docs {
-            fused.push(query_id, doc_id, score);
-        }
+        fused.push_ranking(query_id, docs);
     }
     Ok(fused)
 }
