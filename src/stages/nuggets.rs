@@ -3,10 +3,9 @@
 
 use std::path::Path;
 
-use super::input::{NuggetText, NuggetsRecord, QuestionInput, read_questions};
-use super::run::{ParseOutcome, ask, run_items};
+use super::input::{NuggetText, NuggetsRecord, QuestionInput};
+use super::run::{ParseOutcome, StageRecord, ask, run_question_stage};
 use super::{DEFAULT_MAX_REPAIRS, StageSummary};
-use crate::dataset::AtomicWriter;
 use crate::error::Result;
 use crate::llm::prompts::NUGGETS;
 use crate::llm::{ChatParams, Llm, parse};
@@ -94,6 +93,12 @@ pub(crate) fn nuggets_for(
     Ok((record, answer.repairs))
 }
 
+impl StageRecord for NuggetsRecord {
+    fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+}
+
 /// Generates nuggets for every question of `questions` (JSONL) into `out` (JSONL, one
 /// [`NuggetsRecord`] per question, sorted by question id).
 pub fn generate_nuggets(
@@ -103,33 +108,7 @@ pub fn generate_nuggets(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<StageSummary> {
-    let mut questions = read_questions(questions)?;
-    questions.sort_by(|a, b| a.query_id.cmp(&b.query_id));
-    let mut writer = AtomicWriter::create(out)?;
-    progress.begin("nuggets", Some(questions.len() as u64));
-    let results = run_items(
-        &questions,
-        llm.chat_backend().max_concurrency(),
-        progress,
-        |q| nuggets_for(llm, config, q),
-    );
-    progress.finish();
-    let results = results?;
-    let mut summary = StageSummary {
-        prompt: NUGGETS.id.to_string(),
-        items: results.len() as u64,
-        ..StageSummary::default()
-    };
-    for (record, repairs) in &results {
-        summary.repairs += u64::from(*repairs);
-        if record.error.is_some() {
-            summary.failed += 1;
-        } else {
-            summary.ok += 1;
-        }
-        writer.write_json_line(record)?;
-    }
-    writer.commit()?;
-    summary.llm = llm.stats();
-    Ok(summary)
+    run_question_stage(llm, "nuggets", NUGGETS.id, questions, out, progress, |q| {
+        nuggets_for(llm, config, q)
+    })
 }

@@ -1,9 +1,15 @@
 //! What the LLM stages share: a bounded pool of workers over work items, and the
 //! ask-parse-repair loop.
 
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use serde::Serialize;
+
+use super::StageSummary;
+use super::input::{QuestionInput, read_questions};
+use crate::dataset::AtomicWriter;
 use crate::error::{Error, Result};
 use crate::llm::prompts::REPAIR;
 use crate::llm::{ChatParams, Llm, Message};
@@ -120,6 +126,55 @@ pub(crate) fn ask<T>(
             }
         }
     }
+}
+
+/// A per-question output row that records whether the model's answer was unusable.
+pub(crate) trait StageRecord: Serialize + Send {
+    /// True when the row carries an error instead of a result.
+    fn failed(&self) -> bool;
+}
+
+/// The shape shared by the per-question stages (nuggets, query variants): read the questions,
+/// sort them by id, run `per_question` over them on the backend's concurrency, write one row per
+/// question in id order (atomically) and count ok / failed / repairs.
+pub(crate) fn run_question_stage<R: StageRecord>(
+    llm: &Llm,
+    label: &str,
+    prompt_id: &str,
+    questions: &Path,
+    out: &Path,
+    progress: &dyn Progress,
+    per_question: impl Fn(&QuestionInput) -> Result<(R, u32)> + Sync,
+) -> Result<StageSummary> {
+    let mut questions = read_questions(questions)?;
+    questions.sort_by(|a, b| a.query_id.cmp(&b.query_id));
+    let mut writer = AtomicWriter::create(out)?;
+    progress.begin(label, Some(questions.len() as u64));
+    let results = run_items(
+        &questions,
+        llm.chat_backend().max_concurrency(),
+        progress,
+        per_question,
+    );
+    progress.finish();
+    let results = results?;
+    let mut summary = StageSummary {
+        prompt: prompt_id.to_string(),
+        items: results.len() as u64,
+        ..StageSummary::default()
+    };
+    for (record, repairs) in &results {
+        summary.repairs += u64::from(*repairs);
+        if record.failed() {
+            summary.failed += 1;
+        } else {
+            summary.ok += 1;
+        }
+        writer.write_json_line(record)?;
+    }
+    writer.commit()?;
+    summary.llm = llm.stats();
+    Ok(summary)
 }
 
 #[cfg(test)]

@@ -5,10 +5,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::input::{QuestionInput, VariantsRecord, read_questions};
-use super::run::{ParseOutcome, ask, run_items};
+use super::input::{QuestionInput, VariantsRecord};
+use super::run::{ParseOutcome, StageRecord, ask, run_question_stage};
 use super::{DEFAULT_MAX_REPAIRS, StageSummary};
-use crate::dataset::AtomicWriter;
 use crate::error::Result;
 use crate::llm::prompts::QUERY_VARIANTS;
 use crate::llm::{ChatParams, Llm, parse};
@@ -120,6 +119,12 @@ fn variants_for(
     Ok((record, answer.repairs))
 }
 
+impl StageRecord for VariantsRecord {
+    fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+}
+
 /// Writes sub-questions and a closed-book answer for every question of `questions` (JSONL)
 /// into `out` (JSONL, one [`VariantsRecord`] per question, sorted by question id).
 pub fn generate_query_variants(
@@ -129,35 +134,15 @@ pub fn generate_query_variants(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<StageSummary> {
-    let mut questions = read_questions(questions)?;
-    questions.sort_by(|a, b| a.query_id.cmp(&b.query_id));
-    let mut writer = AtomicWriter::create(out)?;
-    progress.begin("query variants", Some(questions.len() as u64));
-    let results = run_items(
-        &questions,
-        llm.chat_backend().max_concurrency(),
+    run_question_stage(
+        llm,
+        "query variants",
+        QUERY_VARIANTS.id,
+        questions,
+        out,
         progress,
         |q| variants_for(llm, config, q),
-    );
-    progress.finish();
-    let results = results?;
-    let mut summary = StageSummary {
-        prompt: QUERY_VARIANTS.id.to_string(),
-        items: results.len() as u64,
-        ..StageSummary::default()
-    };
-    for (record, repairs) in &results {
-        summary.repairs += u64::from(*repairs);
-        if record.error.is_some() {
-            summary.failed += 1;
-        } else {
-            summary.ok += 1;
-        }
-        writer.write_json_line(record)?;
-    }
-    writer.commit()?;
-    summary.llm = llm.stats();
-    Ok(summary)
+    )
 }
 
 #[cfg(test)]
