@@ -18,6 +18,8 @@
 //! 5. **Index** ([`index`]): one directory with a BM25 index (tantivy, code-aware analyzer,
 //!    k1/b settable) and dense vector matrices with HNSW graphs; **search** ([`search`]): the
 //!    [`Engine`] serves `bm25` and `dense:NAME` retrievers and writes TREC runs.
+//! 6. **Benchmark** ([`benchmark`]): the published datasets (or a local export), read offline,
+//!    retrieved and scored in one call (`freshstack benchmark`).
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
@@ -36,6 +38,7 @@
 //! - *run*: a ranked list of documents per question; *qrels*: judgments as relevance labels.
 #![warn(missing_docs)]
 
+pub mod benchmark;
 pub mod dataset;
 pub mod embed;
 mod error;

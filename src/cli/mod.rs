@@ -1,5 +1,6 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
+mod benchmark;
 mod corpus;
 mod embed;
 mod eval;
@@ -52,6 +53,9 @@ enum Command {
     Nuggets(nuggets::NuggetsArgs),
     /// Write sub-questions and a closed-book answer per question with an LLM (inference setting).
     QueryVariants(query_variants::QueryVariantsArgs),
+    /// Score retrievers on published FreshStack datasets (Hugging Face cache, offline) or a
+    /// local export: runs, results.json and results.md (alpha-nDCG@10, Coverage@20, Recall@50).
+    Benchmark(benchmark::BenchmarkArgs),
     /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
     Judge(judge::JudgeArgs),
 }
@@ -70,6 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nuggets(args) => nuggets::run(args),
         Command::QueryVariants(args) => query_variants::run(args),
         Command::Judge(args) => judge::run(args),
+        Command::Benchmark(args) => benchmark::run(args),
     }
 }
 
