@@ -145,7 +145,12 @@ fn local_jsonl_export_scores_like_the_parquet_files() {
     .unwrap();
     let spec = local.to_str().unwrap().to_string();
     let mut cfg = config(&dir.path().join("out"), &["bm25"]);
-    cfg.topics = TopicSpec::plan(&[spec.clone()], &[spec], &[]).unwrap();
+    cfg.topics = TopicSpec::plan(
+        std::slice::from_ref(&spec),
+        std::slice::from_ref(&spec),
+        &[],
+    )
+    .unwrap();
     assert_eq!(cfg.topics[0].name, "tiny");
     let from_jsonl = run_benchmark(&cfg, &NoProgress).unwrap();
     let from_hub =
