@@ -10,6 +10,9 @@ the published topics, e.g.
   --hf-cache ~/.cache/huggingface/hub --queries freshstack/queries-oct-2024 \
   --corpus freshstack/corpus-oct-2024 --topic langchain,yolo,laravel,angular,godot
 
+--synthetic N instead writes a synthetic topic (N questions with 4 nuggets, 20 * N documents) in
+the hub cache layout with pyarrow (nested nuggets, snappy) and checks that.
+
 Usage (from the repository root, after `cargo build`):
   source ~/.cache/freshstack-refenv/bin/activate
   python benches/compare/benchmark_vs_reference.py [--retriever bm25 --retriever dense:models/all-MiniLM-L6-v2 --fusion]
@@ -91,6 +94,52 @@ def rows_as_jsonl(files: list[str], out: str) -> None:
                             f.write(json.dumps({"nuggets": json.loads(line)["nuggets"]}) + "\n")
 
 
+def synthetic(hub: str, questions: int, seed: int = 7) -> None:
+    """A topic `synthetic` in the hub cache layout: words from a small vocabulary, so BM25 ties
+    and partial matches are common; each nugget judges 3 relevant and 2 non-relevant documents."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(seed)
+    vocab = [f"{w}{i}" for w in ("cache", "route", "render", "token", "queue", "model", "event") for i in range(60)]
+    ndocs = 20 * questions
+    ids = [f"org/repo/src/f{i // 7}.py_{i}_{i + 900}" for i in range(ndocs)]
+    rev = "0" * 40
+    texts = {d: " ".join(rng.choices(vocab, k=120)) for d in ids}
+    queries = []
+    for q in range(questions):
+        # Ids of one width, like Stack Overflow's: the reference groups nuggets to questions by
+        # prefix (`q1` would also collect `q12_0`), a bug we do not copy.
+        qid = str(78_000_000 + q)
+        words = rng.choices(vocab, k=200)
+        nuggets = []
+        for n in range(4):
+            rel = rng.sample(ids, 3)
+            for d in rel:
+                # Relevant documents share some of the question's words, so retrieval finds
+                # some of them and the metrics are far from 0.
+                texts[d] += " " + " ".join(rng.sample(words, 25))
+            nuggets.append({"_id": f"{qid}_{n}", "text": "n", "relevant_corpus_ids": rel,
+                            "non_relevant_corpus_ids": rng.sample(ids, 2)})
+        queries.append({"query_id": qid, "query_title": " ".join(rng.choices(words, k=6)),
+                        "query_text": " ".join(words), "answer_id": qid, "answer_text": "a",
+                        "metadata": {"date": "2024-10-01", "tags": ["t"]}, "nuggets": nuggets})
+    for repo, split, rows in (
+        ("freshstack/corpus-synthetic", "train",
+         [{"_id": d, "title": "", "text": texts[d],
+           "metadata": {"url": "u", "start_byte": 0, "end_byte": 900, "commit_id": "c"}} for d in ids]),
+        ("freshstack/queries-synthetic", "test", queries),
+    ):
+        base = os.path.join(hub, "datasets--" + repo.replace("/", "--"))
+        os.makedirs(os.path.join(base, "refs"), exist_ok=True)
+        open(os.path.join(base, "refs", "main"), "w").write(rev)
+        target = os.path.join(base, "snapshots", rev, "synthetic")
+        os.makedirs(target, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), os.path.join(target, f"{split}-00000-of-00001.parquet"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default="target/debug/freshstack")
@@ -101,10 +150,16 @@ def main() -> int:
     ap.add_argument("--retriever", action="append", default=None)
     ap.add_argument("--fusion", action="store_true")
     ap.add_argument("-k", type=int, default=100)
+    ap.add_argument("--synthetic", type=int, default=0, metavar="N", help="check a synthetic topic of N questions")
     ap.add_argument("--out", default=None, help="keep the benchmark output here (default: a temp dir)")
     args = ap.parse_args()
     retrievers = args.retriever or ["bm25"]
     with tempfile.TemporaryDirectory() as tmp:
+        if args.synthetic:
+            args.hf_cache = os.path.join(tmp, "hub")
+            synthetic(args.hf_cache, args.synthetic)
+            args.queries, args.corpus, args.topic = (
+                "freshstack/queries-synthetic", "freshstack/corpus-synthetic", "synthetic")
         out = args.out or os.path.join(tmp, "out")
         cmd = [args.binary, "benchmark", "--queries", args.queries, "--corpus", args.corpus,
                "--topic", args.topic, "--hf-cache", args.hf_cache, "--out", out, "-k", str(args.k)]
