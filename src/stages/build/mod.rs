@@ -204,7 +204,9 @@ impl Builder<'_> {
                     .unwrap_or_default();
                 format!("gguf:{name}:{size}")
             }
-            (None, Some(url), Some(model)) => format!("openai:{url}:{model}"),
+            // The server's address is where the model runs, not what it is: moving the server
+            // must not rerun the stages (the response cache is keyed the same way).
+            (None, Some(_), Some(model)) => format!("openai:{model}"),
             _ => String::new(),
         }
     }
