@@ -444,7 +444,7 @@ fn cli_index_search_retrieve() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("1 queries have no searchable terms")
+            String::from_utf8_lossy(&out.stderr).contains("1 queries got no results")
         );
         runs.push(std::fs::read_to_string(&run).unwrap());
     }
