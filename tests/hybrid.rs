@@ -615,3 +615,59 @@ fn minilm_cli_index_and_fusion_retrieve() {
         "{out}"
     );
 }
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A committed format-1 index (scripts/make-index-fixture.sh) still opens and searches.
+#[test]
+fn committed_v1_index_opens_and_searches() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/index-v1");
+    let index = dir.path().join("index");
+    copy_dir(&fixture, &index);
+    let engine = Engine::open(&index).unwrap();
+    assert_eq!(engine.info().retrievers, ["bm25", "dense:onehot"]);
+    let hits = engine
+        .search("background queue", &options("bm25", 2))
+        .unwrap();
+    assert_eq!(hits[0].id, "laravel/docs/queues.md_0_10");
+    let exact = SearchOptions {
+        ann: Ann::Exact,
+        ..options("dense:onehot", 1)
+    };
+    let hits = engine
+        .search_vector("onehot", &[0.0, 0.0, 0.0, 1.0], &exact)
+        .unwrap();
+    assert_eq!(hits[0].id, "laravel/docs/cache.md_0_10");
+    assert!((hits[0].score - 1.0).abs() < 1e-6);
+    // Fusion of the two, with the vector half given by a query encoder.
+    struct Axis;
+    impl QueryEncoder for Axis {
+        fn dim(&self) -> usize {
+            4
+        }
+        fn encode_query(&self, _: &str) -> freshstack::Result<Vec<f32>> {
+            Ok(vec![0.0, 1.0, 0.0, 0.0])
+        }
+    }
+    let mut engine = engine;
+    engine.set_query_encoder("onehot", Arc::new(Axis)).unwrap();
+    let hits = engine
+        .search("background queue", &options("fusion", 4))
+        .unwrap();
+    let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+    assert!(
+        ids.contains(&"laravel/docs/queues.md_0_10") && ids.contains(&"php/doc/string.md_0_10")
+    );
+}
