@@ -7,6 +7,7 @@ mod embed;
 mod engine;
 mod eval_parity;
 mod fusion;
+mod hybrid;
 mod llm;
 mod stackoverflow;
 mod util;
