@@ -28,10 +28,40 @@ const QUESTIONS: usize = 100;
 
 fn words(rng: &mut fastrand::Rng, n: usize) -> String {
     const VOCAB: &[&str] = &[
-        "cache", "router", "render", "widget", "token", "query", "index", "vector", "model",
-        "config", "deploy", "server", "client", "async", "await", "stream", "buffer", "layout",
-        "schema", "migrate", "queue", "worker", "event", "signal", "component", "template",
-        "binding", "inject", "service", "module", "import", "export", "function", "return",
+        "cache",
+        "router",
+        "render",
+        "widget",
+        "token",
+        "query",
+        "index",
+        "vector",
+        "model",
+        "config",
+        "deploy",
+        "server",
+        "client",
+        "async",
+        "await",
+        "stream",
+        "buffer",
+        "layout",
+        "schema",
+        "migrate",
+        "queue",
+        "worker",
+        "event",
+        "signal",
+        "component",
+        "template",
+        "binding",
+        "inject",
+        "service",
+        "module",
+        "import",
+        "export",
+        "function",
+        "return",
     ];
     let mut out = String::with_capacity(n * 8);
     for i in 0..n {
@@ -72,9 +102,15 @@ fn write_parquet(docs: &[Document], path: &Path) {
     let mut writer = SerializedFileWriter::new(File::create(path).unwrap(), schema, props).unwrap();
     let mut group = writer.next_row_group().unwrap();
     let columns: [Vec<ByteArray>; 3] = [
-        docs.iter().map(|d| ByteArray::from(d.id.as_str())).collect(),
-        docs.iter().map(|d| ByteArray::from(d.title.as_str())).collect(),
-        docs.iter().map(|d| ByteArray::from(d.text.as_str())).collect(),
+        docs.iter()
+            .map(|d| ByteArray::from(d.id.as_str()))
+            .collect(),
+        docs.iter()
+            .map(|d| ByteArray::from(d.title.as_str()))
+            .collect(),
+        docs.iter()
+            .map(|d| ByteArray::from(d.text.as_str()))
+            .collect(),
     ];
     let mut i = 0;
     while let Some(mut column) = group.next_column().unwrap() {
@@ -139,8 +175,12 @@ fn bench(c: &mut Criterion) {
     });
     let spec = topic.to_str().unwrap().to_string();
     let config = BenchmarkConfig {
-        topics: TopicSpec::plan(std::slice::from_ref(&spec), std::slice::from_ref(&spec), &[])
-            .unwrap(),
+        topics: TopicSpec::plan(
+            std::slice::from_ref(&spec),
+            std::slice::from_ref(&spec),
+            &[],
+        )
+        .unwrap(),
         retrievers: vec!["bm25".to_string()],
         fusion: false,
         rerank: None,

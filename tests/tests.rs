@@ -1,12 +1,14 @@
 //! Integration tests: one binary, one module per stage.
 
 mod benchmark;
+mod build;
 mod cli_eval;
 mod corpus;
 mod embed;
 mod engine;
 mod eval_parity;
 mod fusion;
+mod hybrid;
 mod llm;
 mod stackoverflow;
 mod util;

@@ -2,8 +2,8 @@
 //! export), offline, in one call.
 //!
 //! For each topic: load the questions and corpus ([`TopicSpec`], local JSONL/Parquet or the
-//! Hugging Face cache), build or reuse the topic's index (keyed by the corpus hash, the BM25
-//! settings and the dense models), retrieve the top k for every question
+//! Hugging Face cache), build or reuse one index per retriever through the engine's API (keyed
+//! by the corpus hash and the model or BM25 settings), retrieve the top k for every question
 //! (`query_title + " " + query_text`, in each dense model's query template), fuse when asked
 //! (normalized sum of the top 100, as the paper), evaluate alpha-nDCG@10, Coverage@20 and
 //! Recall@50 with [`crate::eval`], and write `runs/TOPIC/RETRIEVER.trec`, `results.json` and
@@ -25,21 +25,22 @@ pub use results::{BenchmarkResults, NotesSummary, RunResult, TopicSummary};
 pub use topic::{JudgedCheck, TopicData, TopicSpec, check_judged, load_topic};
 
 use crate::dataset::{NuggetQrels, Run, write_json_atomic};
-use crate::embed::{EncoderOptions, TextEncoder, resolve_model};
+use crate::embed::EncoderOptions;
 use crate::error::{Error, Result};
 use crate::eval::{EvalConfig, Judgments, evaluate};
-use crate::index::{Bm25Settings, validate_model_name};
+use crate::index::Bm25Settings;
 use crate::progress::Progress;
 use crate::search::{FusionOptions, fuse};
-use retrieve::{DenseModel, bm25_run, dense_run, prepare_index};
+use retrieve::{RetrieverKind, prepare_index, retrieve, truncate, write_corpus};
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchmarkConfig {
     /// The topics, in column order.
     pub topics: Vec<TopicSpec>,
-    /// Retrievers, in row order: `bm25` and/or `dense:MODEL` (a model directory or a Hugging
-    /// Face model id in the local cache).
+    /// Retrievers, in row order: `bm25` and/or `dense:[NAME=]MODEL` (a model directory or a
+    /// Hugging Face model id in the local cache; the row is `dense:NAME`, NAME defaulting to
+    /// the directory's or id's last component).
     pub retrievers: Vec<String>,
     /// Also fuse all retrievers (normalized sum of each one's top 100), as row `fusion`.
     pub fusion: bool,
@@ -61,25 +62,7 @@ pub struct BenchmarkConfig {
     pub encoder: EncoderOptions,
 }
 
-/// A retriever of the config, parsed.
-enum RetrieverPlan {
-    Bm25,
-    Dense(usize),
-}
-
-/// The retriever name for `dense:MODEL`: the model directory's (or id's) last component.
-pub fn dense_name(model: &str) -> Result<String> {
-    let model = model.split('@').next().unwrap_or(model);
-    let last = model
-        .trim_end_matches(['/', '\\'])
-        .rsplit(['/', '\\'])
-        .next()
-        .unwrap_or(model);
-    validate_model_name(last)?;
-    Ok(last.to_string())
-}
-
-/// Runs the benchmark and writes its outputs; returns what it measured.
+/// Runs the benchmark and writes its runs; returns what it measured (see [`write_results`]).
 pub fn run_benchmark(
     config: &BenchmarkConfig,
     progress: &dyn Progress,
@@ -105,49 +88,38 @@ pub fn run_benchmark(
             "fusion needs at least two --retriever",
         ));
     }
-    // Parse retrievers and load each dense encoder once, for every topic.
-    let mut plans = Vec::new();
-    let mut names = Vec::new();
-    let mut dense: Vec<DenseModel> = Vec::new();
+    // Resolve every retriever (and model) before loading any topic.
+    let mut retrievers: Vec<RetrieverKind> = Vec::new();
     for spec in &config.retrievers {
-        if spec == "bm25" {
-            plans.push(RetrieverPlan::Bm25);
-            names.push("bm25".to_string());
+        let kind = if spec == "bm25" {
+            RetrieverKind::Bm25(config.bm25)
         } else if let Some(model) = spec.strip_prefix("dense:").filter(|m| !m.is_empty()) {
-            let name = dense_name(model)?;
-            let files = resolve_model(model)?;
-            progress.begin(&format!("loading {model}"), None);
-            let encoder = TextEncoder::load(&files, &config.encoder)?;
-            progress.finish();
-            let m = encoder.manifest();
-            let identity = format!(
-                "{} {} dtype={:?} max_length={} pooling={:?} dim={}",
-                model, m.id, m.dtype, m.max_length, m.pooling, m.dim
-            );
-            plans.push(RetrieverPlan::Dense(dense.len()));
-            names.push(format!("dense:{name}"));
-            dense.push(DenseModel {
-                name,
-                identity,
-                encoder,
-            });
+            RetrieverKind::dense(model, &config.encoder)?
         } else {
             return Err(Error::invalid(
                 "--retriever",
                 format!("{spec:?}: expected bm25 or dense:MODEL"),
             ));
+        };
+        if retrievers.iter().any(|r| r.name() == kind.name()) {
+            return Err(Error::invalid(
+                "--retriever",
+                format!("{} given twice", kind.name()),
+            ));
         }
+        retrievers.push(kind);
     }
-    if let Some(dup) = names
-        .iter()
-        .enumerate()
-        .find_map(|(i, n)| names[..i].contains(n).then_some(n))
-    {
-        return Err(Error::invalid("--retriever", format!("{dup} given twice")));
-    }
+    let mut names: Vec<String> = retrievers.iter().map(RetrieverKind::name).collect();
     if config.fusion {
         names.push("fusion".to_string());
     }
+    // Fusion takes each retriever's top 100 (paper §3.4) whatever k is.
+    let fusion = FusionOptions::default();
+    let depth = if config.fusion {
+        config.k.max(fusion.depth)
+    } else {
+        config.k
+    };
 
     let eval_config = EvalConfig::paper();
     let measures: Vec<String> = eval_config.measures.iter().map(|m| m.to_string()).collect();
@@ -163,34 +135,35 @@ pub fn run_benchmark(
         )?;
         progress.finish();
         let topic_dir = config.out_dir.join("topics").join(&spec.name);
-        let (engine, reused) =
-            prepare_index(&data.corpus, &topic_dir, config.bm25, &dense, progress)?;
+        let (corpus, hash) = write_corpus(&data.corpus, &topic_dir)?;
         let judgments = Judgments::new(&NuggetQrels::from_queries(&data.queries));
-        let mut runs: Vec<Run> = Vec::new();
+        let mut deep_runs: Vec<Run> = Vec::new();
         let mut unsearchable = 0;
-        for plan in &plans {
-            progress.begin(&format!("{}: retrieving", spec.name), None);
-            let run = match plan {
-                RetrieverPlan::Bm25 => {
-                    let (run, n) = bm25_run(&engine, &data.queries, config.k)?;
-                    unsearchable = n;
-                    run
-                }
-                RetrieverPlan::Dense(i) => {
-                    dense_run(&engine, &dense[*i], &data.queries, config.k, progress)?
-                }
-            };
+        let mut all_reused = true;
+        for retriever in &retrievers {
+            let (engine, reused) = prepare_index(
+                retriever,
+                &corpus,
+                &hash,
+                &topic_dir,
+                &config.encoder,
+                progress,
+            )?;
+            all_reused &= reused;
+            progress.begin(&format!("{}: {}", spec.name, retriever.name()), None);
+            let (run, n) = retrieve(&engine, retriever, &data.queries, depth)?;
             progress.finish();
-            runs.push(run);
+            unsearchable = unsearchable.max(n);
+            deep_runs.push(run);
         }
+        let mut runs: Vec<Run> = deep_runs.iter().map(|r| truncate(r, config.k)).collect();
         if config.fusion {
-            let refs: Vec<&Run> = runs.iter().collect();
-            runs.push(fuse(&refs, &FusionOptions::default(), "fusion")?);
+            let refs: Vec<&Run> = deep_runs.iter().collect();
+            runs.push(truncate(&fuse(&refs, &fusion, "fusion")?, config.k));
         }
         for (run, name) in runs.iter().zip(&names) {
             let file = format!("runs/{}/{}.trec", spec.name, name.replace(':', "-"));
-            // Every document evaluated is written, so the file re-evaluates to the same numbers.
-            run.write_trec(config.out_dir.join(&file), name, usize::MAX)?;
+            run.write_trec(config.out_dir.join(&file), name, config.k)?;
             let evaluation = evaluate(&judgments, run, &eval_config);
             results.push(RunResult {
                 topic: spec.name.clone(),
@@ -213,7 +186,7 @@ pub fn run_benchmark(
             num_nuggets: data.queries.iter().map(|q| q.nuggets.len()).sum(),
             judged: data.check.clone(),
             unsearchable_queries: unsearchable,
-            index_reused: reused,
+            index_reused: all_reused,
         });
     }
     Ok(BenchmarkResults {
@@ -238,23 +211,4 @@ pub fn write_results(
     std::io::Write::write_all(&mut writer, results.to_markdown(paper).as_bytes())
         .map_err(|e| Error::io(&path, e))?;
     writer.commit()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dense_names() {
-        assert_eq!(
-            dense_name("models/all-MiniLM-L6-v2").unwrap(),
-            "all-MiniLM-L6-v2"
-        );
-        assert_eq!(
-            dense_name("intfloat/e5-mistral-7b-instruct@abc").unwrap(),
-            "e5-mistral-7b-instruct"
-        );
-        assert_eq!(dense_name("models/x/").unwrap(), "x");
-        assert!(dense_name("bad name").is_err());
-    }
 }

@@ -1,43 +1,81 @@
-//! Per topic: the corpus file and index directory (built once, then reused while the corpus,
-//! the BM25 settings and the dense models are the same), and the runs of each retriever.
+//! Per topic: the corpus file and one index per retriever, built through the engine's API
+//! ([`build_index`] for BM25, [`build_hybrid_index`] for a dense model, which encodes the corpus
+//! with the model's document template) and reused while the corpus hash and the model (or BM25
+//! settings) match; then each retriever's run through [`Engine::search_batch`] (dense queries
+//! encoded in one batch with the query template the index recorded).
 //!
 //! Layout under the output directory:
 //! ```text
-//! OUT/topics/TOPIC/corpus.jsonl                      the topic's corpus, as the index reads it
-//! OUT/topics/TOPIC/embeddings/NAME-KEY.npy (+ .ids)  document vectors, KEY = corpus + model
-//! OUT/topics/TOPIC/index/                            BM25 + dense vectors (exact search)
-//! OUT/topics/TOPIC/index.key.json                    what the index was built from
+//! OUT/topics/TOPIC/corpus.jsonl         the topic's corpus, as the indexes read it
+//! OUT/topics/TOPIC/bm25/                BM25 index       (+ bm25.key.json: what it was built from)
+//! OUT/topics/TOPIC/dense-NAME/          one dense model  (+ dense-NAME.key.json)
 //! ```
+//! One index per retriever, so adding a retriever encodes only the new model.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Document, QueryRecord, Run, write_json_atomic};
-use crate::embed::{Encoder, NpyDType, TextEncoder, TextKind, write_ids, write_npy};
+use crate::dataset::{AtomicWriter, Document, QueryRecord, Run, ScoredDoc, write_json_atomic};
+use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
-use crate::index::{Bm25Settings, IndexConfig, Manifest, VectorSource, build_index, fnv1a64_file};
+use crate::index::{Bm25Settings, Dtype, IndexConfig, Manifest, build_index, fnv1a64_file};
 use crate::progress::Progress;
-use crate::search::{Ann, Engine, SearchOptions};
+use crate::search::{
+    Ann, DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
+    build_hybrid_index,
+};
 
-/// A dense model taking part: its retriever name and the loaded encoder.
-pub(crate) struct DenseModel {
-    /// Index and retriever name (`dense:NAME`).
-    pub name: String,
-    /// What identifies the vectors besides the corpus (model id, dtype, max length).
-    pub identity: String,
-    /// The encoder.
-    pub encoder: TextEncoder,
+/// A retriever of the benchmark, resolved.
+#[derive(Debug, Clone)]
+pub(crate) enum RetrieverKind {
+    /// BM25 with these settings.
+    Bm25(Bm25Settings),
+    /// A dense model; `identity` names what its vectors depend on besides the corpus.
+    Dense {
+        spec: DenseModelSpec,
+        identity: String,
+    },
+}
+
+impl RetrieverKind {
+    /// The row name: `bm25` or `dense:NAME`.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Bm25(_) => "bm25".to_string(),
+            Self::Dense { spec, .. } => format!("dense:{}", spec.name),
+        }
+    }
+
+    /// Resolves `dense:MODEL` now (a typo fails before any topic is loaded) and records what
+    /// the vectors depend on: the model as given, its config/tokenizer hash and the options.
+    pub fn dense(model: &str, options: &EncoderOptions) -> Result<Self> {
+        let spec = DenseModelSpec::parse(model)?;
+        let files = resolve_model(&spec.model)?;
+        let identity = format!(
+            "{} config={} tokenizer={} dtype={:?} max_length={:?} pooling={:?}",
+            spec.model,
+            fnv1a64_file(&files.config)?,
+            fnv1a64_file(&files.tokenizer)?,
+            options.dtype,
+            options.max_length,
+            options.pooling
+        );
+        Ok(Self::Dense { spec, identity })
+    }
+
+    fn dir_name(&self) -> String {
+        self.name().replace(':', "-")
+    }
 }
 
 /// What an index was built from; a mismatch means rebuild.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct IndexKey {
     corpus_fnv1a64: String,
-    bm25: Bm25Settings,
-    dense: Vec<(String, String)>,
+    bm25: Option<Bm25Settings>,
+    dense: Option<String>,
 }
 
 /// FNV-1a 64 of `bytes`, hex (the index manifest's corpus hash).
@@ -50,8 +88,10 @@ fn fnv1a64(bytes: &[u8]) -> String {
     format!("{hash:016x}")
 }
 
-/// Writes the corpus as JSONL (unless an identical file is there); returns its path and hash.
-fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, String)> {
+/// Writes the corpus as JSONL into `dir` (unless an identical file is there); returns its path
+/// and hash.
+pub(crate) fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, String)> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join("corpus.jsonl");
     let mut bytes = Vec::new();
     for doc in docs {
@@ -71,152 +111,131 @@ fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, String)> {
     Ok((path, hash))
 }
 
-/// The topic's index: reused when its key matches, else (re)built, embedding the corpus with
-/// each dense model whose vectors are not cached yet. Returns the open engine and whether it
-/// was reused.
+/// The index of `retriever` for the corpus at `corpus` (hash `hash`), under `dir`: reused when
+/// its key matches, else (re)built. Returns the open engine (with the query encoder loaded for
+/// a dense model) and whether it was reused.
 pub(crate) fn prepare_index(
-    docs: &[Document],
+    retriever: &RetrieverKind,
+    corpus: &Path,
+    hash: &str,
     dir: &Path,
-    bm25: Bm25Settings,
-    dense: &[DenseModel],
+    encoder: &EncoderOptions,
     progress: &dyn Progress,
 ) -> Result<(Engine, bool)> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let (corpus, hash) = write_corpus(docs, dir)?;
+    let index_dir = dir.join(retriever.dir_name());
+    let key_path = dir.join(format!("{}.key.json", retriever.dir_name()));
     let key = IndexKey {
-        corpus_fnv1a64: hash.clone(),
-        bm25,
-        dense: dense
-            .iter()
-            .map(|m| (m.name.clone(), m.identity.clone()))
-            .collect(),
+        corpus_fnv1a64: hash.to_string(),
+        bm25: match retriever {
+            RetrieverKind::Bm25(settings) => Some(*settings),
+            RetrieverKind::Dense { .. } => None,
+        },
+        dense: match retriever {
+            RetrieverKind::Bm25(_) => None,
+            RetrieverKind::Dense { identity, .. } => Some(identity.clone()),
+        },
     };
-    let index_dir = dir.join("index");
-    let key_path = dir.join("index.key.json");
     let old_key: Option<IndexKey> = std::fs::read_to_string(&key_path)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok());
-    if old_key.as_ref() == Some(&key) && Manifest::read(&index_dir).is_ok() {
-        return Ok((Engine::open(&index_dir)?, true));
-    }
-    let mut vectors = Vec::new();
-    for model in dense {
-        let npy = embed_corpus(docs, dir, &hash, model, progress)?;
-        vectors.push(VectorSource {
-            name: model.name.clone(),
-            npy,
-        });
-    }
-    let config = IndexConfig {
-        corpus,
-        bm25: Some(bm25),
-        vectors,
-        // Exact search: the ground truth, and independent of thread scheduling.
-        hnsw: None,
-    };
-    build_index(&config, &index_dir, progress)?;
-    write_json_atomic(&key_path, &key)?;
-    Ok((Engine::open(&index_dir)?, false))
-}
-
-/// Embeds the corpus with `model` into `DIR/embeddings/NAME-KEY.npy` unless already there.
-fn embed_corpus(
-    docs: &[Document],
-    dir: &Path,
-    corpus_hash: &str,
-    model: &DenseModel,
-    progress: &dyn Progress,
-) -> Result<PathBuf> {
-    let key = fnv1a64(format!("{corpus_hash}\n{}", model.identity).as_bytes());
-    let npy = dir
-        .join("embeddings")
-        .join(format!("{}-{key}.npy", model.name));
-    let ids_path = npy.with_extension("ids");
-    if npy.is_file() && ids_path.is_file() {
-        return Ok(npy);
-    }
-    let texts: Vec<String> = docs.iter().map(document_text).collect();
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let embeddings = model.encoder.embed(&refs, TextKind::Document, progress)?;
-    let ids: Vec<String> = docs.iter().map(|d| d.id.clone()).collect();
-    // ids first: the matrix is what marks the pair complete.
-    write_ids(&ids_path, &ids)?;
-    write_npy(&npy, &embeddings.data, embeddings.dim, NpyDType::F32)?;
-    Ok(npy)
-}
-
-/// A document's text for a dense encoder: `title + " " + text` when it has a title (as
-/// `freshstack embed` does).
-fn document_text(doc: &Document) -> String {
-    if doc.title.trim().is_empty() {
-        doc.text.clone()
-    } else {
-        format!("{} {}", doc.title, doc.text)
-    }
-}
-
-/// The BM25 run: top `k` per question; questions without a searchable term (symbols only) get
-/// no results. Returns the run and the number of such questions.
-pub(crate) fn bm25_run(engine: &Engine, queries: &[QueryRecord], k: usize) -> Result<(Run, usize)> {
-    let results: Vec<Option<Vec<(String, f64)>>> = queries
-        .par_iter()
-        .map(|q| {
-            let text = q.query_string();
-            if !engine.has_searchable_terms(&text)? {
-                return Ok(None);
+    let reused = old_key.as_ref() == Some(&key) && Manifest::read(&index_dir).is_ok();
+    if !reused {
+        match retriever {
+            RetrieverKind::Bm25(settings) => {
+                let config = IndexConfig {
+                    corpus: corpus.to_path_buf(),
+                    bm25: Some(*settings),
+                    vectors: Vec::new(),
+                    hnsw: None,
+                };
+                build_index(&config, &index_dir, progress)?;
             }
-            let hits = engine.search_bm25(&text, k)?;
-            Ok(Some(
-                hits.into_iter()
-                    .map(|h| (h.id, f64::from(h.score)))
-                    .collect(),
-            ))
-        })
-        .collect::<Result<_>>()?;
-    let unsearchable = results.iter().filter(|r| r.is_none()).count();
-    Ok((to_run("bm25", queries, results), unsearchable))
+            RetrieverKind::Dense { spec, .. } => {
+                let config = HybridIndexConfig {
+                    corpus: corpus.to_path_buf(),
+                    bm25: None,
+                    dense: vec![spec.clone()],
+                    vectors: Vec::new(),
+                    // Exact search: the ground truth, and independent of thread scheduling.
+                    hnsw: None,
+                    encoder: encoder.clone(),
+                    // Full precision: benchmark numbers should not move with storage.
+                    vector_dtype: Dtype::F32,
+                };
+                build_hybrid_index(&config, &index_dir, progress)?;
+            }
+        }
+        write_json_atomic(&key_path, &key)?;
+    }
+    let engine = match retriever {
+        RetrieverKind::Bm25(_) => Engine::open(&index_dir)?,
+        RetrieverKind::Dense { .. } => Engine::open_with_encoders(
+            &index_dir,
+            &QueryEncoderOptions {
+                device: encoder.device,
+                max_batch_tokens: encoder.max_batch_tokens,
+                dtype: encoder.dtype,
+                ..QueryEncoderOptions::default()
+            },
+        )?,
+    };
+    Ok((engine, reused))
 }
 
-/// A dense run: the questions encoded in one batch (with the model's query template), then
-/// exact inner-product search.
-pub(crate) fn dense_run(
+/// The run of `retriever` on `engine`: the top `depth` per question for
+/// `query_title + " " + query_text`, all questions in one [`Engine::search_batch`] call
+/// (exact search). Also returns how many questions had no BM25 term (they get no results).
+pub(crate) fn retrieve(
     engine: &Engine,
-    model: &DenseModel,
+    retriever: &RetrieverKind,
     queries: &[QueryRecord],
-    k: usize,
-    progress: &dyn Progress,
-) -> Result<Run> {
+    depth: usize,
+) -> Result<(Run, usize)> {
     let texts: Vec<String> = queries.iter().map(QueryRecord::query_string).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let vectors = model.encoder.embed(&refs, TextKind::Query, progress)?;
+    let name = retriever.name();
     let options = SearchOptions {
-        retriever: format!("dense:{}", model.name),
-        k,
+        retriever: name.clone(),
+        k: depth,
         ann: Ann::Exact,
         ..SearchOptions::default()
     };
-    let results: Vec<Option<Vec<(String, f64)>>> = (0..queries.len())
-        .into_par_iter()
-        .map(|i| {
-            let hits = engine.search_vector(&model.name, vectors.row(i), &options)?;
-            Ok(Some(
-                hits.into_iter()
-                    .map(|h| (h.id, f64::from(h.score)))
-                    .collect(),
-            ))
-        })
-        .collect::<Result<_>>()?;
-    Ok(to_run(&format!("dense:{}", model.name), queries, results))
-}
-
-fn to_run(name: &str, queries: &[QueryRecord], results: Vec<Option<Vec<(String, f64)>>>) -> Run {
-    let mut run = Run::new(name);
-    for (q, hits) in queries.iter().zip(results) {
-        for (doc, score) in hits.unwrap_or_default() {
-            run.push(&q.query_id, &doc, score);
+    let hits = engine.search_batch(&refs, &options)?;
+    let mut unsearchable = 0;
+    if let RetrieverKind::Bm25(_) = retriever {
+        for text in &refs {
+            if !engine.has_searchable_terms(text)? {
+                unsearchable += 1;
+            }
         }
     }
-    run
+    let mut run = Run::new(name.as_str());
+    for (q, hits) in queries.iter().zip(hits) {
+        if hits.is_empty() {
+            continue;
+        }
+        let docs = hits
+            .into_iter()
+            .map(|h| ScoredDoc {
+                doc_id: h.id,
+                score: f64::from(h.score),
+            })
+            .collect();
+        run.push_ranking(&q.query_id, docs);
+    }
+    Ok((run, unsearchable))
+}
+
+/// `run` cut to its best `k` documents per question (score descending, ties by input order).
+pub(crate) fn truncate(run: &Run, k: usize) -> Run {
+    let mut out = Run::new(run.name.as_str());
+    for ranking in run.rankings() {
+        let mut docs = ranking.docs.clone();
+        docs.sort_by(|a, b| b.score.total_cmp(&a.score));
+        docs.truncate(k);
+        out.push_ranking(&ranking.query_id, docs);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -229,5 +248,20 @@ mod tests {
         let path = dir.path().join("x");
         std::fs::write(&path, b"hello\nworld\n").unwrap();
         assert_eq!(fnv1a64(b"hello\nworld\n"), fnv1a64_file(&path).unwrap());
+    }
+
+    #[test]
+    fn truncation_keeps_the_best() {
+        let mut run = Run::new("r");
+        run.push("q", "a", 1.0);
+        run.push("q", "b", 3.0);
+        run.push("q", "c", 2.0);
+        let cut = truncate(&run, 2);
+        let ids: Vec<&str> = cut.rankings()[0]
+            .docs
+            .iter()
+            .map(|d| d.doc_id.as_str())
+            .collect();
+        assert_eq!(ids, vec!["b", "c"]);
     }
 }

@@ -1,6 +1,7 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
 mod benchmark;
+mod build;
 mod corpus;
 mod embed;
 mod eval;
@@ -58,6 +59,11 @@ enum Command {
     Benchmark(benchmark::BenchmarkArgs),
     /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
     Judge(judge::JudgeArgs),
+    /// The whole pipeline from a topic config: questions, corpus, index, nuggets, variants,
+    /// pooling, judging, filtering, export. Resumable.
+    Build(build::BuildArgs),
+    /// Build a small benchmark about freshstack itself with the local test models, no config.
+    Quickstart(build::QuickstartArgs),
 }
 
 /// Runs the parsed command.
@@ -75,6 +81,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::QueryVariants(args) => query_variants::run(args),
         Command::Judge(args) => judge::run(args),
         Command::Benchmark(args) => benchmark::run(args),
+        Command::Build(args) => build::run_build(args),
+        Command::Quickstart(args) => build::run_quickstart(args),
     }
 }
 
