@@ -189,7 +189,7 @@ pub(crate) fn count_docs(
                 counts.insert(repo.to_string(), 1);
             }
         }
-        if line_no % 4096 == 0 {
+        if line_no.is_multiple_of(4096) {
             progress.advance(4096);
         }
     }
