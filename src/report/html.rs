@@ -139,18 +139,25 @@ fn filtering_section(h: &mut String, filtering: Option<&FilteringCounts>) {
         return;
     };
     h.push_str("<table id=\"filtering\">\n<thead><tr><th>Step</th><th class=\"num\">Questions</th><th class=\"num\">Share of input</th></tr></thead>\n<tbody>\n");
-    let rows = [
-        ("Questions in", f.questions_in),
-        (
-            "Dropped: no supported nugget",
-            f.dropped_no_supported_nugget,
+    let mut rows: Vec<(&str, u64)> = vec![("Questions in", f.questions_in)];
+    if let Some(n) = f.dropped_no_nuggets {
+        rows.push(("Dropped: no nuggets", n));
+    }
+    rows.push((
+        "Dropped: no supported nugget",
+        f.dropped_no_supported_nugget,
+    ));
+    rows.push(match f.require_all_nuggets_supported {
+        Some(false) => (
+            "Dropped: an unsupported nugget (rule not applied)",
+            f.dropped_any_unsupported_nugget,
         ),
-        (
+        _ => (
             "Dropped: an unsupported nugget",
             f.dropped_any_unsupported_nugget,
         ),
-        ("Questions out", f.questions_out),
-    ];
+    });
+    rows.push(("Questions out", f.questions_out));
     for (name, count) in rows {
         let _ = writeln!(
             h,

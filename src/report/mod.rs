@@ -42,17 +42,25 @@ pub use pooling::{
 };
 pub use stats::{RepoCount, Statistics, contains_code};
 
-/// The filtering step's counts (paper §4), as `DIR/filtering.json` holds them.
+/// The filtering step's counts (paper §4), as `DIR/filtering.json` holds them (other fields are
+/// ignored).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FilteringCounts {
-    /// Judged questions before filtering.
+    /// Questions before filtering.
     pub questions_in: u64,
+    /// Dropped because they have no nugget at all (the nugget stage failed for them), when the
+    /// build counts them apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_no_nuggets: Option<u64>,
     /// Dropped because no nugget has a supporting document.
     pub dropped_no_supported_nugget: u64,
     /// Dropped, among the rest, because some nugget has no supporting document.
     pub dropped_any_unsupported_nugget: u64,
     /// Questions kept.
     pub questions_out: u64,
+    /// Whether the second rule (every nugget supported) was applied, when the build says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_all_nuggets_supported: Option<bool>,
 }
 
 /// Everything the report shows.

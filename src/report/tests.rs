@@ -211,3 +211,28 @@ fn html_escapes_and_holds_the_numbers() {
     // Self-contained: no script, stylesheet link or external source.
     assert!(!page.contains("<script") && !page.contains("<link") && !page.contains(" src="));
 }
+
+#[test]
+fn filtering_json_as_the_build_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["corpus.jsonl", "queries.jsonl"] {
+        std::fs::copy(fixture().join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("filtering.json"),
+        r#"{"questions_in": 10, "dropped_no_nuggets": 2, "dropped_no_supported_nugget": 3,
+        "dropped_any_unsupported_nugget": 0, "questions_out": 5,
+        "require_all_nuggets_supported": false, "future_field": 1}"#,
+    )
+    .unwrap();
+    let r = compute(dir.path(), &ReportOptions::default(), &NoProgress).unwrap();
+    let f = r.filtering.clone().unwrap();
+    assert_eq!(f.dropped_no_nuggets, Some(2));
+    assert_eq!(f.require_all_nuggets_supported, Some(false));
+    let page = render_html(&r, None).unwrap();
+    assert!(page.contains(
+        "<tr><td>Dropped: no nuggets</td><td class=\"num\">2</td><td class=\"num\">20.0%</td></tr>"
+    ));
+    assert!(page.contains("(rule not applied)"));
+    assert!(page.contains("<td class=\"num\">50.0%</td>"));
+}
