@@ -1,11 +1,13 @@
 //! Integration tests: one binary, one module per stage.
 
+mod build;
 mod cli_eval;
 mod corpus;
 mod embed;
 mod engine;
 mod eval_parity;
 mod fusion;
+mod hybrid;
 mod llm;
 mod report;
 mod stackoverflow;

@@ -1,5 +1,6 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
+mod build;
 mod corpus;
 mod embed;
 mod eval;
@@ -55,6 +56,11 @@ enum Command {
     QueryVariants(query_variants::QueryVariantsArgs),
     /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
     Judge(judge::JudgeArgs),
+    /// The whole pipeline from a topic config: questions, corpus, index, nuggets, variants,
+    /// pooling, judging, filtering, export. Resumable.
+    Build(build::BuildArgs),
+    /// Build a small benchmark about freshstack itself with the local test models, no config.
+    Quickstart(build::QuickstartArgs),
     /// Statistics, pooling results and a self-contained HTML report of an exported dataset.
     Report(report::ReportArgs),
 }
@@ -73,6 +79,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nuggets(args) => nuggets::run(args),
         Command::QueryVariants(args) => query_variants::run(args),
         Command::Judge(args) => judge::run(args),
+        Command::Build(args) => build::run_build(args),
+        Command::Quickstart(args) => build::run_quickstart(args),
         Command::Report(args) => report::run(args),
     }
 }
