@@ -19,6 +19,9 @@
 //!    k1/b settable) and dense vector matrices with HNSW graphs; **search** ([`search`]): the
 //!    [`Engine`] serves `bm25` and `dense:NAME` retrievers and writes TREC runs.
 //!
+//! 6. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
+//!    (Table 4) and a self-contained HTML page with SVG charts.
+//!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
 //!
@@ -43,6 +46,7 @@ pub mod eval;
 pub mod index;
 pub mod llm;
 pub mod progress;
+pub mod report;
 pub mod search;
 pub mod source;
 pub mod stages;
