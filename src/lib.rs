@@ -21,6 +21,9 @@
 //! 6. **Benchmark** ([`benchmark`]): the published datasets (or a local export), read offline,
 //!    retrieved and scored in one call (`freshstack benchmark`).
 //!
+//! 6. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
+//!    (Table 4) and a self-contained HTML page with SVG charts.
+//!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
 //!
@@ -46,6 +49,7 @@ pub mod eval;
 pub mod index;
 pub mod llm;
 pub mod progress;
+pub mod report;
 pub mod search;
 pub mod source;
 pub mod stages;

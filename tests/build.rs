@@ -332,3 +332,37 @@ fn config_errors_name_the_file_and_field() {
         assert!(!out.join("queries.jsonl").exists());
     }
 }
+
+#[test]
+fn a_dense_model_adds_its_runs_and_their_fusion() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    if !model.join("config.json").is_file() {
+        eprintln!("SKIPPED: models/all-MiniLM-L6-v2 missing (run scripts/setup.sh)");
+        return;
+    }
+    let server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[retrieval]\ndense = [{:?}]\npool_depth = 3\nfusion_depth = 10\n",
+        model.to_str().unwrap()
+    );
+    let config = config(dir.path(), &server.url, "");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("[retrieval]\npool_depth = 3\nfusion_depth = 10\n", &extra);
+    write(dir.path(), "demo.toml", text);
+    let out = dir.path().join("out");
+    let output = build(&config, &out);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for technique in ["inference.question", "oracle.nuggets"] {
+        for retriever in ["bm25", "all-MiniLM-L6-v2", "fusion"] {
+            let run = out.join(format!("runs/{technique}.{retriever}.trec"));
+            let text = std::fs::read_to_string(&run).unwrap();
+            assert!(!text.is_empty(), "{}", run.display());
+        }
+    }
+}

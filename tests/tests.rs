@@ -10,5 +10,6 @@ mod eval_parity;
 mod fusion;
 mod hybrid;
 mod llm;
+mod report;
 mod stackoverflow;
 mod util;

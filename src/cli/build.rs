@@ -54,7 +54,7 @@ pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
         repo: args.repo.clone(),
         models,
         max_questions: args.max_questions,
-        dense: false,
+        dense: true,
     })?;
     eprintln!(
         "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, LLM SmolLM2-135M \

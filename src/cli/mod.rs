@@ -12,6 +12,7 @@ mod llm;
 mod nuggets;
 mod progress;
 mod query_variants;
+mod report;
 mod retrieve;
 mod search;
 mod stackoverflow;
@@ -64,6 +65,8 @@ enum Command {
     Build(build::BuildArgs),
     /// Build a small benchmark about freshstack itself with the local test models, no config.
     Quickstart(build::QuickstartArgs),
+    /// Statistics, pooling results and a self-contained HTML report of an exported dataset.
+    Report(report::ReportArgs),
 }
 
 /// Runs the parsed command.
@@ -83,6 +86,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Benchmark(args) => benchmark::run(args),
         Command::Build(args) => build::run_build(args),
         Command::Quickstart(args) => build::run_quickstart(args),
+        Command::Report(args) => report::run(args),
     }
 }
 

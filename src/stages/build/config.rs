@@ -126,9 +126,9 @@ pub struct RetrievalConfig {
     /// Documents per retriever fused, and the depth of the exported runs.
     #[serde(default = "default_fusion_depth")]
     pub fusion_depth: usize,
-    /// Token budget of one encoder batch.
-    #[serde(default = "default_max_batch_tokens")]
-    pub max_batch_tokens: usize,
+    /// Token budget of one encoder batch (default: the encoder's, per device).
+    #[serde(default)]
+    pub max_batch_tokens: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -140,9 +140,6 @@ fn default_pool_depth() -> usize {
 fn default_fusion_depth() -> usize {
     100
 }
-fn default_max_batch_tokens() -> usize {
-    16_384
-}
 
 impl Default for RetrievalConfig {
     fn default() -> Self {
@@ -152,7 +149,7 @@ impl Default for RetrievalConfig {
             fusion: true,
             pool_depth: default_pool_depth(),
             fusion_depth: default_fusion_depth(),
-            max_batch_tokens: default_max_batch_tokens(),
+            max_batch_tokens: None,
         }
     }
 }

@@ -28,11 +28,14 @@ use manifest::{Fingerprint, StageBook, hash_file};
 use pool::{PoolConfig, PoolRetriever, Technique, technique_queries};
 
 use crate::dataset::{AtomicWriter, Question, read_jsonl, write_json_atomic};
+use crate::embed::EncoderOptions;
 use crate::error::{Error, Result};
-use crate::index::{Bm25Settings, IndexConfig, build_index};
+use crate::index::Bm25Settings;
 use crate::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
 use crate::progress::Progress;
-use crate::search::Engine;
+use crate::search::{
+    DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, build_hybrid_index,
+};
 use crate::source::stackoverflow::{
     DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions, parse_day,
 };
@@ -411,20 +414,38 @@ impl Builder<'_> {
         let manifest = format!("{}/{}", layout::INDEX, crate::index::MANIFEST_FILE);
         self.stage("index", fingerprint, &[&manifest], on_stage, |b| {
             let r = &b.config.retrieval;
-            if !r.dense.is_empty() {
-                return Err(Error::invalid(
-                    "retrieval.dense",
-                    "dense retrievers in `build` are not wired yet; use bm25 only",
-                ));
-            }
-            let index = IndexConfig {
+            let dense = r
+                .dense
+                .iter()
+                .map(|spec| DenseModelSpec::parse(spec))
+                .collect::<Result<Vec<_>>>()?;
+            let index = HybridIndexConfig {
                 corpus: b.path(layout::CORPUS),
                 bm25: r.bm25.then(Bm25Settings::default),
-                vectors: Vec::new(),
-                hnsw: None,
+                dense,
+                encoder: EncoderOptions {
+                    max_batch_tokens: r.max_batch_tokens,
+                    ..EncoderOptions::default()
+                },
+                ..HybridIndexConfig::default()
             };
-            let summary = build_index(&index, &b.path(layout::INDEX), progress)?;
-            Ok(format!("{} documents indexed", summary.num_documents))
+            let summary = build_hybrid_index(&index, &b.path(layout::INDEX), progress)?;
+            let models: Vec<&str> = summary
+                .manifest
+                .dense
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect();
+            Ok(format!(
+                "{} documents indexed (bm25: {}, dense: {})",
+                summary.num_documents,
+                if r.bm25 { "yes" } else { "no" },
+                if models.is_empty() {
+                    "none".to_string()
+                } else {
+                    models.join(", ")
+                }
+            ))
         })
     }
 
@@ -549,7 +570,10 @@ impl Builder<'_> {
                     .iter()
                     .map(|&t| (t, technique_queries(t, &questions, &nuggets, &variants)))
                     .collect();
-                let engine = Engine::open(b.path(layout::INDEX))?;
+                let engine = Engine::open_with_encoders(
+                    b.path(layout::INDEX),
+                    &QueryEncoderOptions::default(),
+                )?;
                 let config = PoolConfig {
                     retrievers: b.retrievers(&engine),
                     fusion: b.config.retrieval.fusion,

@@ -8,8 +8,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use rayon::prelude::*;
-
 use crate::dataset::{AtomicWriter, Run, ScoredDoc};
 use crate::error::Result;
 use crate::progress::Progress;
@@ -212,8 +210,8 @@ pub fn pool(
     Ok(summary)
 }
 
-/// One retriever over every query, in parallel; a query without searchable terms gets an
-/// empty ranking. Rankings are in query order.
+/// One retriever over every query (batched: one encoder pass per dense model); a query
+/// without searchable terms gets an empty ranking. Rankings are in query order.
 fn retrieve_run(
     engine: &Engine,
     retriever: &str,
@@ -225,27 +223,18 @@ fn retrieve_run(
         k,
         ..SearchOptions::default()
     };
-    let is_bm25 = retriever == "bm25";
-    let results: Vec<Result<Vec<ScoredDoc>>> = queries
-        .par_iter()
-        .map(|(_, text)| {
-            if is_bm25 && !engine.has_searchable_terms(text)? {
-                return Ok(Vec::new());
-            }
-            Ok(engine
-                .search(text, &options)?
+    let texts: Vec<&str> = queries.iter().map(|(_, text)| text.as_str()).collect();
+    let results = engine.search_batch(&texts, &options)?;
+    let mut run = Run::new(retriever);
+    for ((query_id, _), hits) in queries.iter().zip(results) {
+        if !hits.is_empty() {
+            let docs = hits
                 .into_iter()
                 .map(|hit| ScoredDoc {
                     doc_id: hit.id,
                     score: f64::from(hit.score),
                 })
-                .collect())
-        })
-        .collect();
-    let mut run = Run::new(retriever);
-    for ((query_id, _), docs) in queries.iter().zip(results) {
-        let docs = docs?;
-        if !docs.is_empty() {
+                .collect();
             run.push_ranking(query_id, docs);
         }
     }
