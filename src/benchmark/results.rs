@@ -257,3 +257,88 @@ fn paper_table(paper: &PaperResults, topics: &[String], measures: &[String]) -> 
     }
     md
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn results() -> BenchmarkResults {
+        let topic = |name: &str| TopicSummary {
+            name: name.to_string(),
+            queries: format!("q:{name}"),
+            corpus: format!("c:{name}"),
+            num_queries: 2,
+            num_documents: 10,
+            num_nuggets: 5,
+            judged: JudgedCheck::default(),
+            unsearchable_queries: 0,
+            index_reused: false,
+        };
+        let result = |topic: &str, values: [f64; 3]| RunResult {
+            topic: topic.to_string(),
+            retriever: "bm25".to_string(),
+            run_file: format!("runs/{topic}/bm25.trec"),
+            metrics: ["alpha_ndcg@10", "coverage@20", "recall@50"]
+                .iter()
+                .map(|m| m.to_string())
+                .zip(values)
+                .collect(),
+            notes: NotesSummary::default(),
+        };
+        BenchmarkResults {
+            created_by: "freshstack test".into(),
+            k: 100,
+            measures: vec![
+                "alpha_ndcg@10".into(),
+                "coverage@20".into(),
+                "recall@50".into(),
+            ],
+            retrievers: vec!["bm25".into()],
+            topics: vec![topic("langchain"), topic("mine")],
+            results: vec![
+                result("langchain", [0.2, 0.5, 0.3]),
+                result("mine", [0.4, 0.7, 0.5]),
+            ],
+        }
+    }
+
+    #[test]
+    fn one_table_with_averages_and_the_papers_rows_apart() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/paper-results.toml");
+        let paper = PaperResults::read(&path).unwrap();
+        let md = results().to_markdown(Some(&paper));
+        assert!(
+            md.contains(
+                "| Retriever | langchain α-N@10 | langchain Cov@20 | langchain Rec@50 | mine α-N@10"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| bm25 | 0.200 | 0.500 | 0.300 | 0.400 | 0.700 | 0.500 | 0.300 | 0.600 | 0.400 |"
+            ),
+            "{md}"
+        );
+        let (ours, theirs) = md
+            .split_once("## Published numbers (the paper's, not ours)")
+            .unwrap();
+        assert!(!ours.contains("0.228"));
+        // Only the topics the paper has; every Table 4 row, Figure 3's marked.
+        assert!(
+            theirs.contains(
+                "| inference: GPT-4o sub-questions (Table 4) | BM25 | 0.228 | 0.495 | 0.249 |"
+            ),
+            "{theirs}"
+        );
+        assert!(!theirs.contains("mine"));
+        assert_eq!(theirs.matches("†").count(), 3);
+        assert_eq!(
+            theirs
+                .lines()
+                .filter(|l| l.starts_with("| ") && l.contains("(Table 4)"))
+                .count(),
+            20
+        );
+    }
+}
