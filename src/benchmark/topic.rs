@@ -74,6 +74,16 @@ impl TopicSpec {
                 {
                     corpus = corpus.with_config(config);
                 }
+                for spec in [&queries, &corpus] {
+                    if let DatasetSpec::Hub { repo, config: None } = spec {
+                        return Err(Error::invalid(
+                            "dataset",
+                            format!(
+                                "{repo}: name a config (topic), e.g. {repo}:langchain, or pass --topic"
+                            ),
+                        ));
+                    }
+                }
                 out.push(Self {
                     name: queries.topic_name(),
                     queries,
@@ -219,6 +229,8 @@ mod tests {
         assert_eq!(plan[0].corpus.to_string(), "org/c:godot");
         assert_eq!(plan[0].name, "godot");
         assert!(TopicSpec::plan(&s(&["org/q:a", "org/q:b"]), &s(&["org/c"]), &[]).is_err());
+        let err = TopicSpec::plan(&s(&["org/q"]), &s(&["org/c"]), &[]).unwrap_err();
+        assert!(err.to_string().contains("name a config"), "{err}");
         assert!(
             TopicSpec::plan(&s(&["org/q:a", "org/q:a"]), &s(&["org/c", "org/c"]), &[]).is_err()
         );
