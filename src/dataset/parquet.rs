@@ -54,7 +54,8 @@ pub fn read_parquet<T: DeserializeOwned>(
         .map_err(|e| Error::dataset(path, format!("cannot read rows: {e}")))?;
     for (i, row) in rows.enumerate() {
         let row = row.map_err(|e| Error::dataset(path, format!("row {}: {e}", i + 1)))?;
-        let value = row.to_json_value();
+        let mut value = row.to_json_value();
+        drop_nulls(&mut value);
         let record = serde_json::from_value(value)
             .map_err(|e| Error::dataset(path, format!("row {}: {e}", i + 1)))?;
         out.push(record);
@@ -62,9 +63,33 @@ pub fn read_parquet<T: DeserializeOwned>(
     Ok(out)
 }
 
+/// Removes null-valued fields of every object in `value`: a null Parquet cell reads as an
+/// absent field, so serde defaults apply (an empty list, an empty title) and a required field
+/// is reported missing by name.
+fn drop_nulls(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn null_cells_read_as_absent_fields() {
+        let mut row = serde_json::json!({"query_id": "1", "query_title": null,
+            "nuggets": [{"_id": "1_0", "relevant_corpus_ids": null, "text": "t"}]});
+        drop_nulls(&mut row);
+        let q: crate::dataset::QueryRecord = serde_json::from_value(row).unwrap();
+        assert_eq!(q.query_title, "");
+        assert!(q.nuggets[0].relevant_corpus_ids.is_empty());
+    }
 
     #[test]
     fn garbage_is_a_clear_error() {
