@@ -78,7 +78,8 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
         },
         corpus: CorpusSection {
             repositories,
-            max_tokens: 512,
+            // all-MiniLM-L6-v2 reads 256 word pieces: longer documents would be cut.
+            max_tokens: 256,
             tokenizer: "cl100k_base".into(),
             max_file_bytes: 200_000,
         },
