@@ -198,6 +198,15 @@ fn build_exports_a_judged_dataset_and_a_rerun_makes_no_call() {
     );
     assert_eq!(manifest["repositories"][0]["name"], "acme/demo");
 
+    // For benches/compare/export_vs_reference_loader.py: keep a copy of the export.
+    if let Ok(keep) = std::env::var("FRESHSTACK_KEEP_BUILD") {
+        let status = Command::new("cp")
+            .args(["-r", out.to_str().unwrap(), &keep])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     // The exported dataset evaluates with `freshstack eval`.
     let eval = freshstack(&[
         "eval",
