@@ -188,7 +188,24 @@ fn build_exports_a_judged_dataset_and_a_rerun_makes_no_call() {
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["topic"], "demo");
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["rows"].as_array().unwrap().len(), 5, "{results}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("<svg") && html.contains("oracle"),
+        "report.html"
+    );
     assert_eq!(manifest["repositories"][0]["name"], "acme/demo");
+
+    // For benches/compare/export_vs_reference_loader.py: keep a copy of the export.
+    if let Ok(keep) = std::env::var("FRESHSTACK_KEEP_BUILD") {
+        let status = Command::new("cp")
+            .args(["-r", out.to_str().unwrap(), &keep])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
 
     // The exported dataset evaluates with `freshstack eval`.
     let eval = freshstack(&[

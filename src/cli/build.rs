@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use freshstack::report::PoolingResults;
 use freshstack::stages::build::quickstart::{QuickstartOptions, quickstart_config};
 use freshstack::stages::build::{BuildConfig, BuildSummary, StageOutcome, build};
 
@@ -99,5 +100,35 @@ fn print_summary(summary: &BuildSummary) {
     println!("qrels:     {out}/qrels/nuggets.qrels, {out}/qrels/test.tsv");
     println!("runs:      {out}/runs/*.trec");
     println!("manifest:  {out}/manifest.json, {out}/filtering.json");
+    println!("report:    {out}/report.html, {out}/stats.json, {out}/results.json");
     println!("work:      {out}/work/ (stage outputs, LLM cache; rerun to resume)");
+    let results = summary.out.join("results.json");
+    let Ok(text) = std::fs::read_to_string(&results) else {
+        return;
+    };
+    let Ok(pooling) = serde_json::from_str::<PoolingResults>(&text) else {
+        return;
+    };
+    if pooling.rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{:<44} {:>13} {:>11} {:>9}",
+        format!("pooling run ({} questions)", pooling.judged_queries),
+        "alpha-nDCG@10",
+        "Coverage@20",
+        "Recall@50"
+    );
+    for row in &pooling.rows {
+        println!(
+            "{:<44} {:>13.4} {:>11.4} {:>9.4}",
+            row.run
+                .trim_start_matches("runs/")
+                .trim_end_matches(".trec"),
+            row.alpha_ndcg_10,
+            row.coverage_20,
+            row.recall_50
+        );
+    }
 }

@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::index::Bm25Settings;
 use crate::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
 use crate::progress::Progress;
+use crate::report::ReportOptions;
 use crate::search::{
     DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, build_hybrid_index,
 };
@@ -72,6 +73,16 @@ pub mod layout {
     /// The LLM response cache (default).
     pub const LLM_CACHE: &str = "work/llm-cache.sqlite";
 }
+
+/// What the export stage writes into the build directory.
+const EXPORTED: [&str; 6] = [
+    "corpus.jsonl",
+    "queries.jsonl",
+    "qrels",
+    "runs",
+    "filtering.json",
+    "manifest.json",
+];
 
 /// How one stage went.
 #[derive(Debug, Clone, Serialize)]
@@ -127,6 +138,7 @@ pub fn build(
     run.pool(progress, on_stage)?;
     run.judge(progress, on_stage)?;
     run.export(on_stage)?;
+    run.report(progress, on_stage)?;
     Ok(BuildSummary {
         out: run.out,
         stages: run.stages,
@@ -670,15 +682,7 @@ impl Builder<'_> {
             .input("corpus", &self.hash(layout::CORPUS))
             .input("runs", &self.hash(layout::RUNS))
             .finish();
-        let outputs = [
-            "corpus.jsonl",
-            "queries.jsonl",
-            "qrels",
-            "runs",
-            "filtering.json",
-            "manifest.json",
-        ];
-        self.stage("export", fingerprint, &outputs, on_stage, |b| {
+        self.stage("export", fingerprint, &EXPORTED, on_stage, |b| {
             let questions: Vec<Question> = read_jsonl(b.path(layout::QUESTIONS))?;
             let nuggets: BTreeMap<String, NuggetsRecord> =
                 read_rows::<NuggetsRecord>(&b.path(layout::NUGGETS))?
@@ -714,6 +718,28 @@ impl Builder<'_> {
             serde_json::from_str(&text).map_err(|e| Error::parse(&path, 1, e.to_string()))?;
         self.questions_out = counts.questions_out;
         Ok(())
+    }
+
+    fn report(
+        &mut self,
+        progress: &dyn Progress,
+        on_stage: &mut dyn FnMut(&StageOutcome),
+    ) -> Result<()> {
+        let mut fingerprint = Fingerprint::new();
+        for rel in EXPORTED {
+            fingerprint = fingerprint.input(rel, &self.hash(rel));
+        }
+        let outputs = ["stats.json", "results.json", "report.html"];
+        self.stage("report", fingerprint.finish(), &outputs, on_stage, |b| {
+            let report = crate::report::compute(&b.out, &ReportOptions::default(), progress)?;
+            crate::report::write(&b.out, &report, None, None)?;
+            Ok(format!(
+                "{} pooling runs scored on {} questions; {}/report.html",
+                report.pooling.rows.len(),
+                report.pooling.judged_queries,
+                b.out.display()
+            ))
+        })
     }
 
     /// The parts of the export manifest known before exporting.

@@ -78,13 +78,15 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
         },
         corpus: CorpusSection {
             repositories,
-            max_tokens: 512,
+            // all-MiniLM-L6-v2 reads 256 word pieces: longer documents would be cut.
+            max_tokens: 256,
             tokenizer: "cl100k_base".into(),
             max_file_bytes: 200_000,
         },
         retrieval: RetrievalConfig {
             dense,
-            pool_depth: 5,
+            // A small pool keeps the 135M judge's CPU time to minutes: ~2 calls per question.
+            pool_depth: 3,
             fusion_depth: 100,
             ..RetrievalConfig::default()
         },
@@ -97,22 +99,22 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             max_retries: 0,
             temperature: 0.0,
             seed: None,
-            max_repairs: 1,
+            max_repairs: 0,
             cache: None,
         },
         nuggets: NuggetsSection {
             max_nuggets: 5,
-            max_tokens: 384,
+            max_tokens: 256,
         },
         variants: VariantsSection {
             max_sub_questions: 3,
-            max_tokens: 384,
+            max_tokens: 256,
         },
         judge: JudgeSection {
-            docs_per_call: 5,
+            docs_per_call: 10,
             context_tokens: None,
-            max_doc_tokens: 384,
-            max_tokens: 512,
+            max_doc_tokens: 256,
+            max_tokens: 384,
         },
         filter: FilterSection {
             require_all_nuggets_supported: true,
