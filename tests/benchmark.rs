@@ -184,10 +184,16 @@ fn cli_output_does_not_depend_on_threads() {
         );
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(stdout.contains("| bm25 | "), "{stdout}");
+        let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(
+            html.contains("<svg") && html.contains("bm25"),
+            "report.html"
+        );
         outputs.push((
             std::fs::read(out.join("results.json")).unwrap(),
             std::fs::read(out.join("results.md")).unwrap(),
             std::fs::read(out.join("runs/tiny/bm25.trec")).unwrap(),
+            html.into_bytes(),
         ));
     }
     assert!(outputs[0] == outputs[1]);

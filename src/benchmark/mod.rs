@@ -13,6 +13,7 @@
 //! (exact search, ties by document id); outputs are written atomically. Imports `dataset`,
 //! `embed`, `index`, `search` and `eval`.
 
+mod html;
 mod paper;
 mod results;
 mod retrieve;
@@ -199,7 +200,8 @@ pub fn run_benchmark(
     })
 }
 
-/// Writes `results.json` and `results.md` (with the paper's rows when given) into `out_dir`.
+/// Writes `results.json`, `results.md` (with the paper's rows when given) and `report.html`
+/// into `out_dir`.
 pub fn write_results(
     results: &BenchmarkResults,
     paper: Option<&PaperResults>,
@@ -210,5 +212,10 @@ pub fn write_results(
     let mut writer = crate::dataset::AtomicWriter::create(&path)?;
     std::io::Write::write_all(&mut writer, results.to_markdown(paper).as_bytes())
         .map_err(|e| Error::io(&path, e))?;
+    writer.commit()?;
+    let page = html::render_benchmark_html(results)?;
+    let path = out_dir.join("report.html");
+    let mut writer = crate::dataset::AtomicWriter::create(&path)?;
+    std::io::Write::write_all(&mut writer, page.as_bytes()).map_err(|e| Error::io(&path, e))?;
     writer.commit()
 }
