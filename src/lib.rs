@@ -16,8 +16,10 @@
 //! 4. **Fusion** ([`search::fusion`]) and **evaluation** ([`eval`]): runs are fused as the
 //!    paper does and scored with alpha-nDCG, Coverage and Recall exactly as the reference.
 //! 5. **Index** ([`index`]): one directory with a BM25 index (tantivy, code-aware analyzer,
-//!    k1/b settable) and dense vector matrices with HNSW graphs; **search** ([`search`]): the
-//!    [`Engine`] serves `bm25` and `dense:NAME` retrievers and writes TREC runs.
+//!    k1/b settable) and dense vector matrices with HNSW graphs, the corpus encoded by the index
+//!    itself ([`build_hybrid_index`]); **search** ([`search`]): the [`Engine`] serves `bm25`,
+//!    `dense:NAME` (queries encoded with the recorded model) and `fusion` retrievers, one query
+//!    or a batch, and writes TREC runs.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
@@ -56,5 +58,8 @@ pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
 pub use index::{IndexConfig, build_index};
 pub use llm::{Chat, ChatParams, Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};
 pub use progress::{NoProgress, Progress};
-pub use search::{Engine, Hit, QueryEncoder, Retriever, SearchOptions};
+pub use search::{
+    DenseModelSpec, Engine, Hit, HybridIndexConfig, QueryEncoder, Retriever, SearchOptions,
+    build_hybrid_index,
+};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};
