@@ -331,7 +331,10 @@ fn bad_retrievers_and_missing_encoders_are_clear_errors() {
         ..options("fusion", 3)
     };
     let e = engine.search("queue", &no_depth).unwrap_err().to_string();
-    assert!(e.contains("invalid fusion depth: must be at least 1"), "{e}");
+    assert!(
+        e.contains("invalid fusion depth: must be at least 1"),
+        "{e}"
+    );
     // Without a registered encoder, dense text search says what is missing.
     let bare = Engine::open(&index).unwrap();
     let e = bare
