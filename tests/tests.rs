@@ -7,6 +7,7 @@ mod engine;
 mod eval_parity;
 mod fusion;
 mod hybrid;
+mod hybrid_minilm;
 mod llm;
 mod stackoverflow;
 mod util;
