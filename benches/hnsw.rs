@@ -1,16 +1,22 @@
 //! Dense search: one HNSW query (hnsw_rs, M 16, ef_construction 200, ef 128, rescored exactly)
 //! against exact flat search, and the graph build, on seeded random unit vectors (the hardest
-//! case for HNSW; real embeddings cluster). Prints recall@10 of HNSW against exact once.
+//! case for HNSW; real embeddings cluster). Prints recall@10 of HNSW against exact once. Then
+//! the engine's `fusion` retriever over a batch of queries (BM25 + HNSW, top 100 each, fused):
+//! what pooling many questions costs per query, query encoding aside.
 //!
 //! Run: `cargo bench --bench hnsw` (or `--profile dev`, dependencies are optimised there too).
 //! Size: `FRESHSTACK_BENCH_HNSW_N` (default 20,000) x 384. The Python peer comparison (hnswlib,
 //! real MiniLM embeddings or random vectors) is `benches/compare/hnsw_vs_hnswlib.py`.
 
-use criterion::{Criterion, criterion_group, criterion_main};
-use freshstack::NoProgress;
+use std::sync::Arc;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use freshstack::index::{
-    DocIds, Dtype, HnswGraph, HnswSettings, VectorMatrix, flat_search, write_npy,
+    Bm25Settings, DocIds, DocumentEncoder, Dtype, EncodedVectors, HnswGraph, HnswSettings,
+    IndexConfig, VectorMatrix, build_index_with_encoders, flat_search, write_npy,
 };
+use freshstack::search::{Engine, QueryEncoder, SearchOptions};
+use freshstack::{NoProgress, Progress};
 
 const DIM: usize = 384;
 
@@ -98,5 +104,100 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// Seeded random unit vectors for the documents, in corpus order.
+struct RandomDocs(Vec<Vec<f32>>);
+
+impl DocumentEncoder for RandomDocs {
+    fn name(&self) -> &str {
+        "rand"
+    }
+    fn encode_documents(
+        &self,
+        texts: &[&str],
+        _: &dyn Progress,
+    ) -> freshstack::Result<EncodedVectors> {
+        Ok(EncodedVectors {
+            dim: DIM,
+            data: self.0[..texts.len()].concat(),
+            model: None,
+            source: "random".into(),
+        })
+    }
+}
+
+/// Each query text names its vector: `"... #i"`.
+struct RandomQueries(Vec<Vec<f32>>);
+
+impl QueryEncoder for RandomQueries {
+    fn dim(&self) -> usize {
+        DIM
+    }
+    fn encode_query(&self, text: &str) -> freshstack::Result<Vec<f32>> {
+        let i: usize = text
+            .rsplit('#')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        Ok(self.0[i % self.0.len()].clone())
+    }
+}
+
+fn bench_fusion(c: &mut Criterion) {
+    let n = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut word = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        // Zipf-ish: small ids are common.
+        let r = (state >> 11) as f64 / (1u64 << 53) as f64;
+        format!("w{}", (2000f64.powf(r)) as usize)
+    };
+    let mut corpus = String::new();
+    for i in 0..n {
+        let text: Vec<String> = (0..60).map(|_| word()).collect();
+        corpus.push_str(
+            &serde_json::json!({"_id": format!("d{i:06}"), "text": text.join(" ")}).to_string(),
+        );
+        corpus.push('\n');
+    }
+    let queries: Vec<String> = (0..100)
+        .map(|q| {
+            let text: Vec<String> = (0..40).map(|_| word()).collect();
+            format!("{} #{q}", text.join(" "))
+        })
+        .collect();
+    let corpus_path = dir.path().join("corpus.jsonl");
+    std::fs::write(&corpus_path, corpus).unwrap();
+    let config = IndexConfig {
+        corpus: corpus_path,
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![],
+        hnsw: Some(HnswSettings::default()),
+    };
+    let index = dir.path().join("index");
+    let docs = RandomDocs(unit_vectors(n, 42));
+    build_index_with_encoders(&config, &[&docs], &index, &NoProgress).unwrap();
+    let mut engine = Engine::open(&index).unwrap();
+    engine
+        .set_query_encoder("rand", Arc::new(RandomQueries(unit_vectors(100, 7))))
+        .unwrap();
+    let texts: Vec<&str> = queries.iter().map(String::as_str).collect();
+    let options = SearchOptions {
+        retriever: "fusion".into(),
+        k: 100,
+        ..SearchOptions::default()
+    };
+    engine.search_batch(&texts, &options).unwrap();
+    let mut group = c.benchmark_group("engine");
+    group.throughput(Throughput::Elements(texts.len() as u64));
+    group.sample_size(10);
+    group.bench_function(format!("fusion_batch_100q_n{n}"), |b| {
+        b.iter(|| engine.search_batch(&texts, &options).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_fusion);
 criterion_main!(benches);

@@ -16,12 +16,13 @@
 //! 4. **Fusion** ([`search::fusion`]) and **evaluation** ([`eval`]): runs are fused as the
 //!    paper does and scored with alpha-nDCG, Coverage and Recall exactly as the reference.
 //! 5. **Index** ([`index`]): one directory with a BM25 index (tantivy, code-aware analyzer,
-//!    k1/b settable) and dense vector matrices with HNSW graphs; **search** ([`search`]): the
-//!    [`Engine`] serves `bm25` and `dense:NAME` retrievers and writes TREC runs.
+//!    k1/b settable) and dense vector matrices with HNSW graphs, the corpus encoded by the index
+//!    itself ([`build_hybrid_index`]); **search** ([`search`]): the [`Engine`] serves `bm25`,
+//!    `dense:NAME` (queries encoded with the recorded model) and `fusion` retrievers, one query
+//!    or a batch, and writes TREC runs.
 //! 6. **Benchmark** ([`benchmark`]): the published datasets (or a local export), read offline,
 //!    retrieved and scored in one call (`freshstack benchmark`).
-//!
-//! 6. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
+//! 7. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
 //!    (Table 4) and a self-contained HTML page with SVG charts.
 //!
 //! ```no_run
@@ -63,5 +64,8 @@ pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
 pub use index::{IndexConfig, build_index};
 pub use llm::{Chat, ChatParams, Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};
 pub use progress::{NoProgress, Progress};
-pub use search::{Engine, Hit, QueryEncoder, Retriever, SearchOptions};
+pub use search::{
+    DenseModelSpec, Engine, Hit, HybridIndexConfig, QueryEncoder, Retriever, SearchOptions,
+    build_hybrid_index,
+};
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

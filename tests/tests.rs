@@ -9,6 +9,7 @@ mod engine;
 mod eval_parity;
 mod fusion;
 mod hybrid;
+mod hybrid_minilm;
 mod llm;
 mod report;
 mod stackoverflow;

@@ -25,8 +25,14 @@ impl Engine {
             RetrieverSpec::parse(&options.retriever)?,
             RetrieverSpec::Fusion(_)
         );
+        if fused && options.fusion_depth == 0 {
+            return Err(crate::error::Error::invalid(
+                "fusion depth",
+                "must be at least 1",
+            ));
+        }
         let depth = if fused {
-            options.fusion_depth.max(1)
+            options.fusion_depth
         } else {
             options.k
         };

@@ -1,0 +1,231 @@
+//! The hybrid engine with the real all-MiniLM-L6-v2 (fetched by scripts/setup.sh; the tests skip
+//! loudly without it): `index --dense` encodes the corpus, searches encode queries with the
+//! recorded model, `retrieve --retriever fusion` equals `fuse` over the single runs.
+
+use std::path::{Path, PathBuf};
+
+use freshstack::NoProgress;
+use freshstack::search::{
+    Ann, DenseModelSpec, Engine, Hit, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
+    build_hybrid_index,
+};
+
+use crate::hybrid::{DOCS, corpus, options};
+use crate::util::{freshstack, write};
+
+fn minilm_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing: run scripts/setup.sh",
+            dir.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn minilm_index_encodes_documents_and_queries() {
+    let Some(model) = minilm_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let config = HybridIndexConfig {
+        corpus: corpus(dir.path()),
+        dense: vec![DenseModelSpec::parse(model.to_str().unwrap()).unwrap()],
+        ..HybridIndexConfig::default()
+    };
+    let summary = build_hybrid_index(&config, &index, &NoProgress).unwrap();
+    let dense = &summary.manifest.dense[0];
+    assert_eq!(dense.name, "all-MiniLM-L6-v2");
+    assert_eq!((dense.dim, dense.dtype.as_str()), (384, "f16"));
+    let recorded = dense.model.as_ref().unwrap();
+    assert_eq!(recorded.id, "sentence-transformers/all-MiniLM-L6-v2");
+    assert_eq!(recorded.reference, model.to_str().unwrap());
+    assert_eq!(
+        (recorded.pooling.as_str(), recorded.max_length),
+        ("mean", 256)
+    );
+
+    let engine = Engine::open_with_encoders(&index, &QueryEncoderOptions::default()).unwrap();
+    // No word in common with the queue document: only the dense half can find it.
+    let hits = engine
+        .search(
+            "how can slow work be deferred to a worker process",
+            &options("dense", 3),
+        )
+        .unwrap();
+    assert_eq!(hits[0].id, "laravel/docs/queues.md_0_10", "{hits:?}");
+    // A document's own text finds it with cosine ~1 (f16 storage), exact and HNSW alike.
+    for ann in [Ann::Exact, Ann::Hnsw] {
+        let opts = SearchOptions {
+            ann,
+            ..options("dense:all-MiniLM-L6-v2", 1)
+        };
+        let hits = engine.search(DOCS[6].1, &opts).unwrap();
+        assert_eq!(hits[0].id, DOCS[6].0);
+        assert!((hits[0].score - 1.0).abs() < 5e-3, "{}", hits[0].score);
+    }
+    // Batched query encoding gives the same rankings as one at a time.
+    let queries = [
+        "send an email to a user",
+        "format today's date",
+        "cache results",
+    ];
+    let batch = engine
+        .search_batch(&queries, &options("fusion", 3))
+        .unwrap();
+    for (query, hits) in queries.iter().zip(&batch) {
+        let single = engine.search(query, &options("fusion", 3)).unwrap();
+        let ids = |h: &[Hit]| h.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(hits), ids(&single), "{query}");
+        for (a, b) in hits.iter().zip(&single) {
+            assert!((a.score - b.score).abs() < 1e-4);
+        }
+    }
+    assert_eq!(batch[0][0].id, "laravel/docs/mail.md_0_10");
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let out = freshstack(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn minilm_cli_index_and_fusion_retrieve() {
+    let Some(model) = minilm_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path());
+    let index = dir.path().join("index");
+    let p = |p: &Path| p.to_str().unwrap().to_string();
+    run_ok(&[
+        "index",
+        "--corpus",
+        &p(&corpus),
+        "--index",
+        &p(&index),
+        "--bm25",
+        "--dense",
+        &format!("mini={}", model.display()),
+    ]);
+    let queries = write(
+        dir.path(),
+        "queries.jsonl",
+        [
+            r#"{"_id":"q1","text":"how do I send an email to a user"}"#,
+            r#"{"_id":"q2","text":"process queued jobs in the background"}"#,
+            r#"{"_id":"q3","text":"!!! ???"}"#,
+        ]
+        .join("\n"),
+    );
+    let out = run_ok(&[
+        "search",
+        "--index",
+        &p(&index),
+        "--retriever",
+        "dense:mini",
+        "-k",
+        "1",
+        "--json",
+        "email a user",
+    ]);
+    assert!(out.contains("laravel/docs/mail.md_0_10"), "{out}");
+    let mut runs = Vec::new();
+    for retriever in ["bm25", "dense:mini", "fusion"] {
+        let run = dir
+            .path()
+            .join(format!("{}.trec", retriever.replace(':', "_")));
+        run_ok(&[
+            "retrieve",
+            "--index",
+            &p(&index),
+            "--queries",
+            &p(&queries),
+            "--out",
+            &p(&run),
+            "--retriever",
+            retriever,
+            "--field",
+            "text",
+            "-k",
+            "100",
+        ]);
+        runs.push(run);
+    }
+    let fusion = std::fs::read_to_string(&runs[2]).unwrap();
+    let lines: Vec<Vec<&str>> = fusion.lines().map(|l| l.split(' ').collect()).collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.len() == 6 && l[1] == "Q0" && l[5] == "fusion:bm25,dense:mini")
+    );
+    assert_eq!(
+        lines[0][0..4],
+        ["q1", "Q0", "laravel/docs/mail.md_0_10", "1"]
+    );
+    // q3 has no BM25 terms: the fusion still ranks it by the dense half.
+    assert_eq!(lines.iter().filter(|l| l[0] == "q3").count(), DOCS.len());
+    // The fusion retriever equals `freshstack fuse` over the single runs (same order).
+    let fused = dir.path().join("fused.trec");
+    run_ok(&["fuse", &p(&runs[0]), &p(&runs[1]), "--out", &p(&fused)]);
+    let order = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f[0].to_string(), f[2].to_string())
+            })
+            .collect()
+    };
+    let fuse_text = std::fs::read_to_string(&fused).unwrap();
+    assert_eq!(order(&fusion), order(&fuse_text));
+    // The model moved away: a clear error, and --model points to it.
+    let manifest_path = index.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest_path).unwrap();
+    let moved = text
+        .replace(
+            &format!("\"reference\": \"{}\"", model.display()),
+            "\"reference\": \"/gone/mini\"",
+        )
+        .replace(
+            &format!("\"dir\": \"{}\"", model.canonicalize().unwrap().display()),
+            "\"dir\": \"/gone/mini\"",
+        );
+    assert_ne!(moved, text);
+    std::fs::write(&manifest_path, moved).unwrap();
+    let out = freshstack(&[
+        "search",
+        "--index",
+        &p(&index),
+        "--retriever",
+        "fusion",
+        "email",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--model mini=DIR"),
+        "{stderr}"
+    );
+    let out = run_ok(&[
+        "search",
+        "--index",
+        &p(&index),
+        "--retriever",
+        "fusion",
+        "--model",
+        &format!("mini={}", model.display()),
+        "email a user",
+    ]);
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .contains("laravel/docs/mail.md_0_10"),
+        "{out}"
+    );
+}
