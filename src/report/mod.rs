@@ -196,5 +196,17 @@ pub fn write(
     Ok(files)
 }
 
+/// [`compute`] then [`write`] with the defaults (`dir/report.html`, no note): what `freshstack
+/// build` and `quickstart` call after the export.
+pub fn generate(
+    dir: &Path,
+    options: &ReportOptions,
+    progress: &dyn Progress,
+) -> Result<(Report, ReportFiles)> {
+    let report = compute(dir, options, progress)?;
+    let files = write(dir, &report, None, None)?;
+    Ok((report, files))
+}
+
 #[cfg(test)]
 mod tests;

@@ -104,7 +104,7 @@ pub fn render(chart: &BarChart) -> Result<String> {
     let num_groups = chart.groups.len().max(1);
     let num_series = chart.series.len().max(1);
     let (width, height) = chart.size.unwrap_or_else(|| {
-        let bars = (num_groups * (num_series * 14 + 28)) as u32;
+        let bars = (num_groups * (num_series * 18 + 40)) as u32;
         ((bars + 90 + LEGEND_WIDTH).clamp(640, 1400), 340)
     });
     let largest = chart

@@ -186,6 +186,18 @@ fn writes_three_files_with_the_same_bytes_twice() {
     }
     // Nothing else (no temporary file) is left behind.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+    // generate = compute + write with the defaults.
+    let copy = tempfile::tempdir().unwrap();
+    for name in [
+        "corpus.jsonl",
+        "queries.jsonl",
+        "manifest.json",
+        "filtering.json",
+    ] {
+        std::fs::copy(fixture().join(name), copy.path().join(name)).unwrap();
+    }
+    let (_, made) = generate(copy.path(), &ReportOptions::default(), &NoProgress).unwrap();
+    assert_eq!(std::fs::read(&made.stats).unwrap(), first[0]);
     let stats: serde_json::Value = serde_json::from_slice(&first[0]).unwrap();
     assert_eq!(stats["statistics"]["num_docs"], 5);
     assert_eq!(stats["filtering"]["questions_out"], 3);
