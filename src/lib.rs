@@ -20,6 +20,11 @@
 //!    itself ([`build_hybrid_index`]); **search** ([`search`]): the [`Engine`] serves `bm25`,
 //!    `dense:NAME` (queries encoded with the recorded model) and `fusion` retrievers, one query
 //!    or a batch, and writes TREC runs.
+//! 6. **Benchmark** ([`benchmark`]): the published datasets (or a local export), read offline,
+//!    retrieved and scored in one call (`freshstack benchmark`).
+//!
+//! 6. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
+//!    (Table 4) and a self-contained HTML page with SVG charts.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
@@ -38,6 +43,7 @@
 //! - *run*: a ranked list of documents per question; *qrels*: judgments as relevance labels.
 #![warn(missing_docs)]
 
+pub mod benchmark;
 pub mod dataset;
 pub mod embed;
 mod error;
@@ -45,6 +51,7 @@ pub mod eval;
 pub mod index;
 pub mod llm;
 pub mod progress;
+pub mod report;
 pub mod search;
 pub mod source;
 pub mod stages;

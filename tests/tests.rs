@@ -1,5 +1,7 @@
 //! Integration tests: one binary, one module per stage.
 
+mod benchmark;
+mod build;
 mod cli_eval;
 mod corpus;
 mod embed;
@@ -9,5 +11,6 @@ mod fusion;
 mod hybrid;
 mod hybrid_minilm;
 mod llm;
+mod report;
 mod stackoverflow;
 mod util;

@@ -1,5 +1,7 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
+mod benchmark;
+mod build;
 mod corpus;
 mod embed;
 mod eval;
@@ -10,6 +12,7 @@ mod llm;
 mod nuggets;
 mod progress;
 mod query_variants;
+mod report;
 mod retrieve;
 mod search;
 mod stackoverflow;
@@ -52,8 +55,18 @@ enum Command {
     Nuggets(nuggets::NuggetsArgs),
     /// Write sub-questions and a closed-book answer per question with an LLM (inference setting).
     QueryVariants(query_variants::QueryVariantsArgs),
+    /// Score retrievers on published FreshStack datasets (Hugging Face cache, offline) or a
+    /// local export: runs, results.json and results.md (alpha-nDCG@10, Coverage@20, Recall@50).
+    Benchmark(benchmark::BenchmarkArgs),
     /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
     Judge(judge::JudgeArgs),
+    /// The whole pipeline from a topic config: questions, corpus, index, nuggets, variants,
+    /// pooling, judging, filtering, export. Resumable.
+    Build(build::BuildArgs),
+    /// Build a small benchmark about freshstack itself with the local test models, no config.
+    Quickstart(build::QuickstartArgs),
+    /// Statistics, pooling results and a self-contained HTML report of an exported dataset.
+    Report(report::ReportArgs),
 }
 
 /// Runs the parsed command.
@@ -70,6 +83,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nuggets(args) => nuggets::run(args),
         Command::QueryVariants(args) => query_variants::run(args),
         Command::Judge(args) => judge::run(args),
+        Command::Benchmark(args) => benchmark::run(args),
+        Command::Build(args) => build::run_build(args),
+        Command::Quickstart(args) => build::run_quickstart(args),
+        Command::Report(args) => report::run(args),
     }
 }
 
