@@ -29,6 +29,10 @@ pub struct CorpusArgs {
     /// Skip files larger than this many bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES)]
     max_file_bytes: u64,
+    /// Leave out paths matching this gitignore-style glob, relative to each checkout
+    /// (repeatable), e.g. `--exclude 'tests/fixtures/**'`.
+    #[arg(long = "exclude", value_name = "GLOB")]
+    exclude: Vec<String>,
     /// Also write the summary (per-repo totals, skips by reason) as JSON here.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
@@ -48,6 +52,7 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
         max_tokens: args.max_tokens,
         tokenizer: TokenizerKind::parse(&args.tokenizer)?,
         max_file_bytes: args.max_file_bytes,
+        exclude: args.exclude,
     };
     if let Some(threads) = args.threads {
         rayon::ThreadPoolBuilder::new()

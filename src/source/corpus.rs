@@ -36,6 +36,8 @@ pub struct CorpusConfig {
     pub tokenizer: TokenizerKind,
     /// Files larger than this are skipped.
     pub max_file_bytes: u64,
+    /// Gitignore-style globs, relative to each checkout, of paths to leave out.
+    pub exclude: Vec<String>,
 }
 
 impl CorpusConfig {
@@ -46,6 +48,7 @@ impl CorpusConfig {
             max_tokens: DEFAULT_MAX_TOKENS,
             tokenizer: TokenizerKind::Cl100kBase,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            exclude: Vec::new(),
         }
     }
 }
@@ -157,7 +160,14 @@ pub fn chunk_repositories(
     };
     for repo in &config.repos {
         let repo_summary =
-            chunk_repository(repo, &chunker, config.max_file_bytes, progress, &mut sink)?;
+            chunk_repository(
+                repo,
+                &chunker,
+                config.max_file_bytes,
+                &config.exclude,
+                progress,
+                &mut sink,
+            )?;
         summary.documents += repo_summary.documents;
         summary.tokens += repo_summary.tokens;
         summary.files_chunked += repo_summary.files_chunked;
@@ -173,11 +183,12 @@ fn chunk_repository(
     repo: &RepoSpec,
     chunker: &Chunker,
     max_file_bytes: u64,
+    exclude: &[String],
     progress: &dyn Progress,
     sink: &mut impl FnMut(&Document) -> Result<()>,
 ) -> Result<RepoSummary> {
     let commit_id = read_commit_id(&repo.path);
-    let walked = walk(&repo.path, max_file_bytes)?;
+    let walked = walk(&repo.path, max_file_bytes, exclude)?;
     for problem in &walked.unreadable {
         tracing::warn!(repo = %repo.name, "skipped unreadable entry: {problem}");
     }

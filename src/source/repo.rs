@@ -378,11 +378,23 @@ pub struct WalkResult {
 
 /// Walks a checkout: honours `.gitignore` (also nested ones, and without a `.git`), never follows
 /// symlinks, skips hidden entries, lock files, binary extensions and files over `max_file_bytes`.
-/// Deterministic: the result does not depend on directory order.
-pub fn walk(root: &Path, max_file_bytes: u64) -> Result<WalkResult> {
+/// `exclude` holds gitignore-style globs relative to `root` (e.g. `tests/fixtures/**`) whose
+/// matches are left out like ignored files. Deterministic: the result does not depend on
+/// directory order.
+pub fn walk(root: &Path, max_file_bytes: u64, exclude: &[String]) -> Result<WalkResult> {
     let hidden_count = Arc::new(AtomicU64::new(0));
     let hidden_counter = Arc::clone(&hidden_count);
+    let mut overrides = ignore::overrides::OverrideBuilder::new(root);
+    for glob in exclude {
+        overrides
+            .add(&format!("!{glob}"))
+            .map_err(|e| Error::invalid("exclude", format!("{glob:?}: {e}")))?;
+    }
+    let overrides = overrides
+        .build()
+        .map_err(|e| Error::invalid("exclude", e.to_string()))?;
     let walker = ignore::WalkBuilder::new(root)
+        .overrides(overrides)
         .hidden(false)
         .parents(false)
         .ignore(false)

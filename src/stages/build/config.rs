@@ -95,6 +95,10 @@ pub struct CorpusSection {
     /// Larger files are skipped.
     #[serde(default = "default_max_file_bytes")]
     pub max_file_bytes: u64,
+    /// Gitignore-style globs (relative to each checkout) of paths to leave out, e.g.
+    /// `["tests/fixtures/**", "vendor/**"]`.
+    #[serde(default)]
+    pub exclude: Vec<String>,
 }
 
 fn default_max_tokens() -> usize {

@@ -386,6 +386,7 @@ impl Builder<'_> {
         corpus.max_tokens = c.max_tokens;
         corpus.tokenizer = TokenizerKind::parse(&c.tokenizer)?;
         corpus.max_file_bytes = c.max_file_bytes;
+        corpus.exclude = c.exclude.clone();
         let before = self.book.fresh("corpus", "corpus")?;
         let summary = build_corpus(&corpus, &self.path(layout::CORPUS), progress)?;
         let hashes = self.book.record("corpus", "corpus", &[layout::CORPUS])?;
@@ -768,6 +769,7 @@ impl Builder<'_> {
                 "max_tokens": c.corpus.max_tokens,
                 "tokenizer": c.corpus.tokenizer,
                 "max_file_bytes": c.corpus.max_file_bytes,
+                "exclude": c.corpus.exclude,
             },
             "retrieval": c.retrieval,
             "llm": {

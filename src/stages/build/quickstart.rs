@@ -82,6 +82,8 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             max_tokens: 256,
             tokenizer: "cl100k_base".into(),
             max_file_bytes: 200_000,
+            // Source and docs, not test data.
+            exclude: vec!["tests/fixtures/**".into(), "LICENSE".into()],
         },
         retrieval: RetrievalConfig {
             dense,
