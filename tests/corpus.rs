@@ -394,3 +394,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn exclude_globs_leave_paths_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    write(&repo, "src/lib.rs", "pub fn kept() {}\n");
+    write(&repo, "tests/fixtures/big.txt", "left out\n");
+    write(&repo, "vendor/x/y.md", "# left out too\n");
+    let out = dir.path().join("corpus.jsonl");
+    let output = freshstack(&[
+        "corpus",
+        "--repo",
+        &format!("acme/x={}", repo.display()),
+        "--out",
+        out.to_str().unwrap(),
+        "--exclude",
+        "tests/fixtures/**",
+        "--exclude",
+        "vendor/",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("src/lib.rs"));
+}

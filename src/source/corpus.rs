@@ -159,15 +159,14 @@ pub fn chunk_repositories(
         ..Default::default()
     };
     for repo in &config.repos {
-        let repo_summary =
-            chunk_repository(
-                repo,
-                &chunker,
-                config.max_file_bytes,
-                &config.exclude,
-                progress,
-                &mut sink,
-            )?;
+        let repo_summary = chunk_repository(
+            repo,
+            &chunker,
+            config.max_file_bytes,
+            &config.exclude,
+            progress,
+            &mut sink,
+        )?;
         summary.documents += repo_summary.documents;
         summary.tokens += repo_summary.tokens;
         summary.files_chunked += repo_summary.files_chunked;
