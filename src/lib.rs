@@ -43,6 +43,7 @@ pub mod eval;
 pub mod index;
 pub mod llm;
 pub mod progress;
+pub mod rerank;
 pub mod search;
 pub mod source;
 pub mod stages;

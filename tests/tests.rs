@@ -7,5 +7,6 @@ mod engine;
 mod eval_parity;
 mod fusion;
 mod llm;
+mod rerank;
 mod stackoverflow;
 mod util;

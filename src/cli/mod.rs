@@ -10,6 +10,7 @@ mod llm;
 mod nuggets;
 mod progress;
 mod query_variants;
+mod rerank;
 mod retrieve;
 mod search;
 mod stackoverflow;
@@ -54,6 +55,8 @@ enum Command {
     QueryVariants(query_variants::QueryVariantsArgs),
     /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
     Judge(judge::JudgeArgs),
+    /// Rerank the top k documents of each question of a TREC run with a local cross-encoder.
+    Rerank(rerank::RerankArgs),
 }
 
 /// Runs the parsed command.
@@ -70,6 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nuggets(args) => nuggets::run(args),
         Command::QueryVariants(args) => query_variants::run(args),
         Command::Judge(args) => judge::run(args),
+        Command::Rerank(args) => rerank::run(args),
     }
 }
 

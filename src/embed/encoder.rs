@@ -10,9 +10,9 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
-use super::bert::{BertConfig, BertModel};
+use super::bert::{BertConfig, BertFlavor, BertModel};
 use super::gemma2::Gemma2Config;
-use super::manifest::{Architecture, ModelDType, ModelManifest, Pooling, TextKind};
+use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling, TextKind};
 use super::mistral::MistralConfig;
 use super::pooling::{l2_normalize, pool};
 use super::qwen::{QwenConfig, QwenVersion};
@@ -80,7 +80,7 @@ impl DeviceSpec {
         }
     }
 
-    fn device(self) -> Result<Device> {
+    pub(crate) fn device(self) -> Result<Device> {
         match self {
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
@@ -133,6 +133,20 @@ struct ModelTypeOnly {
     hidden_size: Option<usize>,
     #[serde(default)]
     max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    pad_token_id: Option<usize>,
+}
+
+impl ModelTypeOnly {
+    /// The longest input the position table allows (RoBERTa positions start after padding).
+    fn position_limit(&self, arch: Architecture) -> Option<usize> {
+        let offset = match arch {
+            Architecture::XlmRoberta => self.pad_token_id.unwrap_or(1) + 1,
+            _ => 0,
+        };
+        self.max_position_embeddings
+            .map(|n| n.saturating_sub(offset))
+    }
 }
 
 #[derive(Deserialize)]
@@ -181,11 +195,17 @@ impl TextEncoder {
                     return Err(Error::model(
                         name,
                         format!(
-                            "unknown architecture '{model_type}' (supported: bert, mistral, qwen2, qwen3, gemma2)"
+                            "unknown architecture '{model_type}' (supported: bert, xlm-roberta, mistral, qwen2, qwen3, gemma2)"
                         ),
                     ));
                 }
             }
+        }
+        if manifest.kind == ModelKind::CrossEncoder {
+            return Err(Error::model(
+                name,
+                "is a cross-encoder reranker, not an embedder: use `freshstack rerank`",
+            ));
         }
         if let Some(p) = options.pooling {
             manifest.pooling = p;
@@ -202,7 +222,7 @@ impl TextEncoder {
         if let Some(n) = options.max_length {
             manifest.max_length = n;
         }
-        if let Some(limit) = config.max_position_embeddings {
+        if let Some(limit) = config.position_limit(manifest.architecture) {
             manifest.max_length = manifest.max_length.min(limit);
         }
         if manifest.max_length < 2 {
@@ -377,9 +397,14 @@ fn build_backbone(
 ) -> Result<Box<dyn Backbone>> {
     let parse_err = |e: serde_json::Error| Error::model(name, format!("config.json: {e}"));
     let backbone: Box<dyn Backbone> = match arch {
-        Architecture::Bert => {
+        Architecture::Bert | Architecture::XlmRoberta => {
             let cfg: BertConfig = serde_json::from_str(config).map_err(parse_err)?;
-            Box::new(BertModel::new(&cfg, vb).map_err(model_err(name))?)
+            let flavor = if arch == Architecture::XlmRoberta {
+                BertFlavor::Roberta
+            } else {
+                BertFlavor::Bert
+            };
+            Box::new(BertModel::load(&cfg, vb, flavor).map_err(model_err(name))?)
         }
         Architecture::Mistral => {
             let cfg: MistralConfig = serde_json::from_str(config).map_err(parse_err)?;
@@ -403,7 +428,7 @@ fn build_backbone(
 }
 
 /// The built-in manifest for `files`: by Hugging Face id, else by directory name.
-fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>> {
+pub(crate) fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>> {
     if let Some(id) = &files.id
         && let Some(m) = ModelManifest::find(id)?
     {
@@ -426,7 +451,7 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
     let architecture = Architecture::from_model_type(model_type).ok_or_else(|| {
         Error::model(
             name,
-            format!("unknown architecture '{model_type}' (supported: bert, mistral, qwen2, qwen3, gemma2)"),
+            format!("unknown architecture '{model_type}' (supported: bert, xlm-roberta, mistral, qwen2, qwen3, gemma2)"),
         )
     })?;
     let pooling = match &files.pooling_config {
@@ -455,6 +480,7 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
         .unwrap_or(512);
     Ok(ModelManifest {
         id: files.id.clone().unwrap_or_else(|| name.to_string()),
+        kind: ModelKind::Embedding,
         aliases: Vec::new(),
         architecture,
         pooling,
