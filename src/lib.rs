@@ -42,6 +42,7 @@ mod error;
 pub mod eval;
 pub mod index;
 pub mod llm;
+pub mod merge;
 pub mod progress;
 pub mod rerank;
 pub mod search;

@@ -8,5 +8,6 @@ mod eval_parity;
 mod fusion;
 mod llm;
 mod rerank;
+mod shard;
 mod stackoverflow;
 mod util;

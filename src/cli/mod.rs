@@ -7,6 +7,7 @@ mod fuse;
 mod index;
 mod judge;
 mod llm;
+mod merge;
 mod nuggets;
 mod progress;
 mod query_variants;
@@ -57,6 +58,8 @@ enum Command {
     Judge(judge::JudgeArgs),
     /// Rerank the top k documents of each question of a TREC run with a local cross-encoder.
     Rerank(rerank::RerankArgs),
+    /// Join `--shard I/N` outputs (embed, nuggets, query-variants, judge) into one file.
+    Merge(merge::MergeArgs),
 }
 
 /// Runs the parsed command.
@@ -74,6 +77,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::QueryVariants(args) => query_variants::run(args),
         Command::Judge(args) => judge::run(args),
         Command::Rerank(args) => rerank::run(args),
+        Command::Merge(args) => merge::run(args),
     }
 }
 

@@ -30,5 +30,5 @@ pub use input::{EmbedInput, InputKind, read_embed_input};
 pub use manifest::{
     Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling, TextKind,
 };
-pub use npy::{NpyDType, read_npy_f32, write_ids, write_npy};
+pub use npy::{NpyDType, NpyLayout, read_npy_f32, write_ids, write_npy};
 pub use resolve::{ModelFiles, resolve_model};

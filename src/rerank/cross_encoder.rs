@@ -101,6 +101,9 @@ pub struct CrossEncoder {
     max_batch_tokens: usize,
 }
 
+/// A tokenized pair: token ids and segment ids.
+type PairTokens = (Vec<u32>, Vec<u32>);
+
 fn model_err(name: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
     move |e| Error::model(name, e.to_string())
 }
@@ -252,7 +255,7 @@ impl CrossEncoder {
 
     /// Tokenizes pairs: `(ids, segment ids)` per pair and the number truncated. The document is
     /// cut first; a query too long on its own is cut too (longest first).
-    fn tokenize(&self, pairs: &[(&str, &str)]) -> Result<(Vec<(Vec<u32>, Vec<u32>)>, usize)> {
+    fn tokenize(&self, pairs: &[(&str, &str)]) -> Result<(Vec<PairTokens>, usize)> {
         let tok_err = |e| Error::model(&self.name, format!("tokenizer: {e}"));
         let mut out = Vec::with_capacity(pairs.len());
         let mut truncated = 0;
@@ -286,7 +289,7 @@ impl CrossEncoder {
     }
 
     /// Scores one right-padded batch.
-    fn run_batch(&self, rows: &[&(Vec<u32>, Vec<u32>)]) -> candle_core::Result<Vec<f32>> {
+    fn run_batch(&self, rows: &[&PairTokens]) -> candle_core::Result<Vec<f32>> {
         let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(1).max(1);
         let mut ids = Vec::with_capacity(rows.len() * width);
         let mut types = Vec::with_capacity(rows.len() * width);
@@ -322,7 +325,7 @@ impl Reranker for CrossEncoder {
         let mut scores = vec![0f32; pairs.len()];
         progress.begin("reranking", Some(pairs.len() as u64));
         for batch in plan_batches(&lengths, self.max_batch_tokens) {
-            let rows: Vec<&(Vec<u32>, Vec<u32>)> = batch.iter().map(|&i| &tokens[i]).collect();
+            let rows: Vec<&PairTokens> = batch.iter().map(|&i| &tokens[i]).collect();
             let got = self.run_batch(&rows).map_err(model_err(&self.name))?;
             if got.len() != batch.len() {
                 return Err(Error::model(
