@@ -18,6 +18,9 @@
 //! 5. **Index** ([`index`]): one directory with a BM25 index (tantivy, code-aware analyzer,
 //!    k1/b settable) and dense vector matrices with HNSW graphs; **search** ([`search`]): the
 //!    [`Engine`] serves `bm25` and `dense:NAME` retrievers and writes TREC runs.
+//! 6. **Rerank** ([`rerank`]): cross-encoders (BERT and XLM-RoBERTa sequence classifiers)
+//!    rescore the top of a run. **Shards** ([`dataset::Shard`], [`merge`]): the heavy stages
+//!    run as N deterministic slices on a cluster and merge into the single-process bytes.
 //!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
