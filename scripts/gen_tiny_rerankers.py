@@ -133,6 +133,28 @@ def build(name: str, tok: Tokenizer, config, model_cls) -> None:
     print(f"tiny-{name}: {size} bytes, tokens per pair {token_counts}, scores {scores}")
 
 
+def embed_reference() -> None:
+    """tiny-xlmr's backbone as an embedder (BGE-M3 style: CLS pooling, L2-normalised), for the
+    `embed` path of XLM-RoBERTa: embed_reference.json next to the model."""
+    from transformers import XLMRobertaModel
+
+    out = OUT / "tiny-xlmr"
+    model = XLMRobertaModel.from_pretrained(out, add_pooling_layer=False).eval()
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    tok.enable_truncation(MAX_LEN)
+    texts = [q for q, _ in PAIRS] + [PAIRS[4][1]]
+    vectors, tokens = [], []
+    for text in texts:
+        ids = tok.encode(text).ids
+        tokens.append(len(ids))
+        with torch.no_grad():
+            cls = model(input_ids=torch.tensor([ids])).last_hidden_state[0, 0]
+        vectors.append(torch.nn.functional.normalize(cls, dim=-1).tolist())
+    (out / "embed_reference.json").write_text(
+        json.dumps({"texts": texts, "tokens": tokens, "vectors": vectors}) + "\n"
+    )
+
+
 def main() -> None:
     common = dict(
         hidden_size=32,
@@ -165,6 +187,7 @@ def main() -> None:
         ),
         XLMRobertaForSequenceClassification,
     )
+    embed_reference()
 
 
 if __name__ == "__main__":

@@ -213,3 +213,46 @@ fn cli_reranks_top_k_deterministically() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(!out.exists());
 }
+
+#[derive(serde::Deserialize)]
+struct EmbedReference {
+    texts: Vec<String>,
+    tokens: Vec<usize>,
+    vectors: Vec<Vec<f32>>,
+}
+
+/// The XLM-RoBERTa backbone also embeds (BGE-M3 style, CLS pooling): `embed`'s path for
+/// `model_type = xlm-roberta` against `transformers`' `XLMRobertaModel` on the same weights.
+#[test]
+fn xlm_roberta_embeddings_match_transformers() {
+    use freshstack::embed::{Encoder, EncoderOptions, TextEncoder, TextKind};
+    let dir = fixture("xlmr");
+    let reference: EmbedReference =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("embed_reference.json")).unwrap())
+            .unwrap();
+    let files = resolve_model(dir.to_str().unwrap()).unwrap();
+    let options = EncoderOptions {
+        max_batch_tokens: Some(60),
+        ..EncoderOptions::default()
+    };
+    let encoder = TextEncoder::load(&files, &options).unwrap();
+    assert_eq!(
+        encoder.manifest().max_length,
+        40,
+        "positions after padding_idx"
+    );
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let got = encoder
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    assert_eq!(got.num_tokens, reference.tokens.iter().sum::<usize>());
+    for (i, want) in reference.vectors.iter().enumerate() {
+        let diff = got
+            .row(i)
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
+    }
+}
