@@ -22,6 +22,9 @@
 //!    rescore the top of a run. **Shards** ([`dataset::Shard`], [`merge`]): the heavy stages
 //!    run as N deterministic slices on a cluster and merge into the single-process bytes.
 //!
+//! 6. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
+//!    (Table 4) and a self-contained HTML page with SVG charts.
+//!
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
 //!
@@ -47,6 +50,7 @@ pub mod index;
 pub mod llm;
 pub mod merge;
 pub mod progress;
+pub mod report;
 pub mod rerank;
 pub mod search;
 pub mod source;

@@ -44,9 +44,13 @@ const FAULTS: [Fault; 7] = [
     Fault::Dropped,
 ];
 
-struct State {
+pub(crate) struct State {
     /// Every request received (faulty ones included).
     requests: AtomicUsize,
+    /// Requests after this many are held unanswered (to kill a client mid-call).
+    pub(crate) hold_after: AtomicUsize,
+    /// Successful answers sent per distinct request body.
+    answered: Mutex<HashMap<u64, u32>>,
     /// Attempts seen per distinct request body.
     attempts: Mutex<HashMap<u64, u32>>,
     /// Inject faults on the first attempts of a request.
@@ -57,17 +61,19 @@ struct State {
 }
 
 /// An OpenAI-compatible server on 127.0.0.1, one thread per connection.
-struct MockServer {
-    url: String,
-    state: Arc<State>,
+pub(crate) struct MockServer {
+    pub(crate) url: String,
+    pub(crate) state: Arc<State>,
 }
 
 impl MockServer {
-    fn start(faults: bool) -> Self {
+    pub(crate) fn start(faults: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let state = Arc::new(State {
             requests: AtomicUsize::new(0),
+            hold_after: AtomicUsize::new(usize::MAX),
+            answered: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             faults,
             auth: Mutex::new(Vec::new()),
@@ -87,8 +93,20 @@ impl MockServer {
         Self { url, state }
     }
 
-    fn requests(&self) -> usize {
+    pub(crate) fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// The most times any one request was answered successfully.
+    pub(crate) fn max_answers_per_request(&self) -> u32 {
+        self.state
+            .answered
+            .lock()
+            .unwrap()
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -139,7 +157,14 @@ fn serve_connection(stream: TcpStream, state: &State) {
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        state.requests.fetch_add(1, Ordering::SeqCst);
+        let seen = state.requests.fetch_add(1, Ordering::SeqCst) + 1;
+        if seen > state.hold_after.load(Ordering::SeqCst) {
+            // Hold the call until the server stops: the client is about to be killed.
+            while !state.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return;
+        }
         let key = fnv(&body);
         let attempt = {
             let mut attempts = state.attempts.lock().unwrap();
@@ -175,7 +200,13 @@ fn serve_connection(stream: TcpStream, state: &State) {
                 .and_then(|_| w.flush())
         };
         let keep = match fault {
-            Fault::None => send(&mut writer, "200 OK", "", &ok_body).is_ok(),
+            Fault::None => {
+                let sent = send(&mut writer, "200 OK", "", &ok_body).is_ok();
+                if sent {
+                    *state.answered.lock().unwrap().entry(key).or_insert(0) += 1;
+                }
+                sent
+            }
             Fault::TooMany => send(
                 &mut writer,
                 "429 Too Many Requests",
@@ -215,7 +246,7 @@ fn serve_connection(stream: TcpStream, state: &State) {
 /// The "model": answers each prompt deterministically. Question titles carry test markers:
 /// `[messy]` answers in prose first and correctly after a repair request, `[hopeless]` never
 /// answers usably, `[omit]` leaves out the last document until repaired.
-fn model_answer(request: &Value) -> String {
+pub(crate) fn model_answer(request: &Value) -> String {
     let messages = request["messages"].as_array().unwrap();
     let first_user = messages.iter().find(|m| m["role"] == "user").unwrap()["content"]
         .as_str()

@@ -1,12 +1,15 @@
 //! Integration tests: one binary, one module per stage.
 
+mod build;
 mod cli_eval;
 mod corpus;
 mod embed;
 mod engine;
 mod eval_parity;
 mod fusion;
+mod hybrid;
 mod llm;
+mod report;
 mod rerank;
 mod shard;
 mod stackoverflow;

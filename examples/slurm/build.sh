@@ -63,7 +63,7 @@ merge_nuggets=$(sbatch --parsable --dependency=afterok:$nuggets --time=0:30:00 \
     freshstack merge --out nuggets.jsonl shards/nuggets.*.jsonl")
 
 # 4. Judge the pool (here: built from the fused run's top 20 per question into pool.jsonl,
-#    {"query_id", "doc_ids"} rows; `freshstack build` will do this step) across the fleet.
+#    {"query_id", "doc_ids"} rows, as `freshstack build` pools on one machine) across the fleet.
 judge=$(sbatch --parsable --dependency=afterok:$index:$merge_nuggets \
   --array=0-$((LLM_SHARDS - 1)) --cpus-per-task=2 --mem=8G --time=24:00:00 \
   --output=logs/judge-%A_%a.log --wrap "

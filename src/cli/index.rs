@@ -1,12 +1,15 @@
-//! `freshstack index`: build the index directory (BM25 and/or precomputed dense vectors).
+//! `freshstack index`: build the index directory (BM25, dense models encoding the corpus, and/or
+//! precomputed dense vectors).
 
 use std::path::PathBuf;
 
 use clap::Args;
+use freshstack::embed::{DeviceSpec, EncoderOptions, ModelDType};
 use freshstack::index::{
-    AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1, HnswSettings, IndexConfig, RefreshConfig,
-    VectorSource, build_index, refresh_index,
+    AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1, Dtype, HnswSettings, RefreshConfig,
+    VectorSource, refresh_index,
 };
+use freshstack::search::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
 
 use super::progress::Bars;
 
@@ -20,7 +23,7 @@ pub struct IndexArgs {
     /// The index directory (built in a temporary sibling, then renamed into place).
     #[arg(long, value_name = "DIR")]
     index: PathBuf,
-    /// Build the BM25 index (the default when no --vectors are given).
+    /// Build the BM25 index (the default when no --dense or --vectors are given).
     #[arg(long)]
     bm25: bool,
     /// BM25 k1 (Pyserini's default).
@@ -36,6 +39,26 @@ pub struct IndexArgs {
     /// Repeatable; each becomes retriever dense:NAME.
     #[arg(long = "vectors", value_name = "NAME=PATH.npy")]
     vectors: Vec<String>,
+    /// A dense model that encodes the corpus (document template) as [NAME=]MODEL, MODEL a local
+    /// directory or a Hugging Face id in the local cache; NAME (default: the directory's name or
+    /// the id's last part) makes retriever dense:NAME. Repeatable.
+    #[arg(long = "dense", value_name = "[NAME=]MODEL")]
+    dense: Vec<String>,
+    /// Device for --dense encoders: cpu, cuda or cuda:N (cuda needs `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Weight and compute dtype of --dense encoders: f32, bf16 or f16 (default: the model's).
+    #[arg(long)]
+    model_dtype: Option<String>,
+    /// Max tokens per document for --dense encoders (default: the model's).
+    #[arg(long)]
+    max_length: Option<usize>,
+    /// Padded tokens per encoder batch (default: 2048 on the CPU, 16384 on a GPU).
+    #[arg(long)]
+    max_batch_tokens: Option<usize>,
+    /// How --dense vectors are stored: f16 (half the size) or f32.
+    #[arg(long, default_value = "f16")]
+    vector_dtype: String,
     /// HNSW links per node.
     #[arg(long, default_value_t = 16)]
     hnsw_m: usize,
@@ -78,22 +101,45 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         .iter()
         .map(|spec| VectorSource::parse(spec))
         .collect::<Result<Vec<_>, _>>()?;
-    let bm25 = (args.bm25 || vectors.is_empty()).then_some(Bm25Settings {
+    let dense = args
+        .dense
+        .iter()
+        .map(|spec| DenseModelSpec::parse(spec))
+        .collect::<Result<Vec<_>, _>>()?;
+    let bm25 = (args.bm25 || (vectors.is_empty() && dense.is_empty())).then_some(Bm25Settings {
         k1: args.k1,
         b: args.b,
         analyzer: AnalyzerKind::parse(&args.analyzer)?,
     });
-    let config = IndexConfig {
+    let vector_dtype = match args.vector_dtype.as_str() {
+        "f16" => Dtype::F16,
+        "f32" => Dtype::F32,
+        other => anyhow::bail!("--vector-dtype {other:?}: expected f16 or f32"),
+    };
+    let config = HybridIndexConfig {
         corpus,
         bm25,
+        dense,
         vectors,
         hnsw: (!args.no_hnsw).then_some(HnswSettings {
             m: args.hnsw_m,
             ef_construction: args.hnsw_ef_construction,
         }),
+        encoder: EncoderOptions {
+            device: DeviceSpec::parse(&args.device)?,
+            dtype: args
+                .model_dtype
+                .as_deref()
+                .map(ModelDType::parse)
+                .transpose()?,
+            max_length: args.max_length,
+            max_batch_tokens: args.max_batch_tokens,
+            ..EncoderOptions::default()
+        },
+        vector_dtype,
     };
     let started = std::time::Instant::now();
-    let summary = build_index(&config, &args.index, &Bars::new())?;
+    let summary = build_hybrid_index(&config, &args.index, &Bars::new())?;
     let mut parts = Vec::new();
     if summary.manifest.bm25.is_some() {
         parts.push("bm25".to_string());

@@ -1,5 +1,6 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
+mod build;
 mod corpus;
 mod embed;
 mod eval;
@@ -11,6 +12,7 @@ mod merge;
 mod nuggets;
 mod progress;
 mod query_variants;
+mod report;
 mod rerank;
 mod retrieve;
 mod search;
@@ -60,6 +62,13 @@ enum Command {
     Rerank(rerank::RerankArgs),
     /// Join `--shard I/N` outputs (embed, nuggets, query-variants, judge) into one file.
     Merge(merge::MergeArgs),
+    /// The whole pipeline from a topic config: questions, corpus, index, nuggets, variants,
+    /// pooling, judging, filtering, export. Resumable.
+    Build(build::BuildArgs),
+    /// Build a small benchmark about freshstack itself with the local test models, no config.
+    Quickstart(build::QuickstartArgs),
+    /// Statistics, pooling results and a self-contained HTML report of an exported dataset.
+    Report(report::ReportArgs),
 }
 
 /// Runs the parsed command.
@@ -78,6 +87,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Judge(args) => judge::run(args),
         Command::Rerank(args) => rerank::run(args),
         Command::Merge(args) => merge::run(args),
+        Command::Build(args) => build::run_build(args),
+        Command::Quickstart(args) => build::run_quickstart(args),
+        Command::Report(args) => report::run(args),
     }
 }
 

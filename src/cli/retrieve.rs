@@ -4,11 +4,106 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use freshstack::Progress;
+use freshstack::embed::{DeviceSpec, ModelDType};
 use freshstack::index::{VectorMatrix, ids_path, read_ids};
 use freshstack::search::{
-    Ann, DEFAULT_EF_SEARCH, Engine, Hit, QueryField, SearchOptions, read_queries, write_trec,
+    Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, Engine, FusionMethod, Hit, QueryEncoderOptions,
+    QueryField, SearchOptions, read_queries, write_trec,
 };
 use rayon::prelude::*;
+
+use super::progress::Bars;
+
+/// Fusion flags shared by `search` and `retrieve`.
+#[derive(Debug, Args)]
+pub struct FusionArgs {
+    /// For fusion: documents taken from each retriever (paper: 100).
+    #[arg(long, default_value_t = DEFAULT_FUSION_DEPTH)]
+    fusion_depth: usize,
+    /// For fusion: normalized-sum (the paper's) or rrf (k = 60).
+    #[arg(long, default_value = "normalized-sum")]
+    fusion_method: String,
+    /// For fusion: comma-separated weights, one per fused retriever in order.
+    #[arg(long, value_name = "W1,W2,...")]
+    fusion_weights: Option<String>,
+}
+
+impl FusionArgs {
+    /// Default search options carrying the fusion settings.
+    pub fn options(&self) -> anyhow::Result<SearchOptions> {
+        let fusion_method = match self.fusion_method.as_str() {
+            "normalized-sum" | "normalized_sum" => FusionMethod::NormalizedSum,
+            "rrf" => FusionMethod::Rrf { k: 60.0 },
+            other => bail!("--fusion-method {other:?}: expected normalized-sum or rrf"),
+        };
+        let fusion_weights = self
+            .fusion_weights
+            .as_deref()
+            .map(|text| {
+                text.split(',')
+                    .map(|w| {
+                        w.trim()
+                            .parse::<f64>()
+                            .with_context(|| format!("--fusion-weights: {w:?} is not a number"))
+                    })
+                    .collect::<anyhow::Result<Vec<f64>>>()
+            })
+            .transpose()?;
+        Ok(SearchOptions {
+            fusion_depth: self.fusion_depth,
+            fusion_method,
+            fusion_weights,
+            ..SearchOptions::default()
+        })
+    }
+}
+
+/// Query-encoder flags shared by `search` and `retrieve`.
+#[derive(Debug, Args)]
+pub struct EncoderArgs {
+    /// Device for query encoders: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Weight/compute dtype of query encoders (default: the one the corpus was encoded with).
+    #[arg(long)]
+    model_dtype: Option<String>,
+    /// Load dense model NAME's query encoder from MODEL (a directory or cached id) instead of
+    /// the one the index recorded. Repeatable.
+    #[arg(long = "model", value_name = "NAME=MODEL")]
+    models: Vec<String>,
+}
+
+impl EncoderArgs {
+    /// Loads the query encoders the dense retrievers in `retriever` need.
+    pub fn load(&self, engine: &mut Engine, retriever: &str) -> anyhow::Result<()> {
+        let components = engine.components(retriever)?;
+        let names: Vec<&str> = components
+            .iter()
+            .filter_map(|c| c.strip_prefix("dense:"))
+            .collect();
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut options = QueryEncoderOptions {
+            device: DeviceSpec::parse(&self.device)?,
+            dtype: self
+                .model_dtype
+                .as_deref()
+                .map(ModelDType::parse)
+                .transpose()?,
+            ..QueryEncoderOptions::default()
+        };
+        for spec in &self.models {
+            let (name, model) = spec
+                .split_once('=')
+                .with_context(|| format!("--model {spec:?}: expected NAME=MODEL"))?;
+            options.models.insert(name.to_string(), model.to_string());
+        }
+        engine.load_query_encoders(&names, &options)?;
+        Ok(())
+    }
+}
 
 /// Arguments of `freshstack retrieve`.
 #[derive(Debug, Args)]
@@ -25,7 +120,7 @@ pub struct RetrieveArgs {
     /// Results per query.
     #[arg(short, default_value_t = 100)]
     k: usize,
-    /// bm25, dense or dense:NAME.
+    /// bm25, dense, dense:NAME, fusion (every retriever of the index) or fusion:R1,R2,...
     #[arg(long, default_value = "bm25")]
     retriever: String,
     /// Query text: question (title + body), answer or nuggets (oracles), or text (BEIR).
@@ -37,7 +132,12 @@ pub struct RetrieveArgs {
     /// HNSW search width.
     #[arg(long, default_value_t = DEFAULT_EF_SEARCH)]
     ef_search: usize,
-    /// Precomputed query vectors for a dense retriever, NAME=PATH.npy (query ids in PATH.ids).
+    #[command(flatten)]
+    fusion: FusionArgs,
+    #[command(flatten)]
+    encoders: EncoderArgs,
+    /// Precomputed query vectors for a dense retriever, NAME=PATH.npy (query ids in PATH.ids),
+    /// instead of encoding the queries.
     #[arg(long = "query-vectors", value_name = "NAME=PATH.npy")]
     query_vectors: Option<String>,
     /// Run tag (last column); default: the retriever name.
@@ -60,17 +160,19 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         k: args.k,
         ann: Ann::parse(&args.ann)?,
         ef_search: args.ef_search,
+        ..args.fusion.options()?
     };
     let field = QueryField::parse(&args.field)?;
-    let engine = Engine::open(&args.index)?;
+    let mut engine = Engine::open(&args.index)?;
     let retriever = engine.resolve(&args.retriever)?;
     let queries = read_queries(&args.queries, field)?;
     let started = std::time::Instant::now();
     let mut unsearchable = 0usize;
-    let results: Vec<(String, Vec<Hit>)> = if let Some(model) = retriever.strip_prefix("dense:") {
-        let spec = args.query_vectors.as_deref().with_context(|| {
-            format!("{retriever} needs --query-vectors {model}=PATH.npy (query encoders are not built in yet)")
-        })?;
+    let results: Vec<(String, Vec<Hit>)> = if let Some(model) = retriever
+        .strip_prefix("dense:")
+        .filter(|_| args.query_vectors.is_some())
+    {
+        let spec = args.query_vectors.as_deref().unwrap_or_default();
         let (name, path) = spec
             .split_once('=')
             .with_context(|| format!("--query-vectors {spec:?}: expected NAME=PATH.npy"))?;
@@ -104,24 +206,35 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     } else {
-        let per_query: Vec<Option<(String, Vec<Hit>)>> = queries
-            .par_iter()
-            .map(|q| {
-                if !engine.has_searchable_terms(&q.text)? {
-                    return Ok(None);
+        if args.query_vectors.is_some() {
+            bail!("--query-vectors is for a single dense retriever, not {retriever}");
+        }
+        args.encoders.load(&mut engine, &args.retriever)?;
+        // Slices keep the bar moving; each slice is one encoder batch plan and one parallel search.
+        let bars = Bars::new();
+        bars.begin("retrieve", Some(queries.len() as u64));
+        let mut results = Vec::with_capacity(queries.len());
+        for slice in queries.chunks(1024) {
+            let texts: Vec<&str> = slice.iter().map(|q| q.text.as_str()).collect();
+            let hits = engine.search_batch(&texts, &options)?;
+            for (query, hits) in slice.iter().zip(hits) {
+                if hits.is_empty() {
+                    unsearchable += 1;
+                } else {
+                    results.push((query.id.clone(), hits));
                 }
-                Ok(Some((q.id.clone(), engine.search(&q.text, &options)?)))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        unsearchable = per_query.iter().filter(|r| r.is_none()).count();
-        per_query.into_iter().flatten().collect()
+            }
+            bars.advance(slice.len() as u64);
+        }
+        bars.finish();
+        results
     };
     let tag = args.tag.unwrap_or_else(|| retriever.clone());
     write_trec(&args.out, &results, &tag)?;
     if unsearchable > 0 {
         eprintln!(
-            "warning: {unsearchable} queries have no searchable terms (symbols only); \
-             they have no results in the run"
+            "warning: {unsearchable} queries got no results (for bm25: no searchable terms, \
+             symbols only); they have no results in the run"
         );
     }
     eprintln!(

@@ -6,13 +6,16 @@ use std::path::PathBuf;
 use clap::Args;
 use freshstack::search::{Ann, DEFAULT_EF_SEARCH, Engine, SearchOptions};
 
+use super::retrieve::{EncoderArgs, FusionArgs};
+
 /// Arguments of `freshstack search`.
 #[derive(Debug, Args)]
 pub struct SearchArgs {
     /// The index directory.
     #[arg(long, value_name = "DIR")]
     index: PathBuf,
-    /// bm25, dense or dense:NAME (dense needs a query encoder: see `retrieve --query-vectors`).
+    /// bm25, dense, dense:NAME, fusion (every retriever of the index) or fusion:R1,R2,...
+    /// Dense models built with --dense encode the query with their recorded query template.
     #[arg(long, default_value = "bm25")]
     retriever: String,
     /// Number of results.
@@ -24,7 +27,12 @@ pub struct SearchArgs {
     /// HNSW search width.
     #[arg(long, default_value_t = DEFAULT_EF_SEARCH)]
     ef_search: usize,
-    /// Print JSON lines ({"rank","id","score"}) instead of a table.
+    #[command(flatten)]
+    fusion: FusionArgs,
+    #[command(flatten)]
+    encoders: EncoderArgs,
+    /// Print JSON lines ({"rank","id","score"}, plus "per_retriever" for fusion) instead of a
+    /// table.
     #[arg(long)]
     json: bool,
     /// The query text.
@@ -37,16 +45,37 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         k: args.k,
         ann: Ann::parse(&args.ann)?,
         ef_search: args.ef_search,
+        ..args.fusion.options()?
     };
-    let engine = Engine::open(&args.index)?;
+    let mut engine = Engine::open(&args.index)?;
+    args.encoders.load(&mut engine, &options.retriever)?;
     let hits = engine.search(&args.query, &options)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (rank, hit) in hits.iter().enumerate() {
         if args.json {
-            let row = serde_json::json!({"rank": rank + 1, "id": hit.id, "score": hit.score});
+            let mut row = serde_json::json!({"rank": rank + 1, "id": hit.id, "score": hit.score});
+            if !hit.per_retriever.is_empty() {
+                row["per_retriever"] = serde_json::to_value(&hit.per_retriever)?;
+            }
             writeln!(out, "{row}")?;
         } else {
-            writeln!(out, "{:>4}  {:>10.4}  {}", rank + 1, hit.score, hit.id)?;
+            let parts: Vec<String> = hit
+                .per_retriever
+                .iter()
+                .map(|p| format!("{}#{}={:.4}", p.retriever, p.rank, p.score))
+                .collect();
+            let parts = if parts.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", parts.join(" "))
+            };
+            writeln!(
+                out,
+                "{:>4}  {:>10.4}  {}{parts}",
+                rank + 1,
+                hit.score,
+                hit.id
+            )?;
         }
     }
     out.flush()?;

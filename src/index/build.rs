@@ -12,8 +12,10 @@ use crate::index::bm25::{Bm25Settings, Bm25Writer};
 use crate::index::docids::DocIds;
 use crate::index::hnsw::{HnswGraph, cache_key};
 use crate::index::layout;
-use crate::index::manifest::{CorpusInfo, DenseInfo, FORMAT_VERSION, HnswSettings, Manifest};
-use crate::index::vectors::{VectorMatrix, ids_path, read_ids, write_npy};
+use crate::index::manifest::{
+    CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, HnswSettings, Manifest,
+};
+use crate::index::vectors::{Dtype, VectorMatrix, ids_path, read_ids, write_npy};
 use crate::progress::Progress;
 
 /// Precomputed document vectors to add as dense model `name`.
@@ -54,6 +56,45 @@ pub fn validate_model_name(name: &str) -> Result<()> {
             "model name",
             format!("{name:?}: use letters, digits, '.', '_' and '-'"),
         ))
+    }
+}
+
+/// Encodes the corpus for one dense model while an index is built. `index` does not know about
+/// encoders (it imports only `dataset`): the search layer implements this with the `embed`
+/// encoders (`search::build_hybrid_index`), tests with anything.
+pub trait DocumentEncoder: Sync {
+    /// The retriever name (`dense:NAME`).
+    fn name(&self) -> &str;
+    /// How the stored matrix keeps its values.
+    fn storage_dtype(&self) -> Dtype {
+        Dtype::F16
+    }
+    /// Embeds `texts` (one per document, in corpus order; see [`document_text`]) and returns
+    /// one L2-normalised row per text, in input order. Called once per build, so an
+    /// implementation may load its model here and drop it afterwards.
+    fn encode_documents(&self, texts: &[&str], progress: &dyn Progress) -> Result<EncodedVectors>;
+}
+
+/// What a [`DocumentEncoder`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedVectors {
+    /// Columns.
+    pub dim: usize,
+    /// `rows x dim` values, row-major, in input order.
+    pub data: Vec<f32>,
+    /// The model, recorded in the manifest so searches can encode queries alike.
+    pub model: Option<DenseModelRef>,
+    /// Where the vectors came from, for the manifest's `source` (e.g. the model id).
+    pub source: String,
+}
+
+/// The text a dense encoder sees for `doc`: `title + " " + text` when the title is not blank
+/// (as `freshstack embed` reads a corpus), else `text`.
+pub fn document_text(doc: &Document) -> std::borrow::Cow<'_, str> {
+    match (doc.title.trim().is_empty(), doc.text.trim().is_empty()) {
+        (true, _) => std::borrow::Cow::Borrowed(doc.text.as_str()),
+        (false, true) => std::borrow::Cow::Borrowed(doc.title.as_str()),
+        (false, false) => std::borrow::Cow::Owned(format!("{} {}", doc.title, doc.text)),
     }
 }
 
@@ -126,18 +167,34 @@ pub fn build_index(
     dir: &Path,
     progress: &dyn Progress,
 ) -> Result<IndexSummary> {
-    if config.bm25.is_none() && config.vectors.is_empty() {
+    build_index_with_encoders(config, &[], dir, progress)
+}
+
+/// Builds the index `dir` from `config`, plus one dense model per encoder (which encodes the
+/// corpus during the build), replacing an existing index there. Nothing is replaced unless the
+/// whole build succeeds.
+pub fn build_index_with_encoders(
+    config: &IndexConfig,
+    encoders: &[&dyn DocumentEncoder],
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<IndexSummary> {
+    if config.bm25.is_none() && config.vectors.is_empty() && encoders.is_empty() {
         return Err(Error::invalid(
             "index",
-            "nothing to build: ask for --bm25 and/or --vectors",
+            "nothing to build: ask for --bm25, --dense and/or --vectors",
         ));
     }
     let mut names: Vec<&str> = config.vectors.iter().map(|v| v.name.as_str()).collect();
+    names.extend(encoders.iter().map(|e| e.name()));
+    for name in &names {
+        validate_model_name(name)?;
+    }
     names.sort_unstable();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(Error::invalid(
-            "--vectors",
-            format!("model {:?} given twice", w[0]),
+            "dense models",
+            format!("model name {:?} given twice (name them NAME=MODEL)", w[0]),
         ));
     }
     if dir.exists() && !dir.join(crate::index::manifest::MANIFEST_FILE).exists() {
@@ -195,6 +252,20 @@ pub fn build_index(
             config.hnsw.as_ref(),
             progress,
         )?);
+    }
+    if !encoders.is_empty() {
+        let texts: Vec<std::borrow::Cow<'_, str>> = docs.iter().map(document_text).collect();
+        let texts: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
+        for encoder in encoders {
+            dense.push(add_encoded(
+                *encoder,
+                &texts,
+                tmp,
+                &corpus_hash,
+                config.hnsw.as_ref(),
+                progress,
+            )?);
+        }
     }
     dense.sort_by(|a, b| a.name.cmp(&b.name));
 
@@ -278,29 +349,108 @@ fn add_vectors(
             ),
         ));
     }
-    let model_dir = tmp.join(layout::DENSE_DIR).join(&source.name);
-    std::fs::create_dir_all(&model_dir).map_err(|e| Error::io(&model_dir, e))?;
-    let stored = model_dir.join(layout::VECTORS_FILE);
-    write_npy(
-        &stored,
-        ids.len(),
-        matrix.dim(),
-        matrix.dtype(),
-        |i, row| matrix.row_into(order[i], row),
-    )?;
-    let stored_matrix = VectorMatrix::open(&stored)?;
-    if let Some(settings) = hnsw {
-        let graph = HnswGraph::build(&stored_matrix, settings, progress)?;
-        let key = cache_key(corpus_hash, &source.name, ids.len(), settings);
-        graph.save(&model_dir.join(layout::HNSW_DIR), &key)?;
-    }
+    let stored = StoredModel {
+        name: &source.name,
+        rows: ids.len(),
+        dim: matrix.dim(),
+        dtype: matrix.dtype(),
+    };
+    stored.write(tmp, corpus_hash, hnsw, progress, |i, row| {
+        matrix.row_into(order[i], row)
+    })?;
     Ok(DenseInfo {
         name: source.name.clone(),
         dim: matrix.dim(),
         dtype: matrix.dtype().name().to_string(),
         source: source.npy.display().to_string(),
         hnsw: hnsw.copied(),
+        model: None,
     })
+}
+
+/// Encodes the corpus with one encoder and stores its vectors (and graph).
+fn add_encoded(
+    encoder: &dyn DocumentEncoder,
+    texts: &[&str],
+    tmp: &Path,
+    corpus_hash: &str,
+    hnsw: Option<&HnswSettings>,
+    progress: &dyn Progress,
+) -> Result<DenseInfo> {
+    let encoded = encoder.encode_documents(texts, progress)?;
+    let name = encoder.name();
+    if encoded.dim == 0 || encoded.data.len() != texts.len() * encoded.dim {
+        return Err(Error::invalid(
+            "dense model",
+            format!(
+                "{name}: the encoder returned {} values for {} texts of dimension {}",
+                encoded.data.len(),
+                texts.len(),
+                encoded.dim
+            ),
+        ));
+    }
+    if let Some(row) = encoded
+        .data
+        .chunks_exact(encoded.dim)
+        .position(|row| row.iter().any(|v| !v.is_finite()))
+    {
+        return Err(Error::invalid(
+            "dense model",
+            format!("{name}: the vector of document {row} has NaN or infinite values"),
+        ));
+    }
+    let dim = encoded.dim;
+    let stored = StoredModel {
+        name,
+        rows: texts.len(),
+        dim,
+        dtype: encoder.storage_dtype(),
+    };
+    stored.write(tmp, corpus_hash, hnsw, progress, |i, row| {
+        row.copy_from_slice(&encoded.data[i * dim..(i + 1) * dim])
+    })?;
+    Ok(DenseInfo {
+        name: name.to_string(),
+        dim,
+        dtype: stored.dtype.name().to_string(),
+        source: encoded.source,
+        hnsw: hnsw.copied(),
+        model: encoded.model,
+    })
+}
+
+/// One dense model's files inside the staging directory.
+struct StoredModel<'a> {
+    name: &'a str,
+    rows: usize,
+    dim: usize,
+    dtype: Dtype,
+}
+
+impl StoredModel<'_> {
+    /// Writes `dense/NAME/vectors.npy` from `row` (row `i` in corpus order) and, with `hnsw`,
+    /// builds and saves the graph.
+    fn write(
+        &self,
+        tmp: &Path,
+        corpus_hash: &str,
+        hnsw: Option<&HnswSettings>,
+        progress: &dyn Progress,
+        row: impl FnMut(usize, &mut [f32]),
+    ) -> Result<()> {
+        let model_dir = tmp.join(layout::DENSE_DIR).join(self.name);
+        std::fs::create_dir_all(&model_dir).map_err(|e| Error::io(&model_dir, e))?;
+        let stored = model_dir.join(layout::VECTORS_FILE);
+        write_npy(&stored, self.rows, self.dim, self.dtype, row)?;
+        if let Some(settings) = hnsw {
+            let matrix = VectorMatrix::open(&stored)?;
+            let graph = HnswGraph::build(&matrix, settings, progress)?;
+            let key = cache_key(corpus_hash, self.name, self.rows, settings);
+            graph.save(&model_dir.join(layout::HNSW_DIR), &key)?;
+        }
+        Ok(())
+    }
 }
 
 /// Moves the staged index onto `dir`, replacing an older index there.

@@ -60,6 +60,37 @@ pub struct DenseInfo {
     pub source: String,
     /// HNSW parameters, when a graph is kept for this model.
     pub hnsw: Option<HnswSettings>,
+    /// The encoder that made the vectors, when the index encoded the corpus itself: what a
+    /// search needs to load the same model and encode queries alike. `None` for precomputed
+    /// vectors (`--vectors`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<DenseModelRef>,
+}
+
+/// The encoder behind a dense model, as recorded at build time. Plain strings (no `embed`
+/// types: `index` does not import `embed`); the search layer turns them back into options.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenseModelRef {
+    /// The model as given (`--dense`): a directory or a Hugging Face id.
+    pub reference: String,
+    /// The Hugging Face id of the model's manifest (e.g. `sentence-transformers/all-MiniLM-L6-v2`).
+    pub id: String,
+    /// The resolved model directory (absolute), tried when `reference` no longer resolves.
+    pub dir: String,
+    /// FNV-1a 64 of `config.json` and `tokenizer.json`: warns when a different model is loaded.
+    pub fingerprint: String,
+    /// Query template (`{task}`, `{text}`), as used at build time.
+    pub query_template: String,
+    /// Document template, as used to encode the corpus.
+    pub document_template: String,
+    /// Task substituted into `{task}`.
+    pub task: String,
+    /// Max tokens per text.
+    pub max_length: usize,
+    /// Pooling (`cls`, `mean`, `last_token`).
+    pub pooling: String,
+    /// Weight/compute dtype used to encode the corpus (`f32`, `bf16`, `f16`).
+    pub model_dtype: String,
 }
 
 /// HNSW construction parameters.

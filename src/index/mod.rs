@@ -29,14 +29,15 @@ pub use bm25::{
     Bm25Index, Bm25Settings, Bm25Writer, DEFAULT_B, DEFAULT_K1, MAX_QUERY_BYTES, ScoredOrd,
 };
 pub use build::{
-    IndexConfig, IndexSummary, VectorSource, build_index, read_corpus, validate_model_name,
+    DocumentEncoder, EncodedVectors, IndexConfig, IndexSummary, VectorSource, build_index,
+    build_index_with_encoders, document_text, read_corpus, validate_model_name,
 };
 pub use docids::{DocIds, TopK};
 pub use flat::{dot, search as flat_search};
 pub use hnsw::{ClampedDot, HnswGraph, cache_key};
 pub use manifest::{
-    CorpusInfo, DenseInfo, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE, Manifest,
-    fnv1a64_file,
+    CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE,
+    Manifest, fnv1a64_file,
 };
 pub use refresh::{RefreshConfig, RefreshSummary, refresh_index};
 pub use vectors::{Dtype, VectorMatrix, ids_path, read_ids, write_npy};

@@ -12,7 +12,7 @@ use crate::index::{
 use crate::search::{Ann, Hit, QueryEncoder, Retriever, RetrieverSpec, SearchOptions};
 
 /// One dense model of an open index.
-struct DenseModel {
+pub(super) struct DenseModel {
     info: DenseInfo,
     matrix: VectorMatrix,
     /// Loaded (or rebuilt) on first HNSW search; `Err` carries why there is no graph.
@@ -109,6 +109,7 @@ impl Engine {
             retrievers.push("bm25".to_string());
         }
         retrievers.extend(self.dense.keys().map(|n| format!("dense:{n}")));
+        // `fusion` itself is not listed: it combines the listed retrievers.
         EngineInfo {
             num_documents: self.ids.num_live(),
             retrievers,
@@ -132,7 +133,25 @@ impl Engine {
         Ok(())
     }
 
-    fn dense_model(&self, name: Option<&str>) -> Result<&DenseModel> {
+    /// True when dense model `name` has a query encoder.
+    pub fn has_query_encoder(&self, name: &str) -> bool {
+        self.encoders.contains_key(name)
+    }
+
+    /// The query encoder of dense model `name`, or an error saying how to get one.
+    pub(super) fn query_encoder(&self, name: &str) -> Result<&Arc<dyn QueryEncoder>> {
+        self.encoders.get(name).ok_or_else(|| {
+            Error::invalid(
+                "retriever",
+                format!(
+                    "dense:{name} needs a query encoder for text queries (open the index with \
+                     its encoders, or pass precomputed query vectors)"
+                ),
+            )
+        })
+    }
+
+    pub(super) fn dense_model(&self, name: Option<&str>) -> Result<&DenseModel> {
         match name {
             Some(name) => self.dense.get(name).ok_or_else(|| {
                 Error::invalid(
@@ -165,9 +184,57 @@ impl Engine {
         }
     }
 
-    /// The canonical name (`bm25`, `dense:NAME`) of `retriever`, checking it exists here.
+    /// The canonical name (`bm25`, `dense:NAME`, `fusion:R1,R2,...`) of `retriever`, checking
+    /// it exists here.
     pub fn resolve(&self, retriever: &str) -> Result<String> {
         match RetrieverSpec::parse(retriever)? {
+            RetrieverSpec::Fusion(_) => {
+                Ok(format!("fusion:{}", self.components(retriever)?.join(",")))
+            }
+            single => self.resolve_single(&single),
+        }
+    }
+
+    /// The canonical single retrievers `retriever` runs: itself, or the fused ones (`fusion`
+    /// alone: BM25 then every dense model by name). A retriever named twice is an error.
+    pub fn components(&self, retriever: &str) -> Result<Vec<String>> {
+        match RetrieverSpec::parse(retriever)? {
+            RetrieverSpec::Fusion(parts) => {
+                let names: Vec<String> = if parts.is_empty() {
+                    let all = self.info().retrievers;
+                    if all.len() < 2 {
+                        return Err(Error::invalid(
+                            "retriever",
+                            format!(
+                                "fusion: {} has only {}; fusion needs two retrievers or more",
+                                self.dir.display(),
+                                all.join(", ")
+                            ),
+                        ));
+                    }
+                    all
+                } else {
+                    parts
+                        .iter()
+                        .map(|part| self.resolve_single(part))
+                        .collect::<Result<_>>()?
+                };
+                let mut sorted = names.clone();
+                sorted.sort_unstable();
+                if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(Error::invalid(
+                        "retriever",
+                        format!("{retriever:?} names {} twice", w[0]),
+                    ));
+                }
+                Ok(names)
+            }
+            single => Ok(vec![self.resolve_single(&single)?]),
+        }
+    }
+
+    fn resolve_single(&self, spec: &RetrieverSpec) -> Result<String> {
+        match spec {
             RetrieverSpec::Bm25 => {
                 self.bm25_index()?;
                 Ok("bm25".to_string())
@@ -176,10 +243,14 @@ impl Engine {
                 let model = self.dense_model(name.as_deref())?;
                 Ok(format!("dense:{}", model.info.name))
             }
+            RetrieverSpec::Fusion(_) => Err(Error::invalid(
+                "retriever",
+                "a fusion cannot contain a fusion",
+            )),
         }
     }
 
-    fn bm25_index(&self) -> Result<&Bm25Index> {
+    pub(super) fn bm25_index(&self) -> Result<&Bm25Index> {
         self.bm25.as_ref().ok_or_else(|| {
             Error::invalid(
                 "retriever",
@@ -190,24 +261,19 @@ impl Engine {
 
     /// Searches with a text query. Dense retrievers need a registered [`QueryEncoder`].
     /// A query without any searchable term (symbols only) is an error for BM25.
+    /// For fusion, a query without BM25 terms still gets the other retrievers' results.
     pub fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<Hit>> {
         match RetrieverSpec::parse(&options.retriever)? {
             RetrieverSpec::Bm25 => self.search_bm25(query, options.k),
             RetrieverSpec::Dense(name) => {
                 let model = self.dense_model(name.as_deref())?;
-                let encoder = self.encoders.get(&model.info.name).ok_or_else(|| {
-                    Error::invalid(
-                        "retriever",
-                        format!(
-                            "dense:{} needs a query encoder for text queries \
-                             (or pass precomputed query vectors)",
-                            model.info.name
-                        ),
-                    )
-                })?;
-                let vector = encoder.encode_query(query)?;
+                let vector = self.query_encoder(&model.info.name)?.encode_query(query)?;
                 self.search_vector(&model.info.name, &vector, options)
             }
+            RetrieverSpec::Fusion(_) => Ok(self
+                .search_batch(&[query], options)?
+                .pop()
+                .unwrap_or_default()),
         }
     }
 
@@ -321,17 +387,19 @@ impl Engine {
             .map_err(|e| format!("dense:{}: {e}", model.info.name))
     }
 
-    fn hits(&self, scored: Vec<(u32, f32)>) -> Vec<Hit> {
+    pub(super) fn hits(&self, scored: Vec<(u32, f32)>) -> Vec<Hit> {
         scored
             .into_iter()
             .map(|(ord, score)| Hit {
                 id: self.ids.id(ord).to_string(),
                 score,
+                per_retriever: Vec::new(),
             })
             .collect()
     }
 
-    /// A [`Retriever`] view of `retriever` (`bm25`, `dense`, `dense:NAME`) on this engine.
+    /// A [`Retriever`] view of `retriever` (`bm25`, `dense`, `dense:NAME`, `fusion...`) on this
+    /// engine.
     pub fn retriever<'a>(
         &'a self,
         retriever: &str,

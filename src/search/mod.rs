@@ -1,16 +1,24 @@
 //! Searching an index: the [`Retriever`] trait, the hybrid [`Engine`] that opens an index
-//! directory and serves `bm25` and `dense:NAME` retrievers, query files and TREC runs, and
-//! [`fusion`] of runs (normalized sum exact with the reference's `util.fusion`, and RRF).
+//! directory and serves `bm25`, `dense:NAME` and `fusion` retrievers, query encoders backed by
+//! the `embed` models ([`ModelQueryEncoder`]), building a hybrid index that encodes the corpus
+//! ([`build_hybrid_index`]: the glue between `index` and `embed`), query files and TREC runs,
+//! and [`fusion`] of runs (normalized sum exact with the reference's `util.fusion`, and RRF).
 //!
-//! Guarantees: results are ordered by score descending, then document id ascending, and do not
-//! depend on the thread count; an [`Engine`] is immutable after opening (`Send + Sync`), so any
-//! number of threads may search it at once.
+//! Guarantees: results of `bm25` and `dense` are ordered by score descending, then document id
+//! ascending; `fusion` orders as [`fuse`] does (the reference's tie order); nothing depends on
+//! the thread count; an [`Engine`] is immutable after opening (`Send + Sync`), so any number of
+//! threads may search it at once.
 
+mod batch;
+mod build;
+mod encoders;
 mod engine;
 pub mod fusion;
 mod queries;
 mod trec;
 
+pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
+pub use encoders::{ModelQueryEncoder, QueryEncoderOptions};
 pub use engine::{Engine, EngineInfo, EngineRetriever};
 pub use fusion::{FusionMethod, FusionOptions, fuse};
 pub use queries::{QueryField, QueryItem, read_queries};
@@ -23,7 +31,22 @@ use crate::error::{Error, Result};
 pub struct Hit {
     /// Document id.
     pub id: String,
-    /// The retriever's score (BM25, or inner product for dense).
+    /// The retriever's score (BM25, inner product for dense, the fused score for fusion).
+    pub score: f32,
+    /// For fusion: the document's rank and raw score in each fused retriever whose top
+    /// `fusion_depth` holds it, in retriever order; empty for a single retriever.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_retriever: Vec<RetrieverScore>,
+}
+
+/// A fused document's place in one of the fused retrievers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RetrieverScore {
+    /// `bm25` or `dense:NAME`.
+    pub retriever: String,
+    /// 1-based rank in that retriever's results.
+    pub rank: usize,
+    /// That retriever's raw score.
     pub score: f32,
 }
 
@@ -43,6 +66,11 @@ pub trait QueryEncoder: Send + Sync {
     fn dim(&self) -> usize;
     /// Encodes one query (with the model's query template applied by the implementation).
     fn encode_query(&self, text: &str) -> Result<Vec<f32>>;
+    /// Encodes many queries, one vector each in input order; implementations batch them
+    /// (the default encodes one by one).
+    fn encode_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        texts.iter().map(|t| self.encode_query(t)).collect()
+    }
 }
 
 /// Nearest-neighbour method for dense retrievers.
@@ -72,17 +100,27 @@ impl Ann {
 /// Default HNSW search width.
 pub const DEFAULT_EF_SEARCH: usize = 128;
 
-/// How to search.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Documents each retriever contributes to a fusion (paper §3.4: the top 100 of each model).
+pub const DEFAULT_FUSION_DEPTH: usize = 100;
+
+/// How to search. Build it with `..SearchOptions::default()` so new fields do not break you.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SearchOptions {
-    /// `bm25`, `dense` (the only dense model) or `dense:NAME`.
+    /// `bm25`, `dense` (the only dense model), `dense:NAME`, `fusion` (every retriever of the
+    /// index) or `fusion:R1,R2,...`.
     pub retriever: String,
     /// Results wanted.
     pub k: usize,
     /// HNSW or exact, for dense retrievers.
     pub ann: Ann,
-    /// HNSW search width (raised to `k` when smaller).
+    /// HNSW search width (raised to the number of results wanted when smaller).
     pub ef_search: usize,
+    /// For fusion: documents taken from each retriever.
+    pub fusion_depth: usize,
+    /// For fusion: normalized sum (the paper's) or RRF.
+    pub fusion_method: FusionMethod,
+    /// For fusion: one weight per fused retriever, in order (default all 1).
+    pub fusion_weights: Option<Vec<f64>>,
 }
 
 impl Default for SearchOptions {
@@ -92,6 +130,9 @@ impl Default for SearchOptions {
             k: 10,
             ann: Ann::Hnsw,
             ef_search: DEFAULT_EF_SEARCH,
+            fusion_depth: DEFAULT_FUSION_DEPTH,
+            fusion_method: FusionMethod::NormalizedSum,
+            fusion_weights: None,
         }
     }
 }
@@ -103,21 +144,44 @@ pub enum RetrieverSpec {
     Bm25,
     /// A dense model; `None` = the only one.
     Dense(Option<String>),
+    /// A fusion of these retrievers (never nested); empty = every retriever of the index.
+    Fusion(Vec<RetrieverSpec>),
 }
 
 impl RetrieverSpec {
-    /// Parses `bm25`, `dense` or `dense:NAME`.
+    /// Parses `bm25`, `dense`, `dense:NAME`, `fusion` or `fusion:R1,R2,...`.
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "bm25" => Ok(Self::Bm25),
             "dense" => Ok(Self::Dense(None)),
-            other => match other.strip_prefix("dense:") {
-                Some(model) if !model.is_empty() => Ok(Self::Dense(Some(model.to_string()))),
-                _ => Err(Error::invalid(
+            "fusion" => Ok(Self::Fusion(Vec::new())),
+            other => {
+                if let Some(model) = other.strip_prefix("dense:")
+                    && !model.is_empty()
+                {
+                    return Ok(Self::Dense(Some(model.to_string())));
+                }
+                if let Some(list) = other.strip_prefix("fusion:") {
+                    let parts = list
+                        .split(',')
+                        .map(|part| match Self::parse(part.trim())? {
+                            Self::Fusion(_) => Err(Error::invalid(
+                                "retriever",
+                                format!("{other:?}: a fusion cannot contain a fusion"),
+                            )),
+                            single => Ok(single),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    return Ok(Self::Fusion(parts));
+                }
+                Err(Error::invalid(
                     "retriever",
-                    format!("unknown retriever {other:?}: expected bm25, dense or dense:NAME"),
-                )),
-            },
+                    format!(
+                        "unknown retriever {other:?}: expected bm25, dense, dense:NAME, fusion \
+                         or fusion:R1,R2,..."
+                    ),
+                ))
+            }
         }
     }
 }

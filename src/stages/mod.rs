@@ -8,6 +8,7 @@
 //! transport failure (server unreachable after retries) stops the stage with an error and no
 //! output, and a rerun resumes from the response cache.
 
+pub mod build;
 pub mod input;
 mod judge;
 mod nuggets;

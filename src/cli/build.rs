@@ -1,0 +1,134 @@
+//! `freshstack build` and `freshstack quickstart`: the whole pipeline in one command.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use freshstack::report::PoolingResults;
+use freshstack::stages::build::quickstart::{QuickstartOptions, quickstart_config};
+use freshstack::stages::build::{BuildConfig, BuildSummary, StageOutcome, build};
+
+use super::progress::Bars;
+
+/// Arguments of `freshstack build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The topic's configuration (TOML; see examples/laravel.toml).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Build directory (default: `build/TOPIC`). Rerunning into it resumes.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// Arguments of `freshstack quickstart`.
+#[derive(Debug, Args)]
+pub struct QuickstartArgs {
+    /// Build directory.
+    #[arg(long, value_name = "DIR", default_value = "freshstack-quickstart")]
+    out: PathBuf,
+    /// The freshstack checkout: its files are the corpus, examples/quickstart/Posts.xml the questions.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    repo: PathBuf,
+    /// Where scripts/setup.sh and scripts/setup-llm.sh put the models (default: REPO/models).
+    #[arg(long, value_name = "DIR")]
+    models: Option<PathBuf>,
+    /// Keep at most this many of the 12 questions (a faster trial).
+    #[arg(long)]
+    max_questions: Option<usize>,
+}
+
+pub fn run_build(args: BuildArgs) -> anyhow::Result<()> {
+    let config = BuildConfig::load(&args.config)?;
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("build").join(&config.topic));
+    let summary = run(&config, out)?;
+    print_summary(&summary);
+    Ok(())
+}
+
+pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
+    let models = args.models.unwrap_or_else(|| args.repo.join("models"));
+    let config = quickstart_config(&QuickstartOptions {
+        repo: args.repo.clone(),
+        models,
+        max_questions: args.max_questions,
+        dense: true,
+    })?;
+    eprintln!(
+        "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, LLM SmolLM2-135M \
+         (a tiny model: expect weak nuggets and judgments; point `freshstack build` at a 7B+ \
+         model for real data)",
+        args.repo.display(),
+        freshstack::stages::build::quickstart::QUICKSTART_POSTS
+    );
+    let summary = run(&config, args.out)?;
+    print_summary(&summary);
+    Ok(())
+}
+
+fn run(config: &BuildConfig, out: PathBuf) -> anyhow::Result<BuildSummary> {
+    let start = Instant::now();
+    let bars = Bars::new();
+    let mut report = |stage: &StageOutcome| {
+        eprintln!(
+            "{:>10} {:>8.1}s  {}{}",
+            stage.stage,
+            stage.elapsed.as_secs_f64(),
+            if stage.ran { "" } else { "skipped: " },
+            stage.detail
+        );
+    };
+    let summary = build(config, &out, &bars, &mut report)
+        .with_context(|| format!("build into {} stopped (rerun to resume)", out.display()))?;
+    eprintln!("done in {:.1}s", start.elapsed().as_secs_f64());
+    Ok(summary)
+}
+
+fn print_summary(summary: &BuildSummary) {
+    let out = summary.out.display();
+    println!(
+        "dataset:   {out}/queries.jsonl ({} questions)",
+        summary.questions
+    );
+    println!(
+        "corpus:    {out}/corpus.jsonl ({} documents)",
+        summary.documents
+    );
+    println!("qrels:     {out}/qrels/nuggets.qrels, {out}/qrels/test.tsv");
+    println!("runs:      {out}/runs/*.trec");
+    println!("manifest:  {out}/manifest.json, {out}/filtering.json");
+    println!("report:    {out}/report.html, {out}/stats.json, {out}/results.json");
+    println!("work:      {out}/work/ (stage outputs, LLM cache; rerun to resume)");
+    let results = summary.out.join("results.json");
+    let Ok(text) = std::fs::read_to_string(&results) else {
+        return;
+    };
+    let Ok(pooling) = serde_json::from_str::<PoolingResults>(&text) else {
+        return;
+    };
+    if pooling.rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{:<44} {:>13} {:>11} {:>9}",
+        format!("pooling run ({} questions)", pooling.judged_queries),
+        "alpha-nDCG@10",
+        "Coverage@20",
+        "Recall@50"
+    );
+    for row in &pooling.rows {
+        println!(
+            "{:<44} {:>13.4} {:>11.4} {:>9.4}",
+            row.run
+                .trim_start_matches("runs/")
+                .trim_end_matches(".trec"),
+            row.alpha_ndcg_10,
+            row.coverage_20,
+            row.recall_50
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! Statistics, pooling results and the HTML report of an exported dataset (paper Tables 3 and 4,
+//! Figure 3).
+//!
+//! Reads a dataset directory as `freshstack build` exports it:
+//!
+//! ```text
+//! DIR/corpus.jsonl        corpus rows (reference schema)
+//! DIR/queries.jsonl       questions with judged nuggets (reference schema)
+//! DIR/runs/*.trec         pooling runs, named {setting}.{technique}.{retriever}.trec
+//! DIR/filtering.json      filtering counts (optional)
+//! DIR/manifest.json       topic and repositories[].name are read (optional)
+//! ```
+//!
+//! and writes `DIR/stats.json` ([`Statistics`] and [`FilteringCounts`]), `DIR/results.json`
+//! ([`PoolingResults`]) and `DIR/report.html` (self-contained: inline CSS and SVG charts).
+//!
+//! Guarantees: pooling numbers are [`crate::eval::evaluate`]'s with the paper's measures, the
+//! numbers `freshstack eval --queries DIR/queries.jsonl --run FILE` prints; the same inputs give
+//! the same bytes (rows in a fixed order, averages rounded to 4 decimals, no timestamp unless
+//! the caller passes one); every file is written atomically. Imports `dataset`, `eval` and the
+//! token counter of `source`.
+
+mod html;
+mod pooling;
+mod stats;
+pub mod svg;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dataset::{AtomicWriter, NuggetQrels, QueryRecord, read_jsonl, write_json_atomic};
+use crate::error::{Error, Result};
+use crate::eval::Judgments;
+use crate::progress::Progress;
+use crate::source::TokenizerKind;
+
+pub use html::{escape, render_html};
+pub use pooling::{
+    MEASURE_LABELS, PoolingResults, PoolingRow, RunName, SETTINGS, TECHNIQUES, retriever_rank,
+};
+pub use stats::{RepoCount, Statistics, contains_code};
+
+/// The filtering step's counts (paper §4), as `DIR/filtering.json` holds them (other fields are
+/// ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilteringCounts {
+    /// Questions before filtering.
+    pub questions_in: u64,
+    /// Dropped because they have no nugget at all (the nugget stage failed for them), when the
+    /// build counts them apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_no_nuggets: Option<u64>,
+    /// Dropped because no nugget has a supporting document.
+    pub dropped_no_supported_nugget: u64,
+    /// Dropped, among the rest, because some nugget has no supporting document.
+    pub dropped_any_unsupported_nugget: u64,
+    /// Questions kept.
+    pub questions_out: u64,
+    /// Whether the second rule (every nugget supported) was applied, when the build says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_all_nuggets_supported: Option<bool>,
+}
+
+/// Everything the report shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Table 3.
+    pub statistics: Statistics,
+    /// Filtering counts, when the dataset has `filtering.json`.
+    pub filtering: Option<FilteringCounts>,
+    /// Table 4.
+    pub pooling: PoolingResults,
+}
+
+/// How to compute a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportOptions {
+    /// Tokenizer counting query and answer lengths.
+    pub tokenizer: TokenizerKind,
+}
+
+impl Default for ReportOptions {
+    /// `o200k_base`: the paper counts lengths with the GPT-4o tokenizer (§4.1).
+    fn default() -> Self {
+        Self {
+            tokenizer: TokenizerKind::O200kBase,
+        }
+    }
+}
+
+/// Where [`write`] put the files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportFiles {
+    /// `DIR/stats.json`.
+    pub stats: PathBuf,
+    /// `DIR/results.json`.
+    pub results: PathBuf,
+    /// The HTML page (`DIR/report.html` unless asked otherwise).
+    pub html: PathBuf,
+}
+
+/// What `stats.json` holds.
+#[derive(Serialize)]
+struct StatsFile<'a> {
+    statistics: &'a Statistics,
+    filtering: Option<&'a FilteringCounts>,
+}
+
+/// Reads the topic and repository names of `manifest.json` (absent: none).
+fn read_manifest(path: &Path) -> Result<(Option<String>, Vec<String>)> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, Vec::new())),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::parse(path, e.line(), e.to_string()))?;
+    let topic = value
+        .get("topic")
+        .and_then(|t| t.as_str())
+        .map(str::to_string);
+    let repos = value
+        .get("repositories")
+        .and_then(|r| r.as_array())
+        .map(|list| {
+            list.iter()
+                .filter_map(|r| r.get("name").and_then(|n| n.as_str()))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((topic, repos))
+}
+
+/// Reads `filtering.json` (absent: `None`); a missing or mistyped field is an error naming it.
+fn read_filtering(path: &Path) -> Result<Option<FilteringCounts>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::parse(path, e.line(), e.to_string()))
+}
+
+/// Computes the statistics, filtering counts and pooling results of the dataset in `dir`.
+/// `corpus.jsonl` and `queries.jsonl` must exist; `runs/`, `filtering.json` and
+/// `manifest.json` are optional.
+pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> Result<Report> {
+    let (topic, repos) = read_manifest(&dir.join("manifest.json"))?;
+    let filtering = read_filtering(&dir.join("filtering.json"))?;
+    let queries: Vec<QueryRecord> = read_jsonl(dir.join("queries.jsonl"))?;
+    let docs_per_repo = stats::count_docs(&dir.join("corpus.jsonl"), &repos, progress)?;
+    let statistics = stats::statistics(topic, &queries, docs_per_repo, options.tokenizer)?;
+    let judgments = Judgments::new(&NuggetQrels::from_queries(&queries));
+    drop(queries);
+    let pooling = pooling::pooling_results(&dir.join("runs"), &judgments, progress)?;
+    Ok(Report {
+        statistics,
+        filtering,
+        pooling,
+    })
+}
+
+/// Writes `dir/stats.json`, `dir/results.json` and the HTML page (at `html_path`, default
+/// `dir/report.html`), each atomically. `generated` is shown under the page title when given.
+pub fn write(
+    dir: &Path,
+    report: &Report,
+    html_path: Option<&Path>,
+    generated: Option<&str>,
+) -> Result<ReportFiles> {
+    let files = ReportFiles {
+        stats: dir.join("stats.json"),
+        results: dir.join("results.json"),
+        html: html_path.map_or_else(|| dir.join("report.html"), Path::to_path_buf),
+    };
+    // Render first: a chart error leaves every previous file in place.
+    let page = render_html(report, generated)?;
+    write_json_atomic(
+        &files.stats,
+        &StatsFile {
+            statistics: &report.statistics,
+            filtering: report.filtering.as_ref(),
+        },
+    )?;
+    write_json_atomic(&files.results, &report.pooling)?;
+    let mut writer = AtomicWriter::create(&files.html)?;
+    writer
+        .write_all(page.as_bytes())
+        .map_err(|e| Error::io(&files.html, e))?;
+    writer.commit()?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests;

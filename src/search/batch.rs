@@ -1,0 +1,155 @@
+//! Many queries at once, and fusion as a retriever: [`Engine::search_batch`] encodes the
+//! queries of each dense model in one call (the encoder's length-sorted token-budget batches,
+//! not one forward per query), searches the queries in parallel (rayon), and fuses per query
+//! with [`fuse`] (the same code, so `--retriever fusion` equals `freshstack fuse` over the
+//! single runs). Output order is the input order, whatever the thread count.
+
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::dataset::{Run, ScoredDoc};
+use crate::error::Result;
+use crate::search::fusion::{FusionOptions, fuse};
+use crate::search::{Engine, Hit, RetrieverScore, RetrieverSpec, SearchOptions};
+
+/// The query id used inside the one-query runs handed to [`fuse`].
+const QUERY: &str = "q";
+
+impl Engine {
+    /// Searches every query with `options`, results in query order. For BM25, a query without
+    /// searchable terms (symbols or stop words only) gets no results rather than an error, so
+    /// one odd query does not sink a batch ([`Engine::has_searchable_terms`] tells them apart).
+    pub fn search_batch(&self, queries: &[&str], options: &SearchOptions) -> Result<Vec<Vec<Hit>>> {
+        let components = self.components(&options.retriever)?;
+        let fused = matches!(
+            RetrieverSpec::parse(&options.retriever)?,
+            RetrieverSpec::Fusion(_)
+        );
+        let depth = if fused {
+            options.fusion_depth.max(1)
+        } else {
+            options.k
+        };
+        // One encoder call per dense model for the whole batch.
+        let mut vectors: Vec<Option<Vec<Vec<f32>>>> = Vec::with_capacity(components.len());
+        for component in &components {
+            vectors.push(match component.strip_prefix("dense:") {
+                Some(model) => {
+                    let encoded = self.query_encoder(model)?.encode_queries(queries)?;
+                    if encoded.len() != queries.len() {
+                        return Err(crate::error::Error::model(
+                            model,
+                            format!("{} vectors for {} queries", encoded.len(), queries.len()),
+                        ));
+                    }
+                    Some(encoded)
+                }
+                None => None,
+            });
+        }
+        let single = SearchOptions {
+            k: depth,
+            ..options.clone()
+        };
+        let fusion = FusionOptions {
+            method: options.fusion_method,
+            depth,
+            weights: options.fusion_weights.clone(),
+            round_digits: None,
+        };
+        (0..queries.len())
+            .into_par_iter()
+            .map(|q| {
+                let lists = components
+                    .iter()
+                    .zip(&vectors)
+                    .map(
+                        |(component, vectors)| match (component.strip_prefix("dense:"), vectors) {
+                            (Some(model), Some(vectors)) => {
+                                self.search_vector(model, &vectors[q], &single)
+                            }
+                            _ => {
+                                if self.has_searchable_terms(queries[q])? {
+                                    self.search_bm25(queries[q], depth)
+                                } else {
+                                    Ok(Vec::new())
+                                }
+                            }
+                        },
+                    )
+                    .collect::<Result<Vec<Vec<Hit>>>>()?;
+                if fused {
+                    fuse_hits(&components, &lists, &fusion, options.k)
+                } else {
+                    Ok(lists.into_iter().next().unwrap_or_default())
+                }
+            })
+            .collect()
+    }
+}
+
+/// Fuses one query's per-retriever hit lists with [`fuse`], keeping the best `k`, each with its
+/// rank and raw score in every retriever that returned it.
+fn fuse_hits(
+    names: &[String],
+    lists: &[Vec<Hit>],
+    options: &FusionOptions,
+    k: usize,
+) -> Result<Vec<Hit>> {
+    let runs: Vec<Run> = names
+        .iter()
+        .zip(lists)
+        .map(|(name, hits)| {
+            let mut run = Run::new(name.as_str());
+            if !hits.is_empty() {
+                let docs = hits
+                    .iter()
+                    .map(|h| ScoredDoc {
+                        doc_id: h.id.clone(),
+                        score: f64::from(h.score),
+                    })
+                    .collect();
+                run.push_ranking(QUERY, docs);
+            }
+            run
+        })
+        .collect();
+    let refs: Vec<&Run> = runs.iter().collect();
+    let fused = fuse(&refs, options, "fusion")?;
+    let Some(ranking) = fused.get(QUERY) else {
+        return Ok(Vec::new());
+    };
+    // Only the top `depth` of each list was fused: the places recorded are within it.
+    let places: Vec<FxHashMap<&str, (usize, f32)>> = lists
+        .iter()
+        .map(|hits| {
+            hits.iter()
+                .take(options.depth)
+                .enumerate()
+                .map(|(i, h)| (h.id.as_str(), (i + 1, h.score)))
+                .collect()
+        })
+        .collect();
+    Ok(ranking
+        .docs
+        .iter()
+        .take(k)
+        .map(|doc| Hit {
+            id: doc.doc_id.clone(),
+            score: doc.score as f32,
+            per_retriever: names
+                .iter()
+                .zip(&places)
+                .filter_map(|(name, places)| {
+                    places
+                        .get(doc.doc_id.as_str())
+                        .map(|&(rank, score)| RetrieverScore {
+                            retriever: name.clone(),
+                            rank,
+                            score,
+                        })
+                })
+                .collect(),
+        })
+        .collect())
+}

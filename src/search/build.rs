@@ -1,0 +1,245 @@
+//! Building a hybrid index whose dense models encode the corpus themselves: the glue between
+//! `index` (which stores vectors and graphs but knows no encoders) and `embed` (which encodes
+//! but knows no indexes). [`build_hybrid_index`] reads the corpus once, builds BM25, and for
+//! each [`DenseModelSpec`] loads the encoder, embeds every document with the model's document
+//! template (length-sorted token-budget batches), drops the model, and stores the vectors, the
+//! HNSW graph and the model reference ([`DenseModelRef`]) the engine later loads to encode
+//! queries with the query template.
+
+use std::path::{Path, PathBuf};
+
+use crate::embed::{Encoder, ModelManifest};
+use crate::embed::{
+    EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, TextKind, resolve_model,
+};
+use crate::error::{Error, Result};
+use crate::index::{
+    Bm25Settings, DenseModelRef, DocumentEncoder, Dtype, EncodedVectors, HnswSettings, IndexConfig,
+    IndexSummary, VectorSource, build_index_with_encoders, fnv1a64_file, validate_model_name,
+};
+use crate::progress::Progress;
+
+/// One dense model to encode the corpus with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenseModelSpec {
+    /// Retriever name (`dense:NAME`).
+    pub name: String,
+    /// A model directory or a Hugging Face id in the local cache (`org/name[@rev]`).
+    pub model: String,
+}
+
+impl DenseModelSpec {
+    /// Parses `[NAME=]MODEL`. Without a name: the directory's name, or the part of the id after
+    /// the `/` (without `@revision`).
+    pub fn parse(spec: &str) -> Result<Self> {
+        if let Some((name, model)) = spec.split_once('=')
+            && validate_model_name(name).is_ok()
+            && !model.is_empty()
+        {
+            return Ok(Self {
+                name: name.to_string(),
+                model: model.to_string(),
+            });
+        }
+        let path = Path::new(spec);
+        let name = if path.is_dir() {
+            let absolute = path.canonicalize().map_err(|e| Error::io(path, e))?;
+            absolute
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        } else {
+            let short = spec
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or(spec);
+            short.split('@').next().unwrap_or(short).to_string()
+        };
+        validate_model_name(&name).map_err(|_| {
+            Error::invalid(
+                "--dense",
+                format!("{spec:?}: cannot derive a model name from it; write NAME={spec}"),
+            )
+        })?;
+        Ok(Self {
+            name,
+            model: spec.to_string(),
+        })
+    }
+}
+
+/// What [`build_hybrid_index`] builds.
+#[derive(Debug, Clone)]
+pub struct HybridIndexConfig {
+    /// The corpus (JSONL documents).
+    pub corpus: PathBuf,
+    /// BM25 settings; `None` builds no BM25 part.
+    pub bm25: Option<Bm25Settings>,
+    /// Dense models that encode the corpus during the build.
+    pub dense: Vec<DenseModelSpec>,
+    /// Precomputed dense vectors (`--vectors NAME=PATH.npy`).
+    pub vectors: Vec<VectorSource>,
+    /// HNSW parameters for every dense model; `None` keeps exact search only.
+    pub hnsw: Option<HnswSettings>,
+    /// How to load the encoders (device, dtype, batch token budget, max length, ...); the same
+    /// options apply to every model.
+    pub encoder: EncoderOptions,
+    /// How encoded vectors are stored (f16 halves the size; scores move by ~1e-3).
+    pub vector_dtype: Dtype,
+}
+
+impl Default for HybridIndexConfig {
+    fn default() -> Self {
+        Self {
+            corpus: PathBuf::new(),
+            bm25: Some(Bm25Settings::default()),
+            dense: Vec::new(),
+            vectors: Vec::new(),
+            hnsw: Some(HnswSettings::default()),
+            encoder: EncoderOptions::default(),
+            vector_dtype: Dtype::F16,
+        }
+    }
+}
+
+/// Builds the index `dir`: BM25, precomputed vectors, and every dense model of `config`
+/// (encoding the corpus), atomically (nothing replaced unless all of it succeeds).
+pub fn build_hybrid_index(
+    config: &HybridIndexConfig,
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<IndexSummary> {
+    // Resolve every model before the (long) build, so a typo fails at once.
+    let mut encoders = Vec::with_capacity(config.dense.len());
+    for spec in &config.dense {
+        validate_model_name(&spec.name)?;
+        encoders.push(ModelDocumentEncoder {
+            name: spec.name.clone(),
+            reference: spec.model.clone(),
+            files: resolve_model(&spec.model)?,
+            options: config.encoder.clone(),
+            dtype: config.vector_dtype,
+        });
+    }
+    let index_config = IndexConfig {
+        corpus: config.corpus.clone(),
+        bm25: config.bm25,
+        vectors: config.vectors.clone(),
+        hnsw: config.hnsw,
+    };
+    let refs: Vec<&dyn DocumentEncoder> =
+        encoders.iter().map(|e| e as &dyn DocumentEncoder).collect();
+    build_index_with_encoders(&index_config, &refs, dir, progress)
+}
+
+/// A [`DocumentEncoder`] backed by an `embed` model, loaded only while it encodes.
+struct ModelDocumentEncoder {
+    name: String,
+    reference: String,
+    files: ModelFiles,
+    options: EncoderOptions,
+    dtype: Dtype,
+}
+
+impl DocumentEncoder for ModelDocumentEncoder {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn storage_dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    fn encode_documents(&self, texts: &[&str], progress: &dyn Progress) -> Result<EncodedVectors> {
+        let encoder = TextEncoder::load(&self.files, &self.options)?;
+        let embeddings = encoder.embed(texts, TextKind::Document, progress)?;
+        if embeddings.num_truncated > 0 {
+            tracing::warn!(
+                "dense:{}: {} of {} documents were truncated to {} tokens",
+                self.name,
+                embeddings.num_truncated,
+                texts.len(),
+                encoder.manifest().max_length
+            );
+        }
+        let model = model_ref(&self.reference, &self.files, encoder.manifest())?;
+        Ok(EncodedVectors {
+            dim: embeddings.dim,
+            data: embeddings.data,
+            source: model.id.clone(),
+            model: Some(model),
+        })
+    }
+}
+
+/// What the manifest records about a loaded model.
+fn model_ref(
+    reference: &str,
+    files: &ModelFiles,
+    manifest: &ModelManifest,
+) -> Result<DenseModelRef> {
+    let dir = files
+        .dir
+        .canonicalize()
+        .unwrap_or_else(|_| files.dir.clone());
+    Ok(DenseModelRef {
+        reference: reference.to_string(),
+        id: manifest.id.clone(),
+        dir: dir.display().to_string(),
+        fingerprint: fingerprint(files)?,
+        query_template: manifest.query_template.clone(),
+        document_template: manifest.document_template.clone(),
+        task: manifest.task.clone(),
+        max_length: manifest.max_length,
+        pooling: pooling_name(manifest.pooling).to_string(),
+        model_dtype: dtype_name(manifest.dtype).to_string(),
+    })
+}
+
+/// FNV-1a 64 of `config.json` and `tokenizer.json` (cheap; weights are too big to hash).
+pub(crate) fn fingerprint(files: &ModelFiles) -> Result<String> {
+    Ok(format!(
+        "{}-{}",
+        fnv1a64_file(&files.config)?,
+        fnv1a64_file(&files.tokenizer)?
+    ))
+}
+
+pub(crate) fn pooling_name(pooling: Pooling) -> &'static str {
+    match pooling {
+        Pooling::Cls => "cls",
+        Pooling::Mean => "mean",
+        Pooling::LastToken => "last_token",
+    }
+}
+
+pub(crate) fn dtype_name(dtype: ModelDType) -> &'static str {
+    match dtype {
+        ModelDType::F32 => "f32",
+        ModelDType::Bf16 => "bf16",
+        ModelDType::F16 => "f16",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_with_and_without_names() {
+        let spec = DenseModelSpec::parse("mini=some/dir").unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.model.as_str()),
+            ("mini", "some/dir")
+        );
+        let spec = DenseModelSpec::parse("BAAI/bge-small-en-v1.5@abc").unwrap();
+        assert_eq!(spec.name, "bge-small-en-v1.5");
+        let dir = tempfile::tempdir().unwrap();
+        let model_dir = dir.path().join("my-model");
+        std::fs::create_dir(&model_dir).unwrap();
+        let spec = DenseModelSpec::parse(model_dir.to_str().unwrap()).unwrap();
+        assert_eq!(spec.name, "my-model");
+        assert!(DenseModelSpec::parse("org/na me").is_err());
+    }
+}

@@ -1,0 +1,179 @@
+//! Query encoders backed by the `embed` models: [`ModelQueryEncoder`] implements
+//! [`QueryEncoder`], and [`Engine::load_query_encoders`] loads, for the dense models an index
+//! recorded ([`DenseModelRef`]), the same model with the same query template, task, max length
+//! and pooling as at build time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::embed::{
+    DeviceSpec, Encoder, EncoderOptions, ModelDType, Pooling, TextEncoder, TextKind, resolve_model,
+};
+use crate::error::{Error, Result};
+use crate::index::DenseModelRef;
+use crate::progress::NoProgress;
+use crate::search::build::fingerprint;
+use crate::search::{Engine, QueryEncoder};
+
+/// How [`Engine::load_query_encoders`] loads models.
+#[derive(Debug, Clone, Default)]
+pub struct QueryEncoderOptions {
+    /// Device for the query encoders.
+    pub device: DeviceSpec,
+    /// Padded tokens per batch (default: embed's, per device).
+    pub max_batch_tokens: Option<usize>,
+    /// Weight/compute dtype override (default: the one the corpus was encoded with).
+    pub dtype: Option<ModelDType>,
+    /// Per dense model name, a model directory or id to load instead of the recorded one
+    /// (e.g. the index was built on another machine).
+    pub models: BTreeMap<String, String>,
+}
+
+/// A [`QueryEncoder`] over an `embed` [`TextEncoder`]: applies the model's query template.
+pub struct ModelQueryEncoder {
+    encoder: TextEncoder,
+}
+
+impl ModelQueryEncoder {
+    /// Wraps a loaded encoder.
+    pub fn new(encoder: TextEncoder) -> Self {
+        Self { encoder }
+    }
+
+    /// Loads the model recorded as `model` (or `override_model` instead), with the recorded
+    /// query settings.
+    pub fn load(
+        name: &str,
+        model: &DenseModelRef,
+        override_model: Option<&str>,
+        options: &QueryEncoderOptions,
+    ) -> Result<Self> {
+        let files = match override_model {
+            Some(path) => resolve_model(path)?,
+            None => resolve_model(&model.reference)
+                .or_else(|first| resolve_model(&model.dir).map_err(|_| first))
+                .map_err(|e| {
+                    Error::model(
+                        format!("dense:{name}"),
+                        format!(
+                            "cannot load the query encoder ({e}; also tried {}); name the model \
+                             with --model {name}=DIR",
+                            model.dir
+                        ),
+                    )
+                })?,
+        };
+        match fingerprint(&files) {
+            Ok(found) if found != model.fingerprint => tracing::warn!(
+                "dense:{name}: {} differs from the model the index was built with \
+                 (config/tokenizer fingerprint {found}, recorded {})",
+                files.dir.display(),
+                model.fingerprint
+            ),
+            _ => {}
+        }
+        let encoder_options = EncoderOptions {
+            device: options.device,
+            dtype: Some(match options.dtype {
+                Some(dtype) => dtype,
+                None => ModelDType::parse(&model.model_dtype)?,
+            }),
+            max_length: Some(model.max_length),
+            max_batch_tokens: options.max_batch_tokens,
+            pooling: Some(Pooling::parse(&model.pooling)?),
+            query_template: Some(model.query_template.clone()),
+            document_template: Some(model.document_template.clone()),
+            task: Some(model.task.clone()),
+            manifest: None,
+        };
+        Ok(Self::new(TextEncoder::load(&files, &encoder_options)?))
+    }
+}
+
+impl QueryEncoder for ModelQueryEncoder {
+    fn dim(&self) -> usize {
+        self.encoder.dim()
+    }
+
+    fn encode_query(&self, text: &str) -> Result<Vec<f32>> {
+        let mut rows = self.encode_queries(&[text])?;
+        rows.pop()
+            .ok_or_else(|| Error::model(&self.encoder.manifest().id, "no vector for the query"))
+    }
+
+    fn encode_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let embeddings = self.encoder.embed(texts, TextKind::Query, &NoProgress)?;
+        Ok((0..embeddings.rows())
+            .map(|i| embeddings.row(i).to_vec())
+            .collect())
+    }
+}
+
+impl Engine {
+    /// Opens the index in `dir` and loads the query encoder of every dense model it recorded
+    /// (models indexed from precomputed vectors have none: search them by vector).
+    pub fn open_with_encoders(
+        dir: impl AsRef<std::path::Path>,
+        options: &QueryEncoderOptions,
+    ) -> Result<Self> {
+        let mut engine = Self::open(dir)?;
+        engine.load_query_encoders(&[], options)?;
+        Ok(engine)
+    }
+
+    /// Loads the query encoders of the dense models `names` (all recorded models when empty)
+    /// that have none yet. A named model indexed from precomputed vectors, without an override
+    /// in `options.models`, is an error.
+    pub fn load_query_encoders(
+        &mut self,
+        names: &[&str],
+        options: &QueryEncoderOptions,
+    ) -> Result<()> {
+        for name in options.models.keys() {
+            self.dense_model(Some(name))?;
+        }
+        let wanted: Vec<(String, Option<DenseModelRef>)> = self
+            .manifest()
+            .dense
+            .iter()
+            .filter(|d| names.is_empty() || names.contains(&d.name.as_str()))
+            .map(|d| (d.name.clone(), d.model.clone()))
+            .collect();
+        for (name, model) in wanted {
+            if self.has_query_encoder(&name) {
+                continue;
+            }
+            let override_model = options.models.get(&name).map(String::as_str);
+            let model = match (model, override_model) {
+                (Some(model), _) => model,
+                (None, Some(path)) => {
+                    let files = resolve_model(path)?;
+                    let encoder = TextEncoder::load(
+                        &files,
+                        &EncoderOptions {
+                            device: options.device,
+                            dtype: options.dtype,
+                            max_batch_tokens: options.max_batch_tokens,
+                            ..EncoderOptions::default()
+                        },
+                    )?;
+                    self.set_query_encoder(&name, Arc::new(ModelQueryEncoder::new(encoder)))?;
+                    continue;
+                }
+                (None, None) if names.is_empty() => continue,
+                (None, None) => {
+                    return Err(Error::invalid(
+                        "retriever",
+                        format!(
+                            "dense:{name} was indexed from precomputed vectors: give its model \
+                             with --model {name}=DIR, or precomputed query vectors"
+                        ),
+                    ));
+                }
+            };
+            let encoder = ModelQueryEncoder::load(&name, &model, override_model, options)?;
+            self.set_query_encoder(&name, Arc::new(encoder))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,513 @@
+//! The build configuration: one TOML file per topic (see `examples/*.toml`).
+//!
+//! Relative paths in the file are resolved against the file's directory, so a config and its
+//! data can move together. Unknown keys are errors (a typo must not silently fall back to a
+//! default).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A whole build: which questions, which repositories, which retrievers, which LLM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildConfig {
+    /// Topic name (e.g. `laravel`), written into the manifest and the report.
+    pub topic: String,
+    /// Where the questions come from.
+    pub questions: QuestionsConfig,
+    /// The repositories that make the corpus.
+    pub corpus: CorpusSection,
+    /// Retrievers and pool sizes.
+    #[serde(default)]
+    pub retrieval: RetrievalConfig,
+    /// The language model of the nuggets, query-variant and judge stages.
+    pub llm: LlmSection,
+    /// Nugget generation.
+    #[serde(default)]
+    pub nuggets: NuggetsSection,
+    /// Query variants.
+    #[serde(default)]
+    pub variants: VariantsSection,
+    /// Judging.
+    #[serde(default)]
+    pub judge: JudgeSection,
+    /// Filtering.
+    #[serde(default)]
+    pub filter: FilterSection,
+}
+
+/// Questions: a Stack Overflow dump with a tag filter, or an already imported JSONL file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionsConfig {
+    /// `Posts.xml` (plain, .gz, .zst or .7z).
+    #[serde(default)]
+    pub posts: Option<PathBuf>,
+    /// Questions already imported (reference query schema), instead of `posts`.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// Tags to keep (with `posts`).
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// `any` (default) or `all` of `tags`.
+    #[serde(default = "default_match", rename = "match")]
+    pub tag_match: String,
+    /// First day kept, `YYYY-MM-DD`.
+    #[serde(default)]
+    pub since: Option<String>,
+    /// Last day kept, `YYYY-MM-DD`.
+    #[serde(default)]
+    pub until: Option<String>,
+    /// Lowest question score kept.
+    #[serde(default)]
+    pub min_score: Option<i64>,
+    /// Keep questions without an accepted answer (their best answer instead).
+    #[serde(default)]
+    pub allow_unaccepted: bool,
+    /// Site root for question URLs.
+    #[serde(default)]
+    pub site_url: Option<String>,
+    /// Keep at most this many questions (the first by id) — for trial runs.
+    #[serde(default)]
+    pub max_questions: Option<usize>,
+}
+
+fn default_match() -> String {
+    "any".to_string()
+}
+
+/// The corpus: `repositories` maps `owner/name` to a local checkout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorpusSection {
+    /// `"owner/name" = "path/to/checkout"`.
+    pub repositories: BTreeMap<String, PathBuf>,
+    /// Most tokens per document.
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// `cl100k_base` (default, as the reference) or `o200k_base`.
+    #[serde(default = "default_tokenizer")]
+    pub tokenizer: String,
+    /// Larger files are skipped.
+    #[serde(default = "default_max_file_bytes")]
+    pub max_file_bytes: u64,
+}
+
+fn default_max_tokens() -> usize {
+    crate::source::DEFAULT_MAX_TOKENS
+}
+fn default_tokenizer() -> String {
+    "cl100k_base".to_string()
+}
+fn default_max_file_bytes() -> u64 {
+    crate::source::DEFAULT_MAX_FILE_BYTES
+}
+
+/// Retrievers and pool sizes (paper §3.4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrievalConfig {
+    /// Use BM25.
+    #[serde(default = "yes")]
+    pub bm25: bool,
+    /// Dense models: local directories or Hugging Face cache ids.
+    #[serde(default)]
+    pub dense: Vec<String>,
+    /// Also pool the normalized-sum fusion of the retrievers (when there are two or more).
+    #[serde(default = "yes")]
+    pub fusion: bool,
+    /// Documents pooled from each (technique, retriever) list.
+    #[serde(default = "default_pool_depth")]
+    pub pool_depth: usize,
+    /// Documents per retriever fused, and the depth of the exported runs.
+    #[serde(default = "default_fusion_depth")]
+    pub fusion_depth: usize,
+    /// Token budget of one encoder batch (default: the encoder's, per device).
+    #[serde(default)]
+    pub max_batch_tokens: Option<usize>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_pool_depth() -> usize {
+    20
+}
+fn default_fusion_depth() -> usize {
+    100
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            bm25: true,
+            dense: Vec::new(),
+            fusion: true,
+            pool_depth: default_pool_depth(),
+            fusion_depth: default_fusion_depth(),
+            max_batch_tokens: None,
+        }
+    }
+}
+
+/// The language model: a local GGUF file, or an OpenAI-compatible server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSection {
+    /// Generate natively from this GGUF file.
+    #[serde(default)]
+    pub gguf: Option<PathBuf>,
+    /// OpenAI-compatible API root (the key comes from `FRESHSTACK_LLM_API_KEY`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Model name as the server knows it.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Requests in flight at once (server only).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Seconds allowed for one request.
+    #[serde(default = "default_timeout")]
+    pub timeout_seconds: f64,
+    /// Retries after a 429, 5xx, timeout or dropped connection.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+    /// Sampling temperature (0 = greedy).
+    #[serde(default)]
+    pub temperature: f32,
+    /// Sampling seed.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Repair requests after an unusable answer.
+    #[serde(default = "default_repairs")]
+    pub max_repairs: u32,
+    /// Response cache; default `OUT/work/llm-cache.sqlite`.
+    #[serde(default)]
+    pub cache: Option<PathBuf>,
+}
+
+fn default_concurrency() -> usize {
+    8
+}
+fn default_timeout() -> f64 {
+    300.0
+}
+fn default_retries() -> u32 {
+    8
+}
+fn default_repairs() -> u32 {
+    crate::stages::DEFAULT_MAX_REPAIRS
+}
+
+/// Nugget generation settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NuggetsSection {
+    /// Most nuggets per question.
+    #[serde(default = "default_max_nuggets")]
+    pub max_nuggets: usize,
+    /// Most tokens per answer.
+    #[serde(default = "default_stage_tokens")]
+    pub max_tokens: u32,
+}
+
+fn default_max_nuggets() -> usize {
+    10
+}
+fn default_stage_tokens() -> u32 {
+    1024
+}
+
+impl Default for NuggetsSection {
+    fn default() -> Self {
+        Self {
+            max_nuggets: default_max_nuggets(),
+            max_tokens: default_stage_tokens(),
+        }
+    }
+}
+
+/// Query-variant settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantsSection {
+    /// Most sub-questions per question.
+    #[serde(default = "default_sub_questions")]
+    pub max_sub_questions: usize,
+    /// Most tokens per answer.
+    #[serde(default = "default_stage_tokens")]
+    pub max_tokens: u32,
+}
+
+fn default_sub_questions() -> usize {
+    5
+}
+
+impl Default for VariantsSection {
+    fn default() -> Self {
+        Self {
+            max_sub_questions: default_sub_questions(),
+            max_tokens: default_stage_tokens(),
+        }
+    }
+}
+
+/// Judging settings (paper §3.5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSection {
+    /// Documents judged in one call.
+    #[serde(default = "default_docs_per_call")]
+    pub docs_per_call: usize,
+    /// The model's context window; default: the GGUF's, or 32768 for a server.
+    #[serde(default)]
+    pub context_tokens: Option<usize>,
+    /// Most tokens of one document shown to the model.
+    #[serde(default = "default_max_doc_tokens")]
+    pub max_doc_tokens: usize,
+    /// Most tokens per answer.
+    #[serde(default = "default_judge_tokens")]
+    pub max_tokens: u32,
+}
+
+fn default_docs_per_call() -> usize {
+    20
+}
+fn default_max_doc_tokens() -> usize {
+    2048
+}
+fn default_judge_tokens() -> u32 {
+    4096
+}
+
+impl Default for JudgeSection {
+    fn default() -> Self {
+        Self {
+            docs_per_call: default_docs_per_call(),
+            context_tokens: None,
+            max_doc_tokens: default_max_doc_tokens(),
+            max_tokens: default_judge_tokens(),
+        }
+    }
+}
+
+/// Filtering (paper §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSection {
+    /// Drop questions with any nugget that no judged document supports (the paper's rule).
+    /// `false` keeps every question with at least one supported nugget.
+    #[serde(default = "yes")]
+    pub require_all_nuggets_supported: bool,
+}
+
+impl Default for FilterSection {
+    fn default() -> Self {
+        Self {
+            require_all_nuggets_supported: true,
+        }
+    }
+}
+
+impl BuildConfig {
+    /// Reads and checks a config file; relative paths become relative to its directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        Self::parse(&text, path, base)
+    }
+
+    /// Parses config text (`origin` names it in errors; relative paths resolve against `base`).
+    pub fn parse(text: &str, origin: &Path, base: &Path) -> Result<Self> {
+        let mut config: BuildConfig = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|span| text[..span.start.min(text.len())].lines().count().max(1))
+                .unwrap_or(0);
+            let message = e.message().replace('\n', " ");
+            Error::parse(origin, line, message)
+        })?;
+        config.resolve_paths(base);
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        if let Some(p) = self.questions.posts.as_mut() {
+            resolve(p);
+        }
+        if let Some(p) = self.questions.file.as_mut() {
+            resolve(p);
+        }
+        for p in self.corpus.repositories.values_mut() {
+            resolve(p);
+        }
+        if let Some(p) = self.llm.gguf.as_mut() {
+            resolve(p);
+        }
+        if let Some(p) = self.llm.cache.as_mut() {
+            resolve(p);
+        }
+        // Dense models: a relative spec that names an existing directory is a path; anything
+        // else is a Hugging Face id.
+        for model in &mut self.retrieval.dense {
+            let candidate = base.join(&*model);
+            if Path::new(model.as_str()).is_relative() && candidate.is_dir() {
+                *model = candidate.to_string_lossy().into_owned();
+            }
+        }
+    }
+
+    fn validate(&self, origin: &Path) -> Result<()> {
+        let bad = |field: &str, message: String| {
+            Err(Error::invalid(
+                format!("{}: {field}", origin.display()),
+                message,
+            ))
+        };
+        if self.topic.trim().is_empty() {
+            return bad("topic", "empty".into());
+        }
+        match (&self.questions.posts, &self.questions.file) {
+            (None, None) => return bad("questions", "give `posts` (a dump) or `file`".into()),
+            (Some(_), Some(_)) => {
+                return bad("questions", "give `posts` or `file`, not both".into());
+            }
+            (Some(_), None) if self.questions.tags.is_empty() => {
+                return bad("questions.tags", "at least one tag with `posts`".into());
+            }
+            _ => {}
+        }
+        if !matches!(self.questions.tag_match.as_str(), "any" | "all") {
+            return bad(
+                "questions.match",
+                format!("{:?}: expected any or all", self.questions.tag_match),
+            );
+        }
+        if self.questions.max_questions == Some(0) {
+            return bad("questions.max_questions", "must be at least 1".into());
+        }
+        if self.corpus.repositories.is_empty() {
+            return bad("corpus.repositories", "no repository".into());
+        }
+        for (name, path) in &self.corpus.repositories {
+            if name.trim().is_empty() || name.contains(char::is_whitespace) {
+                return bad(
+                    "corpus.repositories",
+                    format!("{name:?} is not an owner/name"),
+                );
+            }
+            if !path.is_dir() {
+                return bad(
+                    &format!("corpus.repositories.{name:?}"),
+                    format!("{} is not a directory", path.display()),
+                );
+            }
+        }
+        if self.corpus.max_tokens == 0 {
+            return bad("corpus.max_tokens", "must be at least 1".into());
+        }
+        if !self.retrieval.bm25 && self.retrieval.dense.is_empty() {
+            return bad(
+                "retrieval",
+                "no retriever: enable bm25 or list dense models".into(),
+            );
+        }
+        if self.retrieval.pool_depth == 0 || self.retrieval.fusion_depth == 0 {
+            return bad(
+                "retrieval",
+                "pool_depth and fusion_depth must be at least 1".into(),
+            );
+        }
+        if self.retrieval.pool_depth > self.retrieval.fusion_depth {
+            return bad(
+                "retrieval.pool_depth",
+                "must not exceed fusion_depth (the depth every run is retrieved to)".into(),
+            );
+        }
+        match (&self.llm.gguf, &self.llm.base_url, &self.llm.model) {
+            (Some(_), None, None) | (None, Some(_), Some(_)) => {}
+            _ => {
+                return bad(
+                    "llm",
+                    "give `gguf`, or `base_url` and `model` (not both kinds)".into(),
+                );
+            }
+        }
+        if self.llm.concurrency == 0 {
+            return bad("llm.concurrency", "must be at least 1".into());
+        }
+        if !(self.llm.timeout_seconds.is_finite() && self.llm.timeout_seconds > 0.0) {
+            return bad("llm.timeout_seconds", "must be a positive number".into());
+        }
+        if self.nuggets.max_nuggets == 0 {
+            return bad("nuggets.max_nuggets", "must be at least 1".into());
+        }
+        if self.variants.max_sub_questions == 0 {
+            return bad("variants.max_sub_questions", "must be at least 1".into());
+        }
+        if self.judge.docs_per_call == 0 {
+            return bad("judge.docs_per_call", "must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<BuildConfig> {
+        BuildConfig::parse(text, Path::new("topic.toml"), Path::new("."))
+    }
+
+    const MINIMAL: &str = r#"
+topic = "demo"
+[questions]
+file = "Cargo.toml"
+[corpus.repositories]
+"me/repo" = "src"
+[llm]
+base_url = "http://localhost:8000/v1"
+model = "m"
+"#;
+
+    #[test]
+    fn minimal_config_gets_the_paper_defaults() {
+        let config = parse(MINIMAL).unwrap();
+        assert_eq!(config.retrieval.pool_depth, 20);
+        assert_eq!(config.retrieval.fusion_depth, 100);
+        assert_eq!(config.judge.docs_per_call, 20);
+        assert!(config.retrieval.bm25 && config.retrieval.fusion);
+        assert!(config.filter.require_all_nuggets_supported);
+        assert_eq!(
+            config.corpus.repositories[&"me/repo".to_string()],
+            Path::new("./src")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line_and_field() {
+        let typo = MINIMAL.replace("[llm]", "[llm]\ntemprature = 0.5");
+        let err = parse(&typo).unwrap_err().to_string();
+        assert!(err.starts_with("topic.toml:"), "{err}");
+        assert!(err.contains("temprature"), "{err}");
+        let no_llm = MINIMAL.replace("model = \"m\"", "");
+        let err = parse(&no_llm).unwrap_err().to_string();
+        assert!(err.contains("llm"), "{err}");
+        let missing_repo = MINIMAL.replace("\"src\"", "\"does/not/exist\"");
+        let err = parse(&missing_repo).unwrap_err().to_string();
+        assert!(err.contains("not a directory"), "{err}");
+        let deep_pool = MINIMAL.to_string() + "[retrieval]\npool_depth = 200\n";
+        assert!(parse(&deep_pool).is_err());
+    }
+}

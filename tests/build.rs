@@ -1,0 +1,385 @@
+//! `freshstack build` end to end against the mock OpenAI-compatible server of `llm.rs`: the
+//! exported dataset, a rerun that makes no call, a build killed with SIGKILL mid-way that
+//! resumes to the same bytes without answering any call twice, and config errors.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use freshstack::dataset::{Question, read_jsonl};
+use serde_json::Value;
+
+use crate::llm::MockServer;
+use crate::util::{freshstack, write};
+
+/// A repository whose documents mention the facts the mock model's nuggets need.
+fn tiny_repo(root: &Path) -> PathBuf {
+    let repo = root.join("repo");
+    write(
+        &repo,
+        "docs/cache.md",
+        "# Cache\n\nSet ALPHA in the cache config to enable the store.\n\n## Drivers\n\nThe BETA \
+         driver keeps entries in memory.\n",
+    );
+    write(
+        &repo,
+        "docs/queue.md",
+        "# Queue\n\nQueues need ALPHA workers and a BETA connection to run jobs.\n",
+    );
+    write(
+        &repo,
+        "src/routes.php",
+        "<?php\n// Routes map URLs to controllers.\nRoute::get('/cache', fn () => cache('x'));\n",
+    );
+    write(
+        &repo,
+        "README.md",
+        "# Demo\n\nA demo application with a cache and a queue.\n",
+    );
+    repo
+}
+
+fn questions(root: &Path) -> PathBuf {
+    let rows = [
+        (
+            "11",
+            "How do I enable the cache store",
+            "My cache config does nothing.",
+            "Set ALPHA.",
+        ),
+        (
+            "12",
+            "Why do my queue jobs never run",
+            "Jobs stay pending forever.",
+            "Start workers.",
+        ),
+        (
+            "13",
+            "How are routes matched",
+            "What maps a URL to a controller?",
+            "Route::get.",
+        ),
+    ];
+    let mut text = String::new();
+    for (id, title, body, answer) in rows {
+        text.push_str(
+            &serde_json::json!({
+                "query_id": id, "query_title": title, "query_text": body,
+                "answer_id": format!("{id}0"), "answer_text": answer,
+                "metadata": {"date": "2024-05-01T10:00:00.000", "tags": ["demo"]},
+            })
+            .to_string(),
+        );
+        text.push('\n');
+    }
+    write(root, "questions.jsonl", text)
+}
+
+fn config(root: &Path, url: &str, extra: &str) -> PathBuf {
+    tiny_repo(root);
+    questions(root);
+    write(
+        root,
+        "demo.toml",
+        format!(
+            r#"topic = "demo"
+[questions]
+file = "questions.jsonl"
+[corpus]
+max_tokens = 64
+[corpus.repositories]
+"acme/demo" = "repo"
+[retrieval]
+pool_depth = 3
+fusion_depth = 10
+[llm]
+base_url = "{url}"
+model = "mock-model"
+concurrency = 1
+max_retries = 0
+[judge]
+docs_per_call = 2
+{extra}"#
+        ),
+    )
+}
+
+/// Every exported file (not `work/`) with its bytes.
+fn exported(out: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![out.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(out)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel == "work" {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+fn build(config: &Path, out: &Path) -> std::process::Output {
+    freshstack(&[
+        "build",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn build_exports_a_judged_dataset_and_a_rerun_makes_no_call() {
+    let server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &server.url, "");
+    let out = dir.path().join("out");
+    let first = build(&config, &out);
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+
+    let queries: Vec<Question> = read_jsonl(out.join("queries.jsonl")).unwrap();
+    assert!(!queries.is_empty(), "{stderr}");
+    for q in &queries {
+        assert_eq!(q.nuggets.len(), 2, "{}", q.query_id);
+        for (n, nugget) in q.nuggets.iter().enumerate() {
+            assert_eq!(nugget.id, format!("{}_{n}", q.query_id));
+            // The mock judge supports N1 by documents with ALPHA, N2 by those with BETA; the
+            // paper's filter keeps only questions where both nuggets found support.
+            assert!(!nugget.relevant_corpus_ids.is_empty());
+        }
+    }
+    let filtering: Value =
+        serde_json::from_slice(&std::fs::read(out.join("filtering.json")).unwrap()).unwrap();
+    assert_eq!(filtering["questions_in"], 3);
+    assert_eq!(filtering["questions_out"], queries.len());
+    let qrels = std::fs::read_to_string(out.join("qrels/nuggets.qrels")).unwrap();
+    assert!(qrels.lines().all(|l| l.split(' ').count() == 4), "{qrels}");
+    let tsv = std::fs::read_to_string(out.join("qrels/test.tsv")).unwrap();
+    assert!(tsv.starts_with("query-id\tcorpus-id\tscore\n"));
+    let mut runs: Vec<String> = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    runs.sort();
+    assert_eq!(
+        runs,
+        [
+            "inference.closed_book_answer.bm25.trec",
+            "inference.question.bm25.trec",
+            "inference.subquestions.bm25.trec",
+            "oracle.answer.bm25.trec",
+            "oracle.nuggets.bm25.trec",
+        ]
+    );
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["topic"], "demo");
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["rows"].as_array().unwrap().len(), 5, "{results}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("<svg") && html.contains("oracle"),
+        "report.html"
+    );
+    assert_eq!(manifest["repositories"][0]["name"], "acme/demo");
+
+    // For benches/compare/export_vs_reference_loader.py: keep a copy of the export.
+    if let Ok(keep) = std::env::var("FRESHSTACK_KEEP_BUILD") {
+        let status = Command::new("cp")
+            .args(["-r", out.to_str().unwrap(), &keep])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    // The exported dataset evaluates with `freshstack eval`.
+    let eval = freshstack(&[
+        "eval",
+        "--queries",
+        out.join("queries.jsonl").to_str().unwrap(),
+        "--run",
+        out.join("runs/oracle.nuggets.bm25.trec").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        eval.status.success(),
+        "{}",
+        String::from_utf8_lossy(&eval.stderr)
+    );
+    let metrics: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    assert!(metrics["coverage@20"].as_f64().unwrap() > 0.0, "{metrics}");
+
+    // A rerun skips every stage but the (cheap, deterministic) corpus and calls nobody.
+    let files = exported(&out);
+    let calls = server.requests();
+    let second = build(&config, &out);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert_eq!(server.requests(), calls);
+    assert!(stderr.contains("skipped: up to date"), "{stderr}");
+    assert!(
+        exported(&out) == files,
+        "a rerun changed the exported files"
+    );
+
+    // A changed judging setting reruns judging and what follows, not the nugget stage.
+    let config = write(
+        dir.path(),
+        "demo.toml",
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("docs_per_call = 2", "docs_per_call = 3"),
+    );
+    let third = build(&config, &out);
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(third.status.success(), "{stderr}");
+    let line = |stage: &str| {
+        stderr
+            .lines()
+            .find(|l| l.trim_start().starts_with(stage))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("nuggets").contains("skipped"), "{stderr}");
+    assert!(!line("judge").contains("skipped"), "{stderr}");
+}
+
+#[test]
+fn a_killed_build_resumes_to_the_same_bytes_without_repeating_a_call() {
+    // Reference: one uninterrupted build.
+    let reference_server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = config(dir.path(), &reference_server.url, "");
+    let reference_out = dir.path().join("reference");
+    let done = build(&config_path, &reference_out);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let reference = exported(&reference_out);
+    let total_calls = reference_server.requests();
+    assert!(total_calls > 6, "{total_calls}");
+
+    for hold_after in [2, total_calls - 2] {
+        let server = MockServer::start(false);
+        server.state.hold_after.store(hold_after, Ordering::SeqCst);
+        let config_path = config(dir.path(), &server.url, "");
+        let out = dir.path().join(format!("killed-{hold_after}"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_freshstack"))
+            .args(["build", "--config", config_path.to_str().unwrap()])
+            .arg("--out")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while server.requests() <= hold_after {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the build never got there"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        server.state.hold_after.store(usize::MAX, Ordering::SeqCst);
+        let resumed = build(&config_path, &out);
+        assert!(
+            resumed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&resumed.stderr)
+        );
+        let resumed = exported(&out);
+        let differing: Vec<&String> = reference
+            .keys()
+            .filter(|k| resumed.get(*k) != reference.get(*k))
+            .collect();
+        assert!(
+            differing.is_empty(),
+            "killed after {hold_after} calls: {differing:?}"
+        );
+        assert_eq!(resumed.len(), reference.len());
+        assert_eq!(
+            server.max_answers_per_request(),
+            1,
+            "a call was answered twice"
+        );
+    }
+}
+
+#[test]
+fn config_errors_name_the_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "http://127.0.0.1:9/v1", "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let out = dir.path().join("out");
+    let cases = [
+        (
+            text.replace("pool_depth = 3", "pool_depth = 3\npool_dept = 4"),
+            "pool_dept",
+        ),
+        (text.replace("\"repo\"", "\"missing\""), "not a directory"),
+        (text.replace("model = \"mock-model\"", ""), "llm"),
+        (text.replace("topic = \"demo\"", "topic = 7"), "demo.toml:1"),
+    ];
+    for (bad, expected) in cases {
+        write(dir.path(), "demo.toml", &bad);
+        let output = build(&config, &out);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(!out.join("queries.jsonl").exists());
+    }
+}
+
+#[test]
+fn a_dense_model_adds_its_runs_and_their_fusion() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    if !model.join("config.json").is_file() {
+        eprintln!("SKIPPED: models/all-MiniLM-L6-v2 missing (run scripts/setup.sh)");
+        return;
+    }
+    let server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[retrieval]\ndense = [{:?}]\npool_depth = 3\nfusion_depth = 10\n",
+        model.to_str().unwrap()
+    );
+    let config = config(dir.path(), &server.url, "");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("[retrieval]\npool_depth = 3\nfusion_depth = 10\n", &extra);
+    write(dir.path(), "demo.toml", text);
+    let out = dir.path().join("out");
+    let output = build(&config, &out);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for technique in ["inference.question", "oracle.nuggets"] {
+        for retriever in ["bm25", "all-MiniLM-L6-v2", "fusion"] {
+            let run = out.join(format!("runs/{technique}.{retriever}.trec"));
+            let text = std::fs::read_to_string(&run).unwrap();
+            assert!(!text.is_empty(), "{}", run.display());
+        }
+    }
+}

@@ -1,0 +1,673 @@
+//! The hybrid engine end to end: dense models that encode the corpus at index time and queries
+//! at search time, fusion as a retriever, batched search. Most tests use a hashed bag-of-words
+//! encoder (no model needed); the `minilm_*` tests use the real all-MiniLM-L6-v2 and skip loudly
+//! without it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use freshstack::NoProgress;
+use freshstack::Progress;
+use freshstack::index::{
+    Bm25Settings, DenseModelRef, DocumentEncoder, EncodedVectors, HnswSettings, IndexConfig,
+    build_index_with_encoders,
+};
+use freshstack::search::{
+    Ann, DenseModelSpec, Engine, FusionMethod, Hit, HybridIndexConfig, QueryEncoder,
+    QueryEncoderOptions, SearchOptions, build_hybrid_index,
+};
+
+use crate::util::{freshstack, write};
+
+const DOCS: &[(&str, &str)] = &[
+    (
+        "laravel/docs/routing.md_0_10",
+        "Routes are defined in routes/web.php: Route::get registers a GET route returning a view.",
+    ),
+    (
+        "laravel/docs/queues.md_0_10",
+        "Queued jobs run in the background: dispatch a job and run php artisan queue:work.",
+    ),
+    (
+        "laravel/docs/eloquent.md_0_10",
+        "Eloquent models map database tables to classes; Model::where('active', 1)->get() queries rows.",
+    ),
+    (
+        "laravel/docs/mail.md_0_10",
+        "Sending email: build a Mailable class and send it with Mail::to($user)->send().",
+    ),
+    (
+        "php/doc/array.md_0_10",
+        "array_map applies a callback to every element of an array and returns a new array.",
+    ),
+    (
+        "php/doc/string.md_0_10",
+        "str_contains checks whether a string contains a given substring, case-sensitively.",
+    ),
+    (
+        "php/doc/date.md_0_10",
+        "The DateTime class parses and formats dates; date('Y-m-d') formats the current day.",
+    ),
+    (
+        "laravel/docs/cache.md_0_10",
+        "The cache stores items for a number of seconds; Cache::remember caches a closure's result.",
+    ),
+];
+
+fn corpus(dir: &Path) -> PathBuf {
+    let lines: Vec<String> = DOCS
+        .iter()
+        .map(|(id, text)| {
+            serde_json::json!({"_id": id, "title": "", "text": text, "metadata": {}}).to_string()
+        })
+        .collect();
+    write(dir, "corpus.jsonl", lines.join("\n") + "\n")
+}
+
+/// A hashed bag-of-words encoder: words (lowercased, alphanumeric runs) counted into 64 buckets,
+/// L2-normalised. Crude, deterministic, and enough to check the plumbing and fusion arithmetic.
+struct HashEncoder;
+
+const HASH_DIM: usize = 64;
+
+fn hash_vector(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; HASH_DIM];
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in word.to_lowercase().bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        v[(h % HASH_DIM as u64) as usize] += 1.0;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm == 0.0 {
+        v[0] = 1.0;
+        return v;
+    }
+    v.into_iter().map(|x| x / norm).collect()
+}
+
+fn hash_model_ref() -> DenseModelRef {
+    DenseModelRef {
+        reference: "test/hash".into(),
+        id: "test/hash".into(),
+        dir: "/nonexistent/hash".into(),
+        fingerprint: "0-0".into(),
+        query_template: "{text}".into(),
+        document_template: "{text}".into(),
+        task: String::new(),
+        max_length: 512,
+        pooling: "mean".into(),
+        model_dtype: "f32".into(),
+    }
+}
+
+impl DocumentEncoder for HashEncoder {
+    fn name(&self) -> &str {
+        "hash"
+    }
+
+    fn storage_dtype(&self) -> freshstack::index::Dtype {
+        freshstack::index::Dtype::F32
+    }
+
+    fn encode_documents(
+        &self,
+        texts: &[&str],
+        _: &dyn Progress,
+    ) -> freshstack::Result<EncodedVectors> {
+        Ok(EncodedVectors {
+            dim: HASH_DIM,
+            data: texts.iter().flat_map(|t| hash_vector(t)).collect(),
+            model: Some(hash_model_ref()),
+            source: "test/hash".into(),
+        })
+    }
+}
+
+impl QueryEncoder for HashEncoder {
+    fn dim(&self) -> usize {
+        HASH_DIM
+    }
+
+    fn encode_query(&self, text: &str) -> freshstack::Result<Vec<f32>> {
+        Ok(hash_vector(text))
+    }
+}
+
+fn hash_index(dir: &Path) -> PathBuf {
+    let config = IndexConfig {
+        corpus: corpus(dir),
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![],
+        hnsw: Some(HnswSettings::default()),
+    };
+    let index = dir.join("index");
+    build_index_with_encoders(&config, &[&HashEncoder], &index, &NoProgress).unwrap();
+    index
+}
+
+fn hash_engine(index: &Path) -> Engine {
+    let mut engine = Engine::open(index).unwrap();
+    engine
+        .set_query_encoder("hash", Arc::new(HashEncoder))
+        .unwrap();
+    engine
+}
+
+fn options(retriever: &str, k: usize) -> SearchOptions {
+    SearchOptions {
+        retriever: retriever.into(),
+        k,
+        ..SearchOptions::default()
+    }
+}
+
+/// min-max normalisation of one retriever's list, as the reference's `util.fusion`.
+fn normalized(hits: &[Hit]) -> Vec<(String, f64)> {
+    let scores: Vec<f64> = hits.iter().map(|h| f64::from(h.score)).collect();
+    let min = scores.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    hits.iter()
+        .zip(&scores)
+        .map(|(h, s)| (h.id.clone(), (s - min) / (max - min + 1e-8)))
+        .collect()
+}
+
+#[test]
+fn fusion_is_the_normalized_sum_of_the_retrievers() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = hash_engine(&hash_index(dir.path()));
+    let query = "run queued jobs in the background with an artisan class";
+    let bm25 = engine.search(query, &options("bm25", 100)).unwrap();
+    let dense = engine.search(query, &options("dense:hash", 100)).unwrap();
+    assert!(bm25.len() >= 2 && dense.len() == DOCS.len());
+    assert_eq!(bm25[0].id, "laravel/docs/queues.md_0_10");
+    assert_eq!(dense[0].id, "laravel/docs/queues.md_0_10");
+
+    let mut expected: std::collections::BTreeMap<String, f64> = Default::default();
+    for list in [&bm25, &dense] {
+        for (id, s) in normalized(list) {
+            *expected.entry(id).or_default() += s;
+        }
+    }
+    let fused = engine.search(query, &options("fusion", 5)).unwrap();
+    assert_eq!(fused.len(), 5);
+    for pair in fused.windows(2) {
+        assert!(pair[0].score >= pair[1].score);
+    }
+    for hit in &fused {
+        let want = expected[&hit.id];
+        assert!(
+            (f64::from(hit.score) - want).abs() < 1e-5,
+            "{}: {} vs {want}",
+            hit.id,
+            hit.score
+        );
+        // Per-retriever places are the single retrievers' ranks and raw scores.
+        for place in &hit.per_retriever {
+            let list = if place.retriever == "bm25" {
+                &bm25
+            } else {
+                &dense
+            };
+            assert!(place.retriever == "bm25" || place.retriever == "dense:hash");
+            let rank = list.iter().position(|h| h.id == hit.id).unwrap() + 1;
+            assert_eq!(place.rank, rank);
+            assert!((place.score - list[rank - 1].score).abs() < 1e-6);
+        }
+        let in_bm25 = bm25.iter().any(|h| h.id == hit.id);
+        assert_eq!(hit.per_retriever.len(), 1 + usize::from(in_bm25));
+    }
+    // The best of all lists is fused first; the explicit list fuses the same.
+    assert_eq!(fused[0].id, "laravel/docs/queues.md_0_10");
+    assert!((fused[0].score - 2.0).abs() < 1e-5);
+    let explicit = engine
+        .search(query, &options("fusion:dense:hash,bm25", 5))
+        .unwrap();
+    assert_eq!(
+        explicit.iter().map(|h| &h.id).collect::<Vec<_>>(),
+        fused.iter().map(|h| &h.id).collect::<Vec<_>>()
+    );
+    assert_eq!(explicit[0].per_retriever[0].retriever, "dense:hash");
+    // Depth: only the top 1 of each retriever takes part.
+    let shallow = SearchOptions {
+        fusion_depth: 1,
+        ..options("fusion", 10)
+    };
+    let hits = engine.search(query, &shallow).unwrap();
+    assert_eq!(hits.len(), 1);
+    // RRF: sum of 1 / (60 + rank).
+    let rrf = SearchOptions {
+        fusion_method: FusionMethod::Rrf { k: 60.0 },
+        ..options("fusion", 3)
+    };
+    let hits = engine.search(query, &rrf).unwrap();
+    let top = &hits[0];
+    let want: f64 = top
+        .per_retriever
+        .iter()
+        .map(|p| 1.0 / (60.0 + p.rank as f64))
+        .sum();
+    assert!((f64::from(top.score) - want).abs() < 1e-6);
+}
+
+#[test]
+fn batch_search_equals_one_by_one_whatever_the_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = hash_engine(&hash_index(dir.path()));
+    let queries = [
+        "background queue worker",
+        "format the current date",
+        "#### ???",
+        "cache a closure result",
+        "send email to a user",
+    ];
+    for retriever in ["bm25", "dense:hash", "fusion"] {
+        let opts = options(retriever, 4);
+        let batch = engine.search_batch(&queries, &opts).unwrap();
+        assert_eq!(batch.len(), queries.len());
+        for (query, hits) in queries.iter().zip(&batch) {
+            if retriever == "bm25" && !engine.has_searchable_terms(query).unwrap() {
+                assert!(hits.is_empty());
+                assert!(engine.search(query, &opts).is_err());
+                continue;
+            }
+            assert_eq!(
+                hits,
+                &engine.search(query, &opts).unwrap(),
+                "{retriever} {query}"
+            );
+        }
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let four = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
+        let a = one.install(|| engine.search_batch(&queries, &opts).unwrap());
+        let b = four.install(|| engine.search_batch(&queries, &opts).unwrap());
+        assert_eq!(a, b);
+        assert_eq!(a, batch);
+    }
+    // A symbols-only query still gets the dense half of a fusion.
+    let hits = engine.search("#### ???", &options("fusion", 3)).unwrap();
+    assert_eq!(hits.len(), 3);
+    assert!(
+        hits.iter()
+            .all(|h| h.per_retriever[0].retriever == "dense:hash")
+    );
+}
+
+#[test]
+fn bad_retrievers_and_missing_encoders_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = hash_index(dir.path());
+    let engine = hash_engine(&index);
+    let err = |r: &str| {
+        engine
+            .search("queue", &options(r, 3))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(err("fusion:bm25,bm25").contains("names bm25 twice"));
+    assert!(err("fusion:bm25,dense:nope").contains("no such model"));
+    assert!(err("fusion:bm25,fusion").contains("cannot contain a fusion"));
+    assert!(err("fusion:bm25,splade").contains("unknown retriever"));
+    assert!(err("fusionx").contains("unknown retriever"));
+    let weights = SearchOptions {
+        fusion_weights: Some(vec![1.0]),
+        ..options("fusion", 3)
+    };
+    let e = engine.search("queue", &weights).unwrap_err().to_string();
+    assert!(e.contains("1 weights for 2 runs"), "{e}");
+    // Without a registered encoder, dense text search says what is missing.
+    let bare = Engine::open(&index).unwrap();
+    let e = bare
+        .search("queue", &options("fusion", 3))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dense:hash needs a query encoder"), "{e}");
+    // The recorded model is not on this machine: the error says how to name it.
+    let mut bare = bare;
+    let e = bare
+        .load_query_encoders(&["hash"], &QueryEncoderOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--model hash=DIR"), "{e}");
+    // A BM25-only index has nothing to fuse.
+    let bm25_only = dir.path().join("bm25-only");
+    let config = IndexConfig {
+        corpus: dir.path().join("corpus.jsonl"),
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![],
+        hnsw: None,
+    };
+    build_index_with_encoders(&config, &[], &bm25_only, &NoProgress).unwrap();
+    let e = Engine::open(&bm25_only)
+        .unwrap()
+        .search("queue", &options("fusion", 3))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fusion needs two retrievers"), "{e}");
+    // Two encoders with one name.
+    let e = build_index_with_encoders(
+        &config,
+        &[&HashEncoder, &HashEncoder],
+        &bm25_only,
+        &NoProgress,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("\"hash\" given twice"), "{e}");
+}
+
+/// The manifest's shape is pinned: a change here is a format change (bump FORMAT_VERSION).
+#[test]
+fn manifest_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = hash_index(dir.path());
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(index.join("manifest.json")).unwrap())
+            .unwrap();
+    // Paths and tantivy's segment names vary; everything else is fixed.
+    manifest["corpus"]["path"] = "corpus.jsonl".into();
+    manifest["created_by"] = "freshstack VERSION".into();
+    let files: Vec<String> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .filter(|p| !p.starts_with("bm25/"))
+        .collect();
+    manifest["files"] = serde_json::json!(files);
+    let golden_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/index-manifest-v1.json");
+    let got = serde_json::to_string_pretty(&manifest).unwrap() + "\n";
+    if std::env::var_os("FRESHSTACK_BLESS").is_some() {
+        std::fs::write(&golden_path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&golden_path).unwrap();
+    assert_eq!(
+        got, want,
+        "manifest changed: rerun with FRESHSTACK_BLESS=1 if intended"
+    );
+}
+
+fn minilm_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing: run scripts/setup.sh",
+            dir.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn minilm_index_encodes_documents_and_queries() {
+    let Some(model) = minilm_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let config = HybridIndexConfig {
+        corpus: corpus(dir.path()),
+        dense: vec![DenseModelSpec::parse(model.to_str().unwrap()).unwrap()],
+        ..HybridIndexConfig::default()
+    };
+    let summary = build_hybrid_index(&config, &index, &NoProgress).unwrap();
+    let dense = &summary.manifest.dense[0];
+    assert_eq!(dense.name, "all-MiniLM-L6-v2");
+    assert_eq!((dense.dim, dense.dtype.as_str()), (384, "f16"));
+    let recorded = dense.model.as_ref().unwrap();
+    assert_eq!(recorded.id, "sentence-transformers/all-MiniLM-L6-v2");
+    assert_eq!(recorded.reference, model.to_str().unwrap());
+    assert_eq!(
+        (recorded.pooling.as_str(), recorded.max_length),
+        ("mean", 256)
+    );
+
+    let engine = Engine::open_with_encoders(&index, &QueryEncoderOptions::default()).unwrap();
+    // No word in common with the queue document: only the dense half can find it.
+    let hits = engine
+        .search(
+            "how can slow work be deferred to a worker process",
+            &options("dense", 3),
+        )
+        .unwrap();
+    assert_eq!(hits[0].id, "laravel/docs/queues.md_0_10", "{hits:?}");
+    // A document's own text finds it with cosine ~1 (f16 storage), exact and HNSW alike.
+    for ann in [Ann::Exact, Ann::Hnsw] {
+        let opts = SearchOptions {
+            ann,
+            ..options("dense:all-MiniLM-L6-v2", 1)
+        };
+        let hits = engine.search(DOCS[6].1, &opts).unwrap();
+        assert_eq!(hits[0].id, DOCS[6].0);
+        assert!((hits[0].score - 1.0).abs() < 5e-3, "{}", hits[0].score);
+    }
+    // Batched query encoding gives the same rankings as one at a time.
+    let queries = [
+        "send an email to a user",
+        "format today's date",
+        "cache results",
+    ];
+    let batch = engine
+        .search_batch(&queries, &options("fusion", 3))
+        .unwrap();
+    for (query, hits) in queries.iter().zip(&batch) {
+        let single = engine.search(query, &options("fusion", 3)).unwrap();
+        let ids = |h: &[Hit]| h.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(hits), ids(&single), "{query}");
+        for (a, b) in hits.iter().zip(&single) {
+            assert!((a.score - b.score).abs() < 1e-4);
+        }
+    }
+    assert_eq!(batch[0][0].id, "laravel/docs/mail.md_0_10");
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let out = freshstack(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn minilm_cli_index_and_fusion_retrieve() {
+    let Some(model) = minilm_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path());
+    let index = dir.path().join("index");
+    let p = |p: &Path| p.to_str().unwrap().to_string();
+    run_ok(&[
+        "index",
+        "--corpus",
+        &p(&corpus),
+        "--index",
+        &p(&index),
+        "--bm25",
+        "--dense",
+        &format!("mini={}", model.display()),
+    ]);
+    let queries = write(
+        dir.path(),
+        "queries.jsonl",
+        [
+            r#"{"_id":"q1","text":"how do I send an email to a user"}"#,
+            r#"{"_id":"q2","text":"process queued jobs in the background"}"#,
+            r#"{"_id":"q3","text":"!!! ???"}"#,
+        ]
+        .join("\n"),
+    );
+    let out = run_ok(&[
+        "search",
+        "--index",
+        &p(&index),
+        "--retriever",
+        "dense:mini",
+        "-k",
+        "1",
+        "--json",
+        "email a user",
+    ]);
+    assert!(out.contains("laravel/docs/mail.md_0_10"), "{out}");
+    let mut runs = Vec::new();
+    for retriever in ["bm25", "dense:mini", "fusion"] {
+        let run = dir
+            .path()
+            .join(format!("{}.trec", retriever.replace(':', "_")));
+        run_ok(&[
+            "retrieve",
+            "--index",
+            &p(&index),
+            "--queries",
+            &p(&queries),
+            "--out",
+            &p(&run),
+            "--retriever",
+            retriever,
+            "--field",
+            "text",
+            "-k",
+            "100",
+        ]);
+        runs.push(run);
+    }
+    let fusion = std::fs::read_to_string(&runs[2]).unwrap();
+    let lines: Vec<Vec<&str>> = fusion.lines().map(|l| l.split(' ').collect()).collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.len() == 6 && l[1] == "Q0" && l[5] == "fusion:bm25,dense:mini")
+    );
+    assert_eq!(
+        lines[0][0..4],
+        ["q1", "Q0", "laravel/docs/mail.md_0_10", "1"]
+    );
+    // q3 has no BM25 terms: the fusion still ranks it by the dense half.
+    assert_eq!(lines.iter().filter(|l| l[0] == "q3").count(), DOCS.len());
+    // The fusion retriever equals `freshstack fuse` over the single runs (same order).
+    let fused = dir.path().join("fused.trec");
+    run_ok(&["fuse", &p(&runs[0]), &p(&runs[1]), "--out", &p(&fused)]);
+    let order = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f[0].to_string(), f[2].to_string())
+            })
+            .collect()
+    };
+    let fuse_text = std::fs::read_to_string(&fused).unwrap();
+    assert_eq!(order(&fusion), order(&fuse_text));
+    // The model moved away: a clear error, and --model points to it.
+    let manifest_path = index.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest_path).unwrap();
+    let moved = text
+        .replace(
+            &format!("\"reference\": \"{}\"", model.display()),
+            "\"reference\": \"/gone/mini\"",
+        )
+        .replace(
+            &format!("\"dir\": \"{}\"", model.canonicalize().unwrap().display()),
+            "\"dir\": \"/gone/mini\"",
+        );
+    assert_ne!(moved, text);
+    std::fs::write(&manifest_path, moved).unwrap();
+    let out = freshstack(&[
+        "search",
+        "--index",
+        &p(&index),
+        "--retriever",
+        "fusion",
+        "email",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--model mini=DIR"),
+        "{stderr}"
+    );
+    let out = run_ok(&[
+        "search",
+        "--index",
+        &p(&index),
+        "--retriever",
+        "fusion",
+        "--model",
+        &format!("mini={}", model.display()),
+        "email a user",
+    ]);
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .contains("laravel/docs/mail.md_0_10"),
+        "{out}"
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A committed format-1 index (scripts/make-index-fixture.sh) still opens and searches.
+#[test]
+fn committed_v1_index_opens_and_searches() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/index-v1");
+    let index = dir.path().join("index");
+    copy_dir(&fixture, &index);
+    let engine = Engine::open(&index).unwrap();
+    assert_eq!(engine.info().retrievers, ["bm25", "dense:onehot"]);
+    let hits = engine
+        .search("background queue", &options("bm25", 2))
+        .unwrap();
+    assert_eq!(hits[0].id, "laravel/docs/queues.md_0_10");
+    let exact = SearchOptions {
+        ann: Ann::Exact,
+        ..options("dense:onehot", 1)
+    };
+    let hits = engine
+        .search_vector("onehot", &[0.0, 0.0, 0.0, 1.0], &exact)
+        .unwrap();
+    assert_eq!(hits[0].id, "laravel/docs/cache.md_0_10");
+    assert!((hits[0].score - 1.0).abs() < 1e-6);
+    // Fusion of the two, with the vector half given by a query encoder.
+    struct Axis;
+    impl QueryEncoder for Axis {
+        fn dim(&self) -> usize {
+            4
+        }
+        fn encode_query(&self, _: &str) -> freshstack::Result<Vec<f32>> {
+            Ok(vec![0.0, 1.0, 0.0, 0.0])
+        }
+    }
+    let mut engine = engine;
+    engine.set_query_encoder("onehot", Arc::new(Axis)).unwrap();
+    let hits = engine
+        .search("background queue", &options("fusion", 4))
+        .unwrap();
+    let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+    assert!(
+        ids.contains(&"laravel/docs/queues.md_0_10") && ids.contains(&"php/doc/string.md_0_10")
+    );
+}
