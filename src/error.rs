@@ -97,6 +97,15 @@ pub enum Error {
         /// SQLite's reason.
         message: String,
     },
+    /// A dataset file (Parquet, a cached Hugging Face dataset) is missing, lacks a column, or
+    /// has a row that does not fit the schema.
+    #[error("{}: {message}", path.display())]
+    Dataset {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What is wrong (column, row, the paths looked for).
+        message: String,
+    },
 }
 
 impl Error {
@@ -129,6 +138,14 @@ impl Error {
     pub fn model(model: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Model {
             model: model.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A problem with the dataset file or directory `path`.
+    pub fn dataset(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::Dataset {
+            path: path.into(),
             message: message.into(),
         }
     }

@@ -21,8 +21,10 @@
 //! 6. **Rerank** ([`rerank`]): cross-encoders (BERT and XLM-RoBERTa sequence classifiers)
 //!    rescore the top of a run. **Shards** ([`dataset::Shard`], [`merge`]): the heavy stages
 //!    run as N deterministic slices on a cluster and merge into the single-process bytes.
+//! 7. **Benchmark** ([`benchmark`]): the published datasets (or a local export), read offline,
+//!    retrieved and scored in one call (`freshstack benchmark`).
 //!
-//! 6. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
+//! 8. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
 //!    (Table 4) and a self-contained HTML page with SVG charts.
 //!
 //! ```no_run
@@ -42,6 +44,7 @@
 //! - *run*: a ranked list of documents per question; *qrels*: judgments as relevance labels.
 #![warn(missing_docs)]
 
+pub mod benchmark;
 pub mod dataset;
 pub mod embed;
 mod error;

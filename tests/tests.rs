@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per stage.
 
+mod benchmark;
 mod build;
 mod cli_eval;
 mod corpus;

@@ -1,5 +1,6 @@
 //! Subcommands: argument parsing and glue only; all work is a library call.
 
+mod benchmark;
 mod build;
 mod corpus;
 mod embed;
@@ -56,6 +57,9 @@ enum Command {
     Nuggets(nuggets::NuggetsArgs),
     /// Write sub-questions and a closed-book answer per question with an LLM (inference setting).
     QueryVariants(query_variants::QueryVariantsArgs),
+    /// Score retrievers on published FreshStack datasets (Hugging Face cache, offline) or a
+    /// local export: runs, results.json and results.md (alpha-nDCG@10, Coverage@20, Recall@50).
+    Benchmark(benchmark::BenchmarkArgs),
     /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
     Judge(judge::JudgeArgs),
     /// Rerank the top k documents of each question of a TREC run with a local cross-encoder.
@@ -87,6 +91,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Judge(args) => judge::run(args),
         Command::Rerank(args) => rerank::run(args),
         Command::Merge(args) => merge::run(args),
+        Command::Benchmark(args) => benchmark::run(args),
         Command::Build(args) => build::run_build(args),
         Command::Quickstart(args) => build::run_quickstart(args),
         Command::Report(args) => report::run(args),

@@ -1,0 +1,267 @@
+//! Per topic: the corpus file and one index per retriever, built through the engine's API
+//! ([`build_index`] for BM25, [`build_hybrid_index`] for a dense model, which encodes the corpus
+//! with the model's document template) and reused while the corpus hash and the model (or BM25
+//! settings) match; then each retriever's run through [`Engine::search_batch`] (dense queries
+//! encoded in one batch with the query template the index recorded).
+//!
+//! Layout under the output directory:
+//! ```text
+//! OUT/topics/TOPIC/corpus.jsonl         the topic's corpus, as the indexes read it
+//! OUT/topics/TOPIC/bm25/                BM25 index       (+ bm25.key.json: what it was built from)
+//! OUT/topics/TOPIC/dense-NAME/          one dense model  (+ dense-NAME.key.json)
+//! ```
+//! One index per retriever, so adding a retriever encodes only the new model.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dataset::{AtomicWriter, Document, QueryRecord, Run, ScoredDoc, write_json_atomic};
+use crate::embed::{EncoderOptions, resolve_model};
+use crate::error::{Error, Result};
+use crate::index::{Bm25Settings, Dtype, IndexConfig, Manifest, build_index, fnv1a64_file};
+use crate::progress::Progress;
+use crate::search::{
+    Ann, DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
+    build_hybrid_index,
+};
+
+/// A retriever of the benchmark, resolved.
+#[derive(Debug, Clone)]
+pub(crate) enum RetrieverKind {
+    /// BM25 with these settings.
+    Bm25(Bm25Settings),
+    /// A dense model; `identity` names what its vectors depend on besides the corpus.
+    Dense {
+        spec: DenseModelSpec,
+        identity: String,
+    },
+}
+
+impl RetrieverKind {
+    /// The row name: `bm25` or `dense:NAME`.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Bm25(_) => "bm25".to_string(),
+            Self::Dense { spec, .. } => format!("dense:{}", spec.name),
+        }
+    }
+
+    /// Resolves `dense:MODEL` now (a typo fails before any topic is loaded) and records what
+    /// the vectors depend on: the model as given, its config/tokenizer hash and the options.
+    pub fn dense(model: &str, options: &EncoderOptions) -> Result<Self> {
+        let spec = DenseModelSpec::parse(model)?;
+        let files = resolve_model(&spec.model)?;
+        let identity = format!(
+            "{} config={} tokenizer={} dtype={:?} max_length={:?} pooling={:?}",
+            spec.model,
+            fnv1a64_file(&files.config)?,
+            fnv1a64_file(&files.tokenizer)?,
+            options.dtype,
+            options.max_length,
+            options.pooling
+        );
+        Ok(Self::Dense { spec, identity })
+    }
+
+    fn dir_name(&self) -> String {
+        self.name().replace(':', "-")
+    }
+}
+
+/// What an index was built from; a mismatch means rebuild.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct IndexKey {
+    corpus_fnv1a64: String,
+    bm25: Option<Bm25Settings>,
+    dense: Option<String>,
+}
+
+/// FNV-1a 64 of `bytes`, hex (the index manifest's corpus hash).
+fn fnv1a64(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Writes the corpus as JSONL into `dir` (unless an identical file is there); returns its path
+/// and hash.
+pub(crate) fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, String)> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let path = dir.join("corpus.jsonl");
+    let mut bytes = Vec::new();
+    for doc in docs {
+        serde_json::to_writer(&mut bytes, doc).map_err(|e| Error::Json {
+            path: path.clone(),
+            source: e,
+        })?;
+        bytes.push(b'\n');
+    }
+    let hash = fnv1a64(&bytes);
+    if path.is_file() && fnv1a64_file(&path)? == hash {
+        return Ok((path, hash));
+    }
+    let mut writer = AtomicWriter::create(&path)?;
+    writer.write_all(&bytes).map_err(|e| Error::io(&path, e))?;
+    writer.commit()?;
+    Ok((path, hash))
+}
+
+/// The index of `retriever` for the corpus at `corpus` (hash `hash`), under `dir`: reused when
+/// its key matches, else (re)built. Returns the open engine (with the query encoder loaded for
+/// a dense model) and whether it was reused.
+pub(crate) fn prepare_index(
+    retriever: &RetrieverKind,
+    corpus: &Path,
+    hash: &str,
+    dir: &Path,
+    encoder: &EncoderOptions,
+    progress: &dyn Progress,
+) -> Result<(Engine, bool)> {
+    let index_dir = dir.join(retriever.dir_name());
+    let key_path = dir.join(format!("{}.key.json", retriever.dir_name()));
+    let key = IndexKey {
+        corpus_fnv1a64: hash.to_string(),
+        bm25: match retriever {
+            RetrieverKind::Bm25(settings) => Some(*settings),
+            RetrieverKind::Dense { .. } => None,
+        },
+        dense: match retriever {
+            RetrieverKind::Bm25(_) => None,
+            RetrieverKind::Dense { identity, .. } => Some(identity.clone()),
+        },
+    };
+    let old_key: Option<IndexKey> = std::fs::read_to_string(&key_path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    let reused = old_key.as_ref() == Some(&key) && Manifest::read(&index_dir).is_ok();
+    if !reused {
+        match retriever {
+            RetrieverKind::Bm25(settings) => {
+                let config = IndexConfig {
+                    corpus: corpus.to_path_buf(),
+                    bm25: Some(*settings),
+                    vectors: Vec::new(),
+                    hnsw: None,
+                };
+                build_index(&config, &index_dir, progress)?;
+            }
+            RetrieverKind::Dense { spec, .. } => {
+                let config = HybridIndexConfig {
+                    corpus: corpus.to_path_buf(),
+                    bm25: None,
+                    dense: vec![spec.clone()],
+                    vectors: Vec::new(),
+                    // Exact search: the ground truth, and independent of thread scheduling.
+                    hnsw: None,
+                    encoder: encoder.clone(),
+                    // Full precision: benchmark numbers should not move with storage.
+                    vector_dtype: Dtype::F32,
+                };
+                build_hybrid_index(&config, &index_dir, progress)?;
+            }
+        }
+        write_json_atomic(&key_path, &key)?;
+    }
+    let engine = match retriever {
+        RetrieverKind::Bm25(_) => Engine::open(&index_dir)?,
+        RetrieverKind::Dense { .. } => Engine::open_with_encoders(
+            &index_dir,
+            &QueryEncoderOptions {
+                device: encoder.device,
+                max_batch_tokens: encoder.max_batch_tokens,
+                dtype: encoder.dtype,
+                ..QueryEncoderOptions::default()
+            },
+        )?,
+    };
+    Ok((engine, reused))
+}
+
+/// The run of `retriever` on `engine`: the top `depth` per question for
+/// `query_title + " " + query_text`, all questions in one [`Engine::search_batch`] call
+/// (exact search). Also returns how many questions had no BM25 term (they get no results).
+pub(crate) fn retrieve(
+    engine: &Engine,
+    retriever: &RetrieverKind,
+    queries: &[QueryRecord],
+    depth: usize,
+) -> Result<(Run, usize)> {
+    let texts: Vec<String> = queries.iter().map(QueryRecord::query_string).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let name = retriever.name();
+    let options = SearchOptions {
+        retriever: name.clone(),
+        k: depth,
+        ann: Ann::Exact,
+        ..SearchOptions::default()
+    };
+    let hits = engine.search_batch(&refs, &options)?;
+    let mut unsearchable = 0;
+    if let RetrieverKind::Bm25(_) = retriever {
+        for text in &refs {
+            if !engine.has_searchable_terms(text)? {
+                unsearchable += 1;
+            }
+        }
+    }
+    let mut run = Run::new(name.as_str());
+    for (q, hits) in queries.iter().zip(hits) {
+        if hits.is_empty() {
+            continue;
+        }
+        let docs = hits
+            .into_iter()
+            .map(|h| ScoredDoc {
+                doc_id: h.id,
+                score: f64::from(h.score),
+            })
+            .collect();
+        run.push_ranking(&q.query_id, docs);
+    }
+    Ok((run, unsearchable))
+}
+
+/// `run` cut to its best `k` documents per question (score descending, ties by input order).
+pub(crate) fn truncate(run: &Run, k: usize) -> Run {
+    let mut out = Run::new(run.name.as_str());
+    for ranking in run.rankings() {
+        let mut docs = ranking.docs.clone();
+        docs.sort_by(|a, b| b.score.total_cmp(&a.score));
+        docs.truncate(k);
+        out.push_ranking(&ranking.query_id, docs);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_matches_the_manifest_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x");
+        std::fs::write(&path, b"hello\nworld\n").unwrap();
+        assert_eq!(fnv1a64(b"hello\nworld\n"), fnv1a64_file(&path).unwrap());
+    }
+
+    #[test]
+    fn truncation_keeps_the_best() {
+        let mut run = Run::new("r");
+        run.push("q", "a", 1.0);
+        run.push("q", "b", 3.0);
+        run.push("q", "c", 2.0);
+        let cut = truncate(&run, 2);
+        let ids: Vec<&str> = cut.rankings()[0]
+            .docs
+            .iter()
+            .map(|d| d.doc_id.as_str())
+            .collect();
+        assert_eq!(ids, vec!["b", "c"]);
+    }
+}

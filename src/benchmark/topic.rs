@@ -1,0 +1,238 @@
+//! One topic of a benchmark: which datasets it pairs, loading them, and checking that the
+//! nuggets' judged documents are in the corpus.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use crate::dataset::{
+    DatasetPart, DatasetSpec, Document, QueryRecord, load_corpus, load_queries, resolve_files,
+};
+use crate::error::{Error, Result};
+
+/// A topic: its name (a table column) and where its questions and corpus come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// Column name in the results (the hub config, or the local directory's name).
+    pub name: String,
+    /// The questions with nuggets.
+    pub queries: DatasetSpec,
+    /// The documents.
+    pub corpus: DatasetSpec,
+}
+
+impl TopicSpec {
+    /// Pairs the command line's datasets into topics. With `topics`, exactly one queries and
+    /// one corpus spec are expected, each expanded per topic (a hub id gets the topic as its
+    /// config; a local directory, the topic as a subdirectory). Without, the i-th queries spec
+    /// pairs with the i-th corpus spec.
+    pub fn plan(queries: &[String], corpus: &[String], topics: &[String]) -> Result<Vec<Self>> {
+        if queries.is_empty() || corpus.is_empty() {
+            return Err(Error::invalid("benchmark", "give --queries and --corpus"));
+        }
+        let mut out = Vec::new();
+        if !topics.is_empty() {
+            let ([q], [c]) = (queries, corpus) else {
+                return Err(Error::invalid(
+                    "--topic",
+                    "with --topic, give one --queries and one --corpus (expanded per topic)",
+                ));
+            };
+            let (q, c) = (DatasetSpec::parse(q), DatasetSpec::parse(c));
+            for topic in topics {
+                let expand = |spec: &DatasetSpec| match spec {
+                    DatasetSpec::Local(dir) => DatasetSpec::Local(dir.join(topic)),
+                    hub => hub.with_config(topic),
+                };
+                out.push(Self {
+                    name: topic.clone(),
+                    queries: expand(&q),
+                    corpus: expand(&c),
+                });
+            }
+        } else {
+            if queries.len() != corpus.len() {
+                return Err(Error::invalid(
+                    "benchmark",
+                    format!(
+                        "{} --queries but {} --corpus: give them in pairs (or one of each with --topic)",
+                        queries.len(),
+                        corpus.len()
+                    ),
+                ));
+            }
+            for (q, c) in queries.iter().zip(corpus) {
+                let queries = DatasetSpec::parse(q);
+                let mut corpus = DatasetSpec::parse(c);
+                // `--queries org/q:langchain --corpus org/c` takes the config from the queries.
+                if let (
+                    DatasetSpec::Hub {
+                        config: Some(config),
+                        ..
+                    },
+                    DatasetSpec::Hub { config: None, .. },
+                ) = (&queries, &corpus)
+                {
+                    corpus = corpus.with_config(config);
+                }
+                for spec in [&queries, &corpus] {
+                    if let DatasetSpec::Hub { repo, config: None } = spec {
+                        return Err(Error::invalid(
+                            "dataset",
+                            format!(
+                                "{repo}: name a config (topic), e.g. {repo}:langchain, or pass --topic"
+                            ),
+                        ));
+                    }
+                }
+                out.push(Self {
+                    name: queries.topic_name(),
+                    queries,
+                    corpus,
+                });
+            }
+        }
+        let mut names = HashSet::new();
+        for t in &out {
+            if t.name.is_empty()
+                || !t
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            {
+                return Err(Error::invalid(
+                    "topic",
+                    format!("{:?}: use letters, digits, '.', '_' and '-'", t.name),
+                ));
+            }
+            if !names.insert(t.name.clone()) {
+                return Err(Error::invalid(
+                    "topic",
+                    format!("{:?} appears twice", t.name),
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Judged documents that the corpus does not have (queries and corpus from different topics or
+/// snapshots). Such judgments still count in the metrics' denominators, as in the reference.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct JudgedCheck {
+    /// Distinct documents the nuggets judge.
+    pub judged_docs: usize,
+    /// Of those, documents missing from the corpus.
+    pub unknown_docs: usize,
+    /// Up to five of them, for the warning.
+    pub examples: Vec<String>,
+    /// Questions without any nugget (they score 0 on the nugget metrics).
+    pub queries_without_nuggets: usize,
+}
+
+/// A loaded topic.
+#[derive(Debug, Clone)]
+pub struct TopicData {
+    /// What was asked for.
+    pub spec: TopicSpec,
+    /// Files read for the questions.
+    pub queries_files: Vec<PathBuf>,
+    /// Files read for the corpus.
+    pub corpus_files: Vec<PathBuf>,
+    /// The questions.
+    pub queries: Vec<QueryRecord>,
+    /// The documents.
+    pub corpus: Vec<Document>,
+    /// The judged-documents check.
+    pub check: JudgedCheck,
+}
+
+/// Loads `spec` (queries split `queries_split`, corpus split `corpus_split` for hub datasets).
+pub fn load_topic(
+    spec: &TopicSpec,
+    hub_cache: &Path,
+    queries_split: &str,
+    corpus_split: &str,
+) -> Result<TopicData> {
+    let queries_files = resolve_files(
+        &spec.queries,
+        DatasetPart::Queries,
+        queries_split,
+        hub_cache,
+    )?;
+    let corpus_files = resolve_files(&spec.corpus, DatasetPart::Corpus, corpus_split, hub_cache)?;
+    let queries = load_queries(&queries_files)?;
+    let corpus = load_corpus(&corpus_files)?;
+    let check = check_judged(&queries, &corpus);
+    Ok(TopicData {
+        spec: spec.clone(),
+        queries_files,
+        corpus_files,
+        queries,
+        corpus,
+        check,
+    })
+}
+
+/// Counts judged documents missing from `corpus`.
+pub fn check_judged(queries: &[QueryRecord], corpus: &[Document]) -> JudgedCheck {
+    let ids: HashSet<&str> = corpus.iter().map(|d| d.id.as_str()).collect();
+    let mut judged: Vec<&str> = queries
+        .iter()
+        .flat_map(|q| &q.nuggets)
+        .flat_map(|n| {
+            n.relevant_corpus_ids
+                .iter()
+                .chain(&n.non_relevant_corpus_ids)
+        })
+        .map(String::as_str)
+        .collect();
+    judged.sort_unstable();
+    judged.dedup();
+    let unknown: Vec<&str> = judged
+        .iter()
+        .copied()
+        .filter(|d| !ids.contains(d))
+        .collect();
+    JudgedCheck {
+        judged_docs: judged.len(),
+        unknown_docs: unknown.len(),
+        examples: unknown.iter().take(5).map(|s| s.to_string()).collect(),
+        queries_without_nuggets: queries.iter().filter(|q| q.nuggets.is_empty()).count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn topics_expand_hub_ids() {
+        let plan = TopicSpec::plan(
+            &s(&["org/queries-x"]),
+            &s(&["org/corpus-x"]),
+            &s(&["langchain", "yolo"]),
+        )
+        .unwrap();
+        assert_eq!(plan.len(), 2);
+        assert_eq!(plan[1].name, "yolo");
+        assert_eq!(plan[1].queries.to_string(), "org/queries-x:yolo");
+        assert_eq!(plan[1].corpus.to_string(), "org/corpus-x:yolo");
+    }
+
+    #[test]
+    fn pairs_take_config_from_queries() {
+        let plan = TopicSpec::plan(&s(&["org/q:godot"]), &s(&["org/c"]), &[]).unwrap();
+        assert_eq!(plan[0].corpus.to_string(), "org/c:godot");
+        assert_eq!(plan[0].name, "godot");
+        assert!(TopicSpec::plan(&s(&["org/q:a", "org/q:b"]), &s(&["org/c"]), &[]).is_err());
+        let err = TopicSpec::plan(&s(&["org/q"]), &s(&["org/c"]), &[]).unwrap_err();
+        assert!(err.to_string().contains("name a config"), "{err}");
+        assert!(
+            TopicSpec::plan(&s(&["org/q:a", "org/q:a"]), &s(&["org/c", "org/c"]), &[]).is_err()
+        );
+    }
+}
