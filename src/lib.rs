@@ -20,9 +20,12 @@
 //!    itself ([`build_hybrid_index`]); **search** ([`search`]): the [`Engine`] serves `bm25`,
 //!    `dense:NAME` (queries encoded with the recorded model) and `fusion` retrievers, one query
 //!    or a batch, and writes TREC runs.
-//! 6. **Benchmark** ([`benchmark`]): the published datasets (or a local export), read offline,
+//! 6. **Rerank** ([`rerank`]): cross-encoders (BERT and XLM-RoBERTa sequence classifiers)
+//!    rescore the top of a run. **Shards** ([`dataset::Shard`], [`merge`]): the heavy stages
+//!    run as N deterministic slices on a cluster and merge into the single-process bytes.
+//! 7. **Benchmark** ([`benchmark`]): the published datasets (or a local export), read offline,
 //!    retrieved and scored in one call (`freshstack benchmark`).
-//! 7. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
+//! 8. **Report** ([`report`]): an exported dataset's statistics (Table 3), pooling results
 //!    (Table 4) and a self-contained HTML page with SVG charts.
 //!
 //! ```no_run
@@ -49,8 +52,10 @@ mod error;
 pub mod eval;
 pub mod index;
 pub mod llm;
+pub mod merge;
 pub mod progress;
 pub mod report;
+pub mod rerank;
 pub mod search;
 pub mod source;
 pub mod stages;

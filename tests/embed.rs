@@ -170,7 +170,8 @@ fn cli_writes_npy_and_ids_in_input_order() {
     );
     assert_eq!(std::fs::read(&one).unwrap(), std::fs::read(&out).unwrap());
 
-    // Shard 1 of 2 holds the last two rows (0-based, contiguous).
+    // Shard 1 of 2: with one text per batch (longest first: d2, d3, d1), batch 1 is d3; the
+    // sidecar records its input position.
     let shard = tmp.path().join("shard.npy");
     let status = freshstack(&[
         "embed",
@@ -182,6 +183,8 @@ fn cli_writes_npy_and_ids_in_input_order() {
         shard.to_str().unwrap(),
         "--shard",
         "1/2",
+        "--max-batch-tokens",
+        "8",
     ]);
     assert!(
         status.status.success(),
@@ -190,8 +193,14 @@ fn cli_writes_npy_and_ids_in_input_order() {
     );
     assert_eq!(
         std::fs::read_to_string(tmp.path().join("shard.ids")).unwrap(),
-        "d2\nd3\n"
+        "d3\n"
     );
+    let sidecar: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("shard.shard.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(sidecar["positions"], serde_json::json!([2]));
+    assert_eq!(sidecar["total_items"], 3);
 }
 
 #[test]

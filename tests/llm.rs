@@ -844,6 +844,7 @@ fn local_gguf_generates_and_the_stages_cope() {
         },
         max_nuggets: 5,
         max_repairs: 0,
+        shard: None,
     };
     let llm = Llm::new(Box::new(chat), Some(ResponseCache::open(&cache).unwrap()));
     let summary = generate_nuggets(&llm, &config, &questions, &out, &NoProgress).unwrap();

@@ -12,5 +12,7 @@ mod hybrid;
 mod hybrid_minilm;
 mod llm;
 mod report;
+mod rerank;
+mod shard;
 mod stackoverflow;
 mod util;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use freshstack::dataset::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
 use freshstack::embed::{
     DeviceSpec, Encoder, EncoderOptions, InputKind, ModelDType, NpyDType, Pooling, TextEncoder,
     TextKind, read_embed_input, resolve_model, write_ids, write_npy,
@@ -39,7 +40,9 @@ pub struct EmbedArgs {
     /// Padded tokens per batch (default: 2048 on the CPU, 16384 on a GPU).
     #[arg(long)]
     max_batch_tokens: Option<usize>,
-    /// Embed only shard I of N (0-based, contiguous rows), e.g. for a Slurm array.
+    /// Embed only shard I of N (0-based), e.g. for a Slurm array: the length-sorted batches
+    /// are dealt round-robin, so rows are computed exactly as in one process. Writes a sidecar
+    /// OUT.shard.json with the rows' input positions; join the shards with `freshstack merge`.
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
     /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
@@ -59,18 +62,9 @@ pub struct EmbedArgs {
     threads: Option<usize>,
 }
 
-/// Parses `I/N` into a 0-based shard index and a shard count.
-fn parse_shard(text: &str) -> anyhow::Result<(usize, usize)> {
-    let (i, n) = text.split_once('/').context("--shard: expected I/N")?;
-    let i: usize = i.trim().parse().context("--shard: I is not a number")?;
-    let n: usize = n.trim().parse().context("--shard: N is not a number")?;
-    anyhow::ensure!(n > 0 && i < n, "--shard {text}: need 0 <= I < N");
-    Ok((i, n))
-}
-
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let out_dtype = NpyDType::parse(&args.dtype)?;
-    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let options = EncoderOptions {
         device: DeviceSpec::parse(&args.device)?,
         dtype: args
@@ -102,28 +96,59 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         InputKind::Documents => TextKind::Document,
         InputKind::Queries => TextKind::Query,
     });
-    let (start, end) = match shard {
-        Some((i, n)) => (input.ids.len() * i / n, input.ids.len() * (i + 1) / n),
-        None => (0, input.ids.len()),
-    };
-    let ids = &input.ids[start..end];
-    let texts: Vec<&str> = input.texts[start..end].iter().map(String::as_str).collect();
+    let texts: Vec<&str> = input.texts.iter().map(String::as_str).collect();
 
     let files = resolve_model(&args.model)?;
     let started = std::time::Instant::now();
     let encoder = TextEncoder::load(&files, &options)?;
     let loaded = started.elapsed().as_secs_f64();
-    let embeddings = encoder.embed(&texts, kind, &Bars::new())?;
+    let (embeddings, positions) = match shard {
+        Some(shard) => encoder.embed_shard(&texts, kind, shard, &Bars::new())?,
+        None => (
+            encoder.embed(&texts, kind, &Bars::new())?,
+            (0..texts.len()).collect(),
+        ),
+    };
     let seconds = started.elapsed().as_secs_f64() - loaded;
 
     let ids_path = args.out.with_extension("ids");
-    write_npy(&args.out, &embeddings.data, embeddings.dim, out_dtype)?;
-    write_ids(&ids_path, ids)?;
+    let ids: Vec<String> = positions.iter().map(|&p| input.ids[p].clone()).collect();
     let manifest = encoder.manifest();
+    if let Some(shard) = shard {
+        let settings = format!(
+            "model={} model_dtype={:?} out_dtype={} max_length={} max_batch_tokens={} kind={kind:?} \
+             pooling={:?} query_template={:?} document_template={:?} task={:?}",
+            manifest.id,
+            manifest.dtype,
+            args.dtype,
+            manifest.max_length,
+            encoder.max_batch_tokens(),
+            manifest.pooling,
+            manifest.query_template,
+            manifest.document_template,
+            manifest.task,
+        );
+        let info = ShardInfo {
+            format: SHARD_FORMAT,
+            stage: "embed".into(),
+            shard: shard.index,
+            count: shard.count,
+            settings,
+            input_hash: keys_hash(input.ids.iter().map(String::as_str)),
+            total_items: input.ids.len(),
+            items: positions.len(),
+            rows: positions.len(),
+            positions: positions.clone(),
+        };
+        freshstack::dataset::write_json_atomic(shard_info_path(&args.out), &info)?;
+    }
+    write_npy(&args.out, &embeddings.data, embeddings.dim, out_dtype)?;
+    write_ids(&ids_path, &ids)?;
     eprintln!(
-        "embedded {} {} (rows {start}..{end}) with {} ({:?}, dim {}, max length {}): {} tokens, {} truncated; \
+        "embedded {} of {} {} with {} ({:?}, dim {}, max length {}): {} tokens, {} truncated; \
          load {loaded:.1}s, embed {seconds:.1}s ({:.1} texts/s); wrote {} and {}",
-        texts.len(),
+        positions.len(),
+        input.ids.len(),
         if kind == TextKind::Query {
             "queries"
         } else {
@@ -135,21 +160,9 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         manifest.max_length,
         embeddings.num_tokens,
         embeddings.num_truncated,
-        texts.len() as f64 / seconds.max(1e-9),
+        positions.len() as f64 / seconds.max(1e-9),
         args.out.display(),
         ids_path.display(),
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shards_parse() {
-        assert_eq!(parse_shard("0/4").unwrap(), (0, 4));
-        assert!(parse_shard("4/4").is_err());
-        assert!(parse_shard("x").is_err());
-    }
 }

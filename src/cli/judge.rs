@@ -50,6 +50,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         context_tokens: args.llm_context_tokens,
         max_doc_tokens: args.max_doc_tokens,
         max_repairs: args.llm.max_repairs(),
+        shard: args.llm.shard()?,
     };
     let llm = args.llm.open(&args.out)?;
     let summary = judge(

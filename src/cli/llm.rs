@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use freshstack::dataset::Shard;
 use freshstack::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
 
 /// Environment variable holding the API key (never a flag, so it stays out of shell history and
@@ -15,16 +16,18 @@ pub const API_KEY_ENV: &str = "FRESHSTACK_LLM_API_KEY";
 #[derive(Debug, Args)]
 pub struct LlmArgs {
     /// OpenAI-compatible API root, e.g. http://localhost:8000/v1 (vLLM, llama.cpp, TGI, Ollama,
-    /// OpenAI). The key, if needed, is read from FRESHSTACK_LLM_API_KEY.
-    #[arg(long, value_name = "URL")]
-    llm_base_url: Option<String>,
+    /// OpenAI). Repeat it (or separate by commas) for a fleet serving the same model: calls go
+    /// to the least busy server and move to another when one cannot be reached. The key, if
+    /// needed, is read from FRESHSTACK_LLM_API_KEY.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    llm_base_url: Vec<String>,
     /// Model name as the server knows it.
     #[arg(long, value_name = "NAME")]
     llm_model: Option<String>,
     /// Generate natively from this GGUF file (llama / qwen2 families, CPU) instead of a server.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["llm_base_url", "llm_model"])]
     llm_gguf: Option<PathBuf>,
-    /// Requests in flight at once.
+    /// Requests in flight at once, per server.
     #[arg(long, default_value_t = 8)]
     llm_concurrency: usize,
     /// Seconds allowed for one request (connect, generate, read).
@@ -51,6 +54,10 @@ pub struct LlmArgs {
     /// Do not read nor write the response cache.
     #[arg(long)]
     no_cache: bool,
+    /// Process only shard I of N (0-based): questions sorted by id, question i to shard i % N.
+    /// Writes a sidecar OUT.shard.json; join the shards with `freshstack merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
 }
 
 impl LlmArgs {
@@ -68,11 +75,16 @@ impl LlmArgs {
         self.llm_max_repairs
     }
 
+    /// The `--shard` slice, if any.
+    pub fn shard(&self) -> anyhow::Result<Option<Shard>> {
+        Ok(self.shard.as_deref().map(Shard::parse).transpose()?)
+    }
+
     /// Builds the backend and opens the cache (next to `out` unless `--llm-cache`).
     pub fn open(&self, out: &Path) -> anyhow::Result<Llm> {
-        let chat: Box<dyn Chat> = match (&self.llm_gguf, &self.llm_base_url, &self.llm_model) {
+        let chat: Box<dyn Chat> = match (&self.llm_gguf, &self.llm_base_url[..], &self.llm_model) {
             (Some(path), _, _) => Box::new(LocalChat::load(path)?),
-            (None, Some(base_url), Some(model)) => Box::new(self.openai(base_url, model)?),
+            (None, [_, ..], Some(model)) => Box::new(self.openai(&self.llm_base_url, model)?),
             _ => bail!(
                 "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"
             ),
@@ -94,14 +106,14 @@ impl LlmArgs {
         Ok(Llm::new(chat, cache))
     }
 
-    fn openai(&self, base_url: &str, model: &str) -> anyhow::Result<OpenAiChat> {
+    fn openai(&self, base_urls: &[String], model: &str) -> anyhow::Result<OpenAiChat> {
         if self.llm_concurrency == 0 {
             bail!("invalid --llm-concurrency: must be at least 1");
         }
         if !(self.llm_timeout.is_finite() && self.llm_timeout > 0.0) {
             bail!("invalid --llm-timeout: must be a positive number of seconds");
         }
-        let mut config = OpenAiConfig::new(base_url, model);
+        let mut config = OpenAiConfig::fleet(base_urls.to_vec(), model);
         config.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
         config.concurrency = self.llm_concurrency;
         config.timeout = Duration::from_secs_f64(self.llm_timeout);

@@ -9,10 +9,12 @@ mod fuse;
 mod index;
 mod judge;
 mod llm;
+mod merge;
 mod nuggets;
 mod progress;
 mod query_variants;
 mod report;
+mod rerank;
 mod retrieve;
 mod search;
 mod stackoverflow;
@@ -60,6 +62,10 @@ enum Command {
     Benchmark(benchmark::BenchmarkArgs),
     /// Judge, with an LLM, whether each pooled document supports each nugget of its question.
     Judge(judge::JudgeArgs),
+    /// Rerank the top k documents of each question of a TREC run with a local cross-encoder.
+    Rerank(rerank::RerankArgs),
+    /// Join `--shard I/N` outputs (embed, nuggets, query-variants, judge) into one file.
+    Merge(merge::MergeArgs),
     /// The whole pipeline from a topic config: questions, corpus, index, nuggets, variants,
     /// pooling, judging, filtering, export. Resumable.
     Build(build::BuildArgs),
@@ -83,6 +89,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nuggets(args) => nuggets::run(args),
         Command::QueryVariants(args) => query_variants::run(args),
         Command::Judge(args) => judge::run(args),
+        Command::Rerank(args) => rerank::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Benchmark(args) => benchmark::run(args),
         Command::Build(args) => build::run_build(args),
         Command::Quickstart(args) => build::run_quickstart(args),

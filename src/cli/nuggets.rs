@@ -33,6 +33,7 @@ pub fn run(args: NuggetsArgs) -> anyhow::Result<()> {
         params: args.llm.params(&default.params),
         max_nuggets: args.max_nuggets,
         max_repairs: args.llm.max_repairs(),
+        shard: args.llm.shard()?,
     };
     if config.max_nuggets == 0 {
         anyhow::bail!("invalid --max-nuggets: must be at least 1");

@@ -33,6 +33,7 @@ pub fn run(args: QueryVariantsArgs) -> anyhow::Result<()> {
         params: args.llm.params(&default.params),
         max_sub_questions: args.max_sub_questions,
         max_repairs: args.llm.max_repairs(),
+        shard: args.llm.shard()?,
     };
     if config.max_sub_questions == 0 {
         anyhow::bail!("invalid --max-sub-questions: must be at least 1");

@@ -16,6 +16,7 @@ mod qrels;
 mod queries;
 mod question;
 mod run;
+mod shard;
 
 pub use document::{Document, DocumentMetadata};
 pub use hub::{DatasetPart, DatasetSpec, hub_cache_dir, load_corpus, load_queries, resolve_files};
@@ -25,3 +26,4 @@ pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget
 pub use queries::{NuggetRecord, QueryMetadata, QueryRecord};
 pub use question::{Nugget, Question, QuestionMetadata};
 pub use run::{Ranking, Run, ScoredDoc, score_key};
+pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};

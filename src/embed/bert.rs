@@ -1,8 +1,14 @@
-//! BERT-family encoders (all-MiniLM, BGE, E5): bidirectional self-attention over right-padded
-//! batches, returning every token's final hidden state. Follows the tensor names of Hugging Face
-//! `BertModel` checkpoints (with or without a `bert.` prefix); pooling lives in [`super::pooling`].
+//! BERT-family encoders (all-MiniLM, BGE, E5) and XLM-RoBERTa (BGE-M3, bge-reranker):
+//! bidirectional self-attention over right-padded batches, returning every token's final hidden
+//! state. Follows the tensor names of Hugging Face `BertModel` / `XLMRobertaModel` checkpoints
+//! (with or without a `bert.` / `roberta.` prefix); pooling lives in [`super::pooling`].
 //!
-//! Paper: Devlin et al., *BERT* (2019); upstream: `transformers/models/bert/modeling_bert.py`.
+//! RoBERTa differs from BERT only in its embeddings: positions count from `padding_idx + 1`
+//! (transformers' `create_position_ids_from_input_ids`; right padding makes real tokens
+//! `padding_idx + 1 + i`) and there is a single segment.
+//!
+//! Paper: Devlin et al., *BERT* (2019); upstream: `transformers/models/bert/modeling_bert.py`,
+//! `transformers/models/xlm_roberta/modeling_xlm_roberta.py`.
 
 use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
@@ -38,6 +44,9 @@ pub struct BertConfig {
     /// Only `absolute` is supported.
     #[serde(default = "default_position_type")]
     pub position_embedding_type: String,
+    /// Padding token id (RoBERTa positions start after it).
+    #[serde(default)]
+    pub pad_token_id: Option<usize>,
 }
 
 fn default_type_vocab() -> usize {
@@ -58,12 +67,15 @@ struct Embeddings {
     position: Embedding,
     token_type: Embedding,
     norm: LayerNorm,
+    /// First position id (0 for BERT, `padding_idx + 1` for RoBERTa).
+    position_offset: usize,
 }
 
 impl Embeddings {
-    fn new(cfg: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+    fn new(cfg: &BertConfig, vb: VarBuilder, position_offset: usize) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         Ok(Self {
+            position_offset,
             word: candle_nn::embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?,
             position: candle_nn::embedding(
                 cfg.max_position_embeddings,
@@ -79,16 +91,27 @@ impl Embeddings {
         })
     }
 
-    fn forward(&self, input_ids: &Tensor) -> candle_core::Result<Tensor> {
+    /// `token_type_ids`: `[batch, seq]` segment ids, or `None` for segment 0 everywhere.
+    fn forward(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
         let (_, seq) = input_ids.dims2()?;
         let dev = input_ids.device();
-        let positions = Tensor::arange(0u32, seq as u32, dev)?;
-        let zeros = positions.zeros_like()?;
+        let first = self.position_offset as u32;
+        let positions = Tensor::arange(first, first + seq as u32, dev)?;
         let x = self
             .word
             .forward(input_ids)?
-            .broadcast_add(&self.position.forward(&positions)?)?
-            .broadcast_add(&self.token_type.forward(&zeros)?)?;
+            .broadcast_add(&self.position.forward(&positions)?)?;
+        let x = match token_type_ids {
+            Some(types) => (x + self.token_type.forward(types)?)?,
+            None => {
+                let zeros = Tensor::zeros(seq, candle_core::DType::U32, dev)?;
+                x.broadcast_add(&self.token_type.forward(&zeros)?)?
+            }
+        };
         self.norm.forward(&x)
     }
 }
@@ -170,16 +193,26 @@ impl Layer {
     }
 }
 
+/// Which embedding layout a checkpoint uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BertFlavor {
+    /// BERT: positions from 0, weights at the root or under `bert.`.
+    Bert,
+    /// (XLM-)RoBERTa: positions from `pad_token_id + 1`, weights at the root or under `roberta.`.
+    Roberta,
+}
+
 /// A BERT encoder: embeddings then `num_hidden_layers` post-norm transformer layers.
 pub struct BertModel {
     embeddings: Embeddings,
     layers: Vec<Layer>,
     hidden_size: usize,
+    max_length: usize,
 }
 
 impl BertModel {
-    /// Builds the model from `vb` (weights at the root or under `bert.`).
-    pub fn new(cfg: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+    /// Builds a model of `flavor` from `vb` (weights at the root or under the flavor's prefix).
+    pub fn load(cfg: &BertConfig, vb: VarBuilder, flavor: BertFlavor) -> candle_core::Result<Self> {
         if cfg.position_embedding_type != "absolute" {
             candle_core::bail!(
                 "position_embedding_type '{}' is not supported (only absolute)",
@@ -190,12 +223,19 @@ impl BertModel {
         {
             candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
         }
-        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            vb.pp("bert")
+        let (prefix, position_offset) = match flavor {
+            BertFlavor::Bert => ("bert", 0),
+            BertFlavor::Roberta => ("roberta", cfg.pad_token_id.unwrap_or(1) + 1),
+        };
+        if position_offset >= cfg.max_position_embeddings {
+            candle_core::bail!("max_position_embeddings leaves no room after the padding offset");
+        }
+        let vb = if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+            vb.pp(prefix)
         } else {
             vb
         };
-        let embeddings = Embeddings::new(cfg, vb.pp("embeddings"))?;
+        let embeddings = Embeddings::new(cfg, vb.pp("embeddings"), position_offset)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i)))
             .collect::<candle_core::Result<Vec<_>>>()?;
@@ -203,17 +243,34 @@ impl BertModel {
             embeddings,
             layers,
             hidden_size: cfg.hidden_size,
+            max_length: cfg.max_position_embeddings - position_offset,
         })
+    }
+
+    /// Longest input the position table allows.
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    /// All final hidden states `[batch, seq, hidden]` of right-padded `input_ids` with segment
+    /// ids `token_type_ids` (`None`: all 0); row `i` holds `lengths[i]` real tokens.
+    pub fn forward_typed(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+        lengths: &[usize],
+    ) -> candle_core::Result<Tensor> {
+        let mut x = self.embeddings.forward(input_ids, token_type_ids)?;
+        for layer in &self.layers {
+            x = layer.forward(&x, lengths)?;
+        }
+        Ok(x)
     }
 }
 
 impl Backbone for BertModel {
     fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
-        let mut x = self.embeddings.forward(input_ids)?;
-        for layer in &self.layers {
-            x = layer.forward(&x, lengths)?;
-        }
-        Ok(x)
+        self.forward_typed(input_ids, None, lengths)
     }
 
     fn hidden_size(&self) -> usize {

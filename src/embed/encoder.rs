@@ -10,13 +10,14 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
-use super::bert::{BertConfig, BertModel};
+use super::bert::{BertConfig, BertFlavor, BertModel};
 use super::gemma2::Gemma2Config;
-use super::manifest::{Architecture, ModelDType, ModelManifest, Pooling, TextKind};
+use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling, TextKind};
 use super::mistral::MistralConfig;
 use super::pooling::{l2_normalize, pool};
 use super::qwen::{QwenConfig, QwenVersion};
 use super::resolve::ModelFiles;
+use crate::dataset::Shard;
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 
@@ -80,7 +81,7 @@ impl DeviceSpec {
         }
     }
 
-    fn device(self) -> Result<Device> {
+    pub(crate) fn device(self) -> Result<Device> {
         match self {
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
@@ -133,6 +134,20 @@ struct ModelTypeOnly {
     hidden_size: Option<usize>,
     #[serde(default)]
     max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    pad_token_id: Option<usize>,
+}
+
+impl ModelTypeOnly {
+    /// The longest input the position table allows (RoBERTa positions start after padding).
+    fn position_limit(&self, arch: Architecture) -> Option<usize> {
+        let offset = match arch {
+            Architecture::XlmRoberta => self.pad_token_id.unwrap_or(1) + 1,
+            _ => 0,
+        };
+        self.max_position_embeddings
+            .map(|n| n.saturating_sub(offset))
+    }
 }
 
 #[derive(Deserialize)]
@@ -181,11 +196,17 @@ impl TextEncoder {
                     return Err(Error::model(
                         name,
                         format!(
-                            "unknown architecture '{model_type}' (supported: bert, mistral, qwen2, qwen3, gemma2)"
+                            "unknown architecture '{model_type}' (supported: bert, xlm-roberta, mistral, qwen2, qwen3, gemma2)"
                         ),
                     ));
                 }
             }
+        }
+        if manifest.kind == ModelKind::CrossEncoder {
+            return Err(Error::model(
+                name,
+                "is a cross-encoder reranker, not an embedder: use `freshstack rerank`",
+            ));
         }
         if let Some(p) = options.pooling {
             manifest.pooling = p;
@@ -202,7 +223,7 @@ impl TextEncoder {
         if let Some(n) = options.max_length {
             manifest.max_length = n;
         }
-        if let Some(limit) = config.max_position_embeddings {
+        if let Some(limit) = config.position_limit(manifest.architecture) {
             manifest.max_length = manifest.max_length.min(limit);
         }
         if manifest.max_length < 2 {
@@ -272,11 +293,16 @@ impl TextEncoder {
         &self.manifest
     }
 
+    /// Padded tokens per batch.
+    pub fn max_batch_tokens(&self) -> usize {
+        self.max_batch_tokens
+    }
+
     /// Tokenizes already-templated texts into ids (truncated, EOS appended when the model wants
-    /// it), with the number of truncated texts.
-    fn tokenize(&self, texts: &[String]) -> Result<(Vec<Vec<u32>>, usize)> {
+    /// it), with whether each text was truncated.
+    fn tokenize(&self, texts: &[String]) -> Result<(Vec<Vec<u32>>, Vec<bool>)> {
         let mut all = Vec::with_capacity(texts.len());
-        let mut truncated = 0;
+        let mut truncated = Vec::with_capacity(texts.len());
         // Slices keep the tokenizers' full encodings (offsets, strings) short-lived: only ids stay.
         for slice in texts.chunks(1024) {
             let encodings = self
@@ -284,7 +310,7 @@ impl TextEncoder {
                 .encode_batch(slice.to_vec(), true)
                 .map_err(|e| Error::model(&self.name, format!("tokenizer: {e}")))?;
             for encoding in encodings {
-                truncated += usize::from(!encoding.get_overflowing().is_empty());
+                truncated.push(!encoding.get_overflowing().is_empty());
                 let mut ids = encoding.get_ids().to_vec();
                 if let Some(eos) = self.append_eos
                     && ids.last() != Some(&eos)
@@ -323,29 +349,59 @@ impl TextEncoder {
     }
 }
 
-impl Encoder for TextEncoder {
-    fn dim(&self) -> usize {
-        self.manifest.dim
+impl TextEncoder {
+    /// Embeds the rows of shard `shard` of `texts`: the texts are tokenized and planned into
+    /// length-sorted batches exactly as [`Encoder::embed`] does for all of them, and batch `b`
+    /// belongs to shard `b % N`, so each row is computed in the same batch (to the same bits) as
+    /// in one process. Returns the shard's rows in input order and their input positions.
+    pub fn embed_shard(
+        &self,
+        texts: &[&str],
+        kind: TextKind,
+        shard: Shard,
+        progress: &dyn Progress,
+    ) -> Result<(Embeddings, Vec<usize>)> {
+        self.embed_batches(texts, kind, Some(shard), progress)
     }
 
-    fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings> {
+    fn embed_batches(
+        &self,
+        texts: &[&str],
+        kind: TextKind,
+        shard: Option<Shard>,
+        progress: &dyn Progress,
+    ) -> Result<(Embeddings, Vec<usize>)> {
         let templated: Vec<String> = texts
             .iter()
             .map(|t| self.manifest.apply_template(t, kind))
             .collect();
-        let (ids, num_truncated) = self.tokenize(&templated)?;
+        let (ids, truncated) = self.tokenize(&templated)?;
+        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+        let batches: Vec<Vec<usize>> = plan_batches(&lengths, self.max_batch_tokens)
+            .into_iter()
+            .enumerate()
+            .filter(|(b, _)| shard.is_none_or(|s| s.contains(*b)))
+            .map(|(_, batch)| batch)
+            .collect();
+        let mut positions: Vec<usize> = batches.iter().flatten().copied().collect();
+        positions.sort_unstable();
+        // Row of each input position in the output (usize::MAX: not in this shard).
+        let mut row_of = vec![usize::MAX; texts.len()];
+        for (row, &p) in positions.iter().enumerate() {
+            row_of[p] = row;
+        }
+        let num_truncated = positions.iter().filter(|&&p| truncated[p]).count();
         if num_truncated > 0 {
             tracing::warn!(
                 "{num_truncated} of {} texts were truncated to {} tokens",
-                texts.len(),
+                positions.len(),
                 self.manifest.max_length
             );
         }
-        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
         let dim = self.dim();
-        let mut data = vec![0f32; texts.len() * dim];
-        progress.begin("embedding", Some(texts.len() as u64));
-        for batch in plan_batches(&lengths, self.max_batch_tokens) {
+        let mut data = vec![0f32; positions.len() * dim];
+        progress.begin("embedding", Some(positions.len() as u64));
+        for batch in &batches {
             let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
             let vectors = self.run_batch(&rows).map_err(model_err(&self.name))?;
             for (&position, vector) in batch.iter().zip(vectors) {
@@ -355,17 +411,32 @@ impl Encoder for TextEncoder {
                         format!("pooled {} values, expected {dim}", vector.len()),
                     ));
                 }
-                data[position * dim..(position + 1) * dim].copy_from_slice(&vector);
+                let row = row_of[position];
+                data[row * dim..(row + 1) * dim].copy_from_slice(&vector);
             }
             progress.advance(batch.len() as u64);
         }
         progress.finish();
-        Ok(Embeddings {
-            dim,
-            data,
-            num_truncated,
-            num_tokens: lengths.iter().sum(),
-        })
+        let num_tokens = positions.iter().map(|&p| lengths[p]).sum();
+        Ok((
+            Embeddings {
+                dim,
+                data,
+                num_truncated,
+                num_tokens,
+            },
+            positions,
+        ))
+    }
+}
+
+impl Encoder for TextEncoder {
+    fn dim(&self) -> usize {
+        self.manifest.dim
+    }
+
+    fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings> {
+        Ok(self.embed_batches(texts, kind, None, progress)?.0)
     }
 }
 
@@ -377,9 +448,14 @@ fn build_backbone(
 ) -> Result<Box<dyn Backbone>> {
     let parse_err = |e: serde_json::Error| Error::model(name, format!("config.json: {e}"));
     let backbone: Box<dyn Backbone> = match arch {
-        Architecture::Bert => {
+        Architecture::Bert | Architecture::XlmRoberta => {
             let cfg: BertConfig = serde_json::from_str(config).map_err(parse_err)?;
-            Box::new(BertModel::new(&cfg, vb).map_err(model_err(name))?)
+            let flavor = if arch == Architecture::XlmRoberta {
+                BertFlavor::Roberta
+            } else {
+                BertFlavor::Bert
+            };
+            Box::new(BertModel::load(&cfg, vb, flavor).map_err(model_err(name))?)
         }
         Architecture::Mistral => {
             let cfg: MistralConfig = serde_json::from_str(config).map_err(parse_err)?;
@@ -403,7 +479,7 @@ fn build_backbone(
 }
 
 /// The built-in manifest for `files`: by Hugging Face id, else by directory name.
-fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>> {
+pub(crate) fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>> {
     if let Some(id) = &files.id
         && let Some(m) = ModelManifest::find(id)?
     {
@@ -426,7 +502,7 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
     let architecture = Architecture::from_model_type(model_type).ok_or_else(|| {
         Error::model(
             name,
-            format!("unknown architecture '{model_type}' (supported: bert, mistral, qwen2, qwen3, gemma2)"),
+            format!("unknown architecture '{model_type}' (supported: bert, xlm-roberta, mistral, qwen2, qwen3, gemma2)"),
         )
     })?;
     let pooling = match &files.pooling_config {
@@ -455,6 +531,7 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
         .unwrap_or(512);
     Ok(ModelManifest {
         id: files.id.clone().unwrap_or_else(|| name.to_string()),
+        kind: ModelKind::Embedding,
         aliases: Vec::new(),
         architecture,
         pooling,

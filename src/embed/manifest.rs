@@ -23,6 +23,9 @@ pub enum Architecture {
     Qwen3,
     /// Gemma-2 decoders (BGE-multilingual-Gemma2).
     Gemma2,
+    /// (XLM-)RoBERTa bidirectional encoders (BGE-M3, bge-reranker-base / -v2-m3).
+    #[serde(rename = "xlm-roberta")]
+    XlmRoberta,
 }
 
 impl Architecture {
@@ -34,14 +37,27 @@ impl Architecture {
             "qwen2" => Self::Qwen2,
             "qwen3" => Self::Qwen3,
             "gemma2" => Self::Gemma2,
+            "xlm-roberta" | "roberta" => Self::XlmRoberta,
             _ => return None,
         })
     }
 
     /// True for causal decoders (last-token pooling, EOS handling).
     pub fn is_decoder(self) -> bool {
-        self != Self::Bert
+        !matches!(self, Self::Bert | Self::XlmRoberta)
     }
+}
+
+/// What a model computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// A text embedder (`freshstack embed`): one vector per text.
+    #[default]
+    Embedding,
+    /// A cross-encoder reranker (`freshstack rerank`): one relevance score per
+    /// (query, document) pair, from a classification head.
+    CrossEncoder,
 }
 
 /// How token states become one vector.
@@ -104,6 +120,9 @@ impl ModelDType {
 pub struct ModelManifest {
     /// Hugging Face id, e.g. `intfloat/e5-mistral-7b-instruct`.
     pub id: String,
+    /// Embedder (default) or cross-encoder reranker.
+    #[serde(default)]
+    pub kind: ModelKind,
     /// Other names the model is known by.
     #[serde(default)]
     pub aliases: Vec<String>,
@@ -172,6 +191,18 @@ const BUILTIN: &[(&str, &str)] = &[
     (
         "Qwen3-Embedding-8B",
         include_str!("../../models/Qwen3-Embedding-8B.toml"),
+    ),
+    (
+        "ms-marco-MiniLM-L-6-v2",
+        include_str!("../../models/ms-marco-MiniLM-L-6-v2.toml"),
+    ),
+    (
+        "bge-reranker-base",
+        include_str!("../../models/bge-reranker-base.toml"),
+    ),
+    (
+        "bge-reranker-v2-m3",
+        include_str!("../../models/bge-reranker-v2-m3.toml"),
     ),
 ];
 

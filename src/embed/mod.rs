@@ -23,8 +23,12 @@ mod qwen;
 mod resolve;
 
 pub use batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
+pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
+pub(crate) use encoder::find_manifest;
 pub use encoder::{DeviceSpec, Embeddings, Encoder, EncoderOptions, TextEncoder};
 pub use input::{EmbedInput, InputKind, read_embed_input};
-pub use manifest::{Architecture, FRESHSTACK_TASK, ModelDType, ModelManifest, Pooling, TextKind};
-pub use npy::{NpyDType, read_npy_f32, write_ids, write_npy};
+pub use manifest::{
+    Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling, TextKind,
+};
+pub use npy::{NpyDType, NpyLayout, read_npy_f32, write_ids, write_npy};
 pub use resolve::{ModelFiles, resolve_model};

@@ -101,63 +101,105 @@ pub fn write_ids(path: &Path, ids: &[String]) -> Result<()> {
     out.commit()
 }
 
+/// The layout of a 2-D float `.npy`: element type, rows, columns and where the data starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NpyLayout {
+    /// Element type.
+    pub dtype: NpyDType,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub dim: usize,
+    /// Byte offset of the first element.
+    pub data_offset: usize,
+}
+
+impl NpyLayout {
+    /// Bytes per element.
+    pub fn element_bytes(&self) -> usize {
+        match self.dtype {
+            NpyDType::F32 => 4,
+            NpyDType::F16 => 2,
+        }
+    }
+
+    /// Parses the header of `bytes` (the whole file, `path` for errors) and checks that the
+    /// data length matches the shape.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self> {
+        let bad = |m: &str| Error::parse(path, 1, format!("not a 2-D float .npy: {m}"));
+        if bytes.len() < 10 || &bytes[..6] != MAGIC {
+            return Err(bad("bad magic"));
+        }
+        let (header_len, start) = match bytes[6] {
+            1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+            2 | 3 if bytes.len() >= 12 => (
+                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                12,
+            ),
+            _ => return Err(bad("unsupported version")),
+        };
+        let dict = bytes
+            .get(start..start + header_len)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .ok_or_else(|| bad("truncated header"))?;
+        if dict.contains("'fortran_order': True") {
+            return Err(bad("Fortran order"));
+        }
+        let dtype = if dict.contains("'<f4'") {
+            NpyDType::F32
+        } else if dict.contains("'<f2'") {
+            NpyDType::F16
+        } else {
+            return Err(bad("dtype is not <f4 or <f2"));
+        };
+        let shape = dict
+            .split_once("'shape': (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(s, _)| s)
+            .ok_or_else(|| bad("no shape"))?;
+        let dims: Vec<usize> = shape
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|_| bad("bad shape")))
+            .collect::<Result<_>>()?;
+        let [rows, dim] = dims[..] else {
+            return Err(bad("not 2-D"));
+        };
+        let layout = Self {
+            dtype,
+            rows,
+            dim,
+            data_offset: start + header_len,
+        };
+        if bytes.len() - layout.data_offset != rows * dim * layout.element_bytes() {
+            return Err(bad("data length does not match the shape"));
+        }
+        Ok(layout)
+    }
+
+    /// The header [`write_npy`] writes for this dtype and shape (64-byte aligned).
+    pub fn header(dtype: NpyDType, rows: usize, dim: usize) -> Vec<u8> {
+        header(dtype, rows, dim)
+    }
+}
+
 /// Reads a 2-D `<f4` or `<f2` `.npy` written by [`write_npy`] (or NumPy) as `(rows, dim, data)`.
 pub fn read_npy_f32(path: &Path) -> Result<(usize, usize, Vec<f32>)> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let bad = |m: &str| Error::parse(path, 1, format!("not a 2-D float .npy: {m}"));
-    if bytes.len() < 10 || &bytes[..6] != MAGIC {
-        return Err(bad("bad magic"));
-    }
-    let (header_len, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
-        _ => return Err(bad("unsupported version")),
-    };
-    let dict = bytes
-        .get(start..start + header_len)
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .ok_or_else(|| bad("truncated header"))?;
-    if dict.contains("'fortran_order': True") {
-        return Err(bad("Fortran order"));
-    }
-    let width = if dict.contains("'<f4'") {
-        4
-    } else if dict.contains("'<f2'") {
-        2
-    } else {
-        return Err(bad("dtype is not <f4 or <f2"));
-    };
-    let shape = dict
-        .split_once("'shape': (")
-        .and_then(|(_, rest)| rest.split_once(')'))
-        .map(|(s, _)| s)
-        .ok_or_else(|| bad("no shape"))?;
-    let dims: Vec<usize> = shape
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().map_err(|_| bad("bad shape")))
-        .collect::<Result<_>>()?;
-    let [rows, dim] = dims[..] else {
-        return Err(bad("not 2-D"));
-    };
-    let body = &bytes[start + header_len..];
-    if body.len() != rows * dim * width {
-        return Err(bad("data length does not match the shape"));
-    }
-    let data = if width == 4 {
-        body.chunks_exact(4)
+    let layout = NpyLayout::parse(path, &bytes)?;
+    let body = &bytes[layout.data_offset..];
+    let data = match layout.dtype {
+        NpyDType::F32 => body
+            .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    } else {
-        body.chunks_exact(2)
+            .collect(),
+        NpyDType::F16 => body
+            .chunks_exact(2)
             .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect()
+            .collect(),
     };
-    Ok((rows, dim, data))
+    Ok((layout.rows, layout.dim, data))
 }
 
 #[cfg(test)]

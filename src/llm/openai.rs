@@ -5,28 +5,39 @@
 //! and 5xx, timeouts, refused or dropped connections, and bodies that are not the JSON the
 //! protocol promises (truncated or garbled). A `Retry-After` header (seconds) is honoured, capped
 //! by [`OpenAiConfig::max_backoff`]. Other 4xx (bad request, context overflow, bad key) fail at
-//! once with the server's message. At most [`OpenAiConfig::concurrency`] requests are in flight,
-//! however many threads call.
+//! once with the server's message. At most [`OpenAiConfig::concurrency`] requests are in flight
+//! per server, however many threads call.
+//!
+//! A fleet (several [`OpenAiConfig::base_urls`], e.g. one vLLM per GPU node) shares one client:
+//! each request goes to the server with the fewest requests in flight (round-robin among
+//! equals), and a server that fails at the transport level (refused, reset, timed out) is set
+//! aside for [`FAILOVER_COOLDOWN`] while the request moves at once to another one. The servers
+//! must serve the same model: the response cache does not record which one answered.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
 use super::{Chat, ChatParams, Message};
 use crate::error::{Error, Result};
 
+/// How long a server that failed at the transport level is passed over.
+pub const FAILOVER_COOLDOWN: Duration = Duration::from_secs(10);
+
 /// Settings of [`OpenAiChat`].
 #[derive(Clone)]
 pub struct OpenAiConfig {
-    /// The API root, e.g. `http://localhost:8000/v1`; `/chat/completions` is appended.
-    pub base_url: String,
-    /// The model name the server knows.
+    /// The API roots, e.g. `http://localhost:8000/v1`; `/chat/completions` is appended. Several
+    /// roots make a fleet serving the same model: calls are spread over them.
+    pub base_urls: Vec<String>,
+    /// The model name the servers know.
     pub model: String,
     /// Sent as `Authorization: Bearer ...` when set. Never logged.
     pub api_key: Option<String>,
-    /// Most requests in flight at once.
+    /// Most requests in flight at once, per server.
     pub concurrency: usize,
     /// Limit for one whole request (connect, send, wait, read).
     pub timeout: Duration,
@@ -39,10 +50,16 @@ pub struct OpenAiConfig {
 }
 
 impl OpenAiConfig {
-    /// Defaults: 8 in flight, 300 s per request, 8 retries, backoff 1 s doubling to 60 s.
+    /// One server. Defaults: 8 in flight, 300 s per request, 8 retries, backoff 1 s doubling to
+    /// 60 s.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self::fleet(vec![base_url.into()], model)
+    }
+
+    /// Several servers of the same model (same defaults as [`OpenAiConfig::new`]).
+    pub fn fleet(base_urls: Vec<String>, model: impl Into<String>) -> Self {
         Self {
-            base_url: base_url.into(),
+            base_urls,
             model: model.into(),
             api_key: None,
             concurrency: 8,
@@ -57,7 +74,7 @@ impl OpenAiConfig {
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiConfig")
-            .field("base_url", &self.base_url)
+            .field("base_urls", &self.base_urls)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("concurrency", &self.concurrency)
@@ -106,18 +123,49 @@ impl Drop for Permit<'_> {
 /// The outcome of one attempt.
 enum Attempt {
     Done(String),
-    /// Worth retrying; `retry_after` from the server when it said.
+    /// Worth retrying; `retry_after` from the server when it said; `transport` when the server
+    /// could not be reached or dropped the connection (another server may do better).
     Transient {
         reason: String,
         retry_after: Option<Duration>,
+        transport: bool,
     },
     Fatal(String),
+}
+
+/// One server of the fleet.
+struct Endpoint {
+    /// The full `chat/completions` URL.
+    url: String,
+    in_flight: AtomicUsize,
+    /// Passed over until then after a transport failure.
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl Endpoint {
+    fn is_down(&self, now: Instant) -> bool {
+        self.down_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t > now)
+    }
+}
+
+/// Counts a request in flight on an endpoint while alive.
+struct InFlight<'a>(&'a Endpoint);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The chat client. Cheap to share between threads.
 pub struct OpenAiChat {
     config: OpenAiConfig,
-    endpoint: String,
+    endpoints: Vec<Endpoint>,
+    /// Rotates the starting point of the least-busy scan (round-robin among equals).
+    next: AtomicUsize,
     agent: ureq::Agent,
     permits: Permits,
 }
@@ -125,12 +173,30 @@ pub struct OpenAiChat {
 impl OpenAiChat {
     /// Checks the settings and builds the HTTP agent (no request is made).
     pub fn new(config: OpenAiConfig) -> Result<Self> {
-        let base = config.base_url.trim().trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(Error::invalid(
-                "--llm-base-url",
-                format!("{base:?} is not an http:// or https:// URL"),
-            ));
+        if config.base_urls.is_empty() {
+            return Err(Error::invalid("--llm-base-url", "no server given"));
+        }
+        let mut endpoints = Vec::with_capacity(config.base_urls.len());
+        for base in &config.base_urls {
+            let base = base.trim().trim_end_matches('/');
+            if !(base.starts_with("http://") || base.starts_with("https://")) {
+                return Err(Error::invalid(
+                    "--llm-base-url",
+                    format!("{base:?} is not an http:// or https:// URL"),
+                ));
+            }
+            let url = format!("{base}/chat/completions");
+            if endpoints.iter().any(|e: &Endpoint| e.url == url) {
+                return Err(Error::invalid(
+                    "--llm-base-url",
+                    format!("{base:?} is given twice"),
+                ));
+            }
+            endpoints.push(Endpoint {
+                url,
+                in_flight: AtomicUsize::new(0),
+                down_until: Mutex::new(None),
+            });
         }
         if config.model.trim().is_empty() {
             return Err(Error::invalid("--llm-model", "empty model name"));
@@ -138,26 +204,55 @@ impl OpenAiChat {
         if config.timeout.is_zero() {
             return Err(Error::invalid("--llm-timeout", "must be positive"));
         }
-        let endpoint = format!("{base}/chat/completions");
+        let per_server = config.concurrency.max(1);
         let agent_config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(config.timeout))
             .timeout_connect(Some(config.timeout.min(Duration::from_secs(30))))
-            .max_idle_connections(config.concurrency.max(1) * 2)
-            .max_idle_connections_per_host(config.concurrency.max(1) * 2)
+            .max_idle_connections(per_server * 2 * endpoints.len())
+            .max_idle_connections_per_host(per_server * 2)
             .user_agent(concat!("freshstack/", env!("CARGO_PKG_VERSION")))
             .build();
         Ok(Self {
-            permits: Permits::new(config.concurrency),
-            endpoint,
+            permits: Permits::new(per_server * endpoints.len()),
+            endpoints,
+            next: AtomicUsize::new(0),
             agent: ureq::Agent::new_with_config(agent_config),
             config,
         })
     }
 
-    /// The full `chat/completions` URL.
+    /// The full `chat/completions` URL (of the first server of a fleet).
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        &self.endpoints[0].url
+    }
+
+    /// The server for the next request: the fewest requests in flight among those not set
+    /// aside (all of them when every one is), scanning from a rotating start.
+    fn pick(&self) -> &Endpoint {
+        let n = self.endpoints.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let now = Instant::now();
+        let mut best: Option<((bool, usize), &Endpoint)> = None;
+        for j in 0..n {
+            let endpoint = &self.endpoints[(start + j) % n];
+            let key = (
+                endpoint.is_down(now),
+                endpoint.in_flight.load(Ordering::Relaxed),
+            );
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, endpoint));
+            }
+        }
+        best.map_or(&self.endpoints[0], |(_, e)| e)
+    }
+
+    /// Whether some server other than `failed` is not set aside.
+    fn another_is_up(&self, failed: &str) -> bool {
+        let now = Instant::now();
+        self.endpoints
+            .iter()
+            .any(|e| e.url != failed && !e.is_down(now))
     }
 
     fn request_body(&self, messages: &[Message], params: &ChatParams) -> String {
@@ -174,11 +269,29 @@ impl OpenAiChat {
         body.to_string()
     }
 
-    fn attempt(&self, body: &str) -> Attempt {
+    /// One request to the least busy server; returns which one with the outcome.
+    fn attempt(&self, body: &str) -> (&Endpoint, Attempt) {
         let _permit = self.permits.acquire();
+        let endpoint = self.pick();
+        endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(endpoint);
+        let outcome = self.send(&endpoint.url, body);
+        if let Attempt::Transient {
+            transport: true, ..
+        } = outcome
+        {
+            *endpoint
+                .down_until
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + FAILOVER_COOLDOWN);
+        }
+        (endpoint, outcome)
+    }
+
+    fn send(&self, url: &str, body: &str) -> Attempt {
         let mut request = self
             .agent
-            .post(&self.endpoint)
+            .post(url)
             .header("Content-Type", "application/json");
         if let Some(key) = &self.config.api_key {
             request = request.header("Authorization", format!("Bearer {key}"));
@@ -199,6 +312,7 @@ impl OpenAiChat {
                 return Attempt::Transient {
                     reason: format!("reading the response body: {e}"),
                     retry_after: None,
+                    transport: true,
                 };
             }
         };
@@ -208,11 +322,13 @@ impl OpenAiChat {
                 Err(reason) => Attempt::Transient {
                     reason,
                     retry_after: None,
+                    transport: false,
                 },
             },
             408 | 409 | 429 | 500..=599 => Attempt::Transient {
                 reason: format!("HTTP {status}: {}", snippet(&text)),
                 retry_after,
+                transport: false,
             },
             _ => {
                 let mut message = format!("HTTP {status}: {}", snippet(&text));
@@ -254,42 +370,65 @@ impl Chat for OpenAiChat {
     }
 
     fn location(&self) -> String {
-        self.endpoint.clone()
+        match self.endpoints.as_slice() {
+            [one] => one.url.clone(),
+            many => format!(
+                "{} servers ({})",
+                many.len(),
+                many.iter()
+                    .map(|e| e.url.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
     }
 
     fn max_concurrency(&self) -> usize {
-        self.config.concurrency.max(1)
+        self.config.concurrency.max(1) * self.endpoints.len()
     }
 
     fn chat(&self, messages: &[Message], params: &ChatParams) -> Result<String> {
         let body = self.request_body(messages, params);
         let mut retry = 0;
+        // Immediate moves to another server after a transport failure: not retries, but
+        // bounded (each one sets a server aside; the cap guards against flapping).
+        let mut failovers = 0;
         loop {
-            match self.attempt(&body) {
+            let (endpoint, outcome) = self.attempt(&body);
+            match outcome {
                 Attempt::Done(text) => return Ok(text),
                 Attempt::Fatal(message) => {
                     return Err(Error::Llm {
-                        backend: format!("openai {}", self.endpoint),
+                        backend: format!("openai {}", endpoint.url),
                         message,
                     });
                 }
                 Attempt::Transient {
                     reason,
                     retry_after,
+                    transport,
                 } => {
+                    if transport
+                        && failovers < 2 * self.endpoints.len()
+                        && self.another_is_up(&endpoint.url)
+                    {
+                        failovers += 1;
+                        tracing::debug!("{}: {reason}; moving to another server", endpoint.url);
+                        continue;
+                    }
                     if retry >= self.config.max_retries {
                         return Err(Error::Llm {
-                            backend: format!("openai {}", self.endpoint),
+                            backend: format!("openai {}", endpoint.url),
                             message: format!(
                                 "giving up after {} attempts; last: {reason}",
-                                retry + 1
+                                retry as usize + failovers + 1
                             ),
                         });
                     }
                     let wait = self.backoff(retry, retry_after);
                     tracing::debug!(
                         "{}: {reason}; retry {} in {:.2}s",
-                        self.endpoint,
+                        endpoint.url,
                         retry + 1,
                         wait.as_secs_f64()
                     );
@@ -314,6 +453,7 @@ fn classify_transport(e: ureq::Error) -> Attempt {
         other => Attempt::Transient {
             reason: other.to_string(),
             retry_after: None,
+            transport: true,
         },
     }
 }
@@ -377,6 +517,25 @@ mod tests {
         let shown = format!("{config:?}");
         assert!(!shown.contains("sk-secret"), "{shown}");
         assert!(shown.contains("redacted"));
+    }
+
+    #[test]
+    fn fleet_spreads_least_busy_and_skips_servers_set_aside() {
+        let urls = vec!["http://a/v1".to_string(), "http://b/v1/".to_string()];
+        let chat = OpenAiChat::new(OpenAiConfig::fleet(urls, "m")).unwrap();
+        assert_eq!(chat.max_concurrency(), 16);
+        assert!(chat.location().contains("2 servers"));
+        let picks: Vec<&str> = (0..4).map(|_| chat.pick().url.as_str()).collect();
+        assert_eq!(picks[0], picks[2]);
+        assert_ne!(picks[0], picks[1], "round-robin among equals: {picks:?}");
+        chat.endpoints[0].in_flight.store(3, Ordering::Relaxed);
+        assert!((0..4).all(|_| chat.pick().url == "http://b/v1/chat/completions"));
+        *chat.endpoints[1].down_until.lock().unwrap() = Some(Instant::now() + FAILOVER_COOLDOWN);
+        assert_eq!(chat.pick().url, "http://a/v1/chat/completions");
+        assert!(!chat.another_is_up("http://a/v1/chat/completions"));
+        let twice = vec!["http://a/v1".to_string(), "http://a/v1/".to_string()];
+        assert!(OpenAiChat::new(OpenAiConfig::fleet(twice, "m")).is_err());
+        assert!(OpenAiChat::new(OpenAiConfig::fleet(Vec::new(), "m")).is_err());
     }
 
     #[test]

@@ -18,9 +18,9 @@ use serde_json::Value;
 use super::input::{
     JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QuestionInput, read_questions, read_rows,
 };
-use super::run::{ParseOutcome, ask, run_items};
+use super::run::{ParseOutcome, ask, run_items, select_shard, stage_settings, write_shard_info};
 use super::{DEFAULT_MAX_REPAIRS, StageSummary};
-use crate::dataset::{AtomicWriter, Document};
+use crate::dataset::{AtomicWriter, Document, Shard};
 use crate::error::{Error, Result};
 use crate::llm::prompts::JUDGE;
 use crate::llm::{ChatParams, Llm, parse};
@@ -39,6 +39,9 @@ pub struct JudgeConfig {
     pub max_doc_tokens: usize,
     /// Repair requests after an unusable answer.
     pub max_repairs: u32,
+    /// Only this slice of the pool's questions (sorted by id, question `i` to shard `i % N`); a
+    /// sidecar for `freshstack merge` is written next to the output.
+    pub shard: Option<Shard>,
 }
 
 impl Default for JudgeConfig {
@@ -52,6 +55,7 @@ impl Default for JudgeConfig {
             context_tokens: 32_768,
             max_doc_tokens: 2048,
             max_repairs: DEFAULT_MAX_REPAIRS,
+            shard: None,
         }
     }
 }
@@ -409,7 +413,27 @@ pub fn judge(
             }
         }
     }
-    let wanted: HashSet<&str> = pool_rows.values().flatten().map(String::as_str).collect();
+    let settings = stage_settings(
+        llm,
+        JUDGE.id,
+        &config.params,
+        &format!(
+            "docs_per_call={} context_tokens={} max_doc_tokens={} max_repairs={}",
+            config.docs_per_call, config.context_tokens, config.max_doc_tokens, config.max_repairs
+        ),
+    );
+    let (pool_rows, shard_info) = select_shard(
+        pool_rows.into_iter().collect::<Vec<_>>(),
+        |(qid, _)| qid.as_str(),
+        config.shard,
+        "judge",
+        settings,
+    );
+    let wanted: HashSet<&str> = pool_rows
+        .iter()
+        .flat_map(|(_, docs)| docs)
+        .map(String::as_str)
+        .collect();
     let documents = read_pool_documents(corpus, &wanted)?;
     let mut missing: Vec<&str> = wanted
         .iter()
@@ -515,6 +539,7 @@ pub fn judge(
         writer.write_json_line(row)?;
     }
     summary.judgments = rows.len() as u64;
+    write_shard_info(out, shard_info, rows.len())?;
     writer.commit()?;
     summary.stage.llm = llm.stats();
     Ok(summary)

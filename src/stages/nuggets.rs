@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use super::input::{NuggetText, NuggetsRecord, QuestionInput};
-use super::run::{ParseOutcome, StageRecord, ask, run_question_stage};
+use super::run::{ParseOutcome, StageRecord, ask, run_question_stage, stage_settings};
 use super::{DEFAULT_MAX_REPAIRS, StageSummary};
+use crate::dataset::Shard;
 use crate::error::Result;
 use crate::llm::prompts::NUGGETS;
 use crate::llm::{ChatParams, Llm, parse};
@@ -20,6 +21,9 @@ pub struct NuggetsConfig {
     pub max_nuggets: usize,
     /// Repair requests after an unusable answer.
     pub max_repairs: u32,
+    /// Only this slice of the questions (sorted by id, question `i` to shard `i % N`); a
+    /// sidecar for `freshstack merge` is written next to the output.
+    pub shard: Option<Shard>,
 }
 
 impl Default for NuggetsConfig {
@@ -31,6 +35,7 @@ impl Default for NuggetsConfig {
             },
             max_nuggets: 10,
             max_repairs: DEFAULT_MAX_REPAIRS,
+            shard: None,
         }
     }
 }
@@ -108,7 +113,23 @@ pub fn generate_nuggets(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<StageSummary> {
-    run_question_stage(llm, "nuggets", NUGGETS.id, questions, out, progress, |q| {
-        nuggets_for(llm, config, q)
-    })
+    let settings = stage_settings(
+        llm,
+        NUGGETS.id,
+        &config.params,
+        &format!(
+            "max_nuggets={} max_repairs={}",
+            config.max_nuggets, config.max_repairs
+        ),
+    );
+    run_question_stage(
+        llm,
+        "nuggets",
+        NUGGETS.id,
+        questions,
+        out,
+        (config.shard, settings),
+        progress,
+        |q| nuggets_for(llm, config, q),
+    )
 }

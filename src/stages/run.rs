@@ -9,7 +9,9 @@ use serde::Serialize;
 
 use super::StageSummary;
 use super::input::{QuestionInput, read_questions};
-use crate::dataset::AtomicWriter;
+use crate::dataset::{
+    AtomicWriter, SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path, write_json_atomic,
+};
 use crate::error::{Error, Result};
 use crate::llm::prompts::REPAIR;
 use crate::llm::{ChatParams, Llm, Message};
@@ -134,20 +136,89 @@ pub(crate) trait StageRecord: Serialize + Send {
     fn failed(&self) -> bool;
 }
 
+/// What must agree between the shards of one stage run: the prompt, the model, the
+/// generation parameters and the stage's own settings (not the server: shards may use
+/// different ones).
+pub(crate) fn stage_settings(
+    llm: &Llm,
+    prompt_id: &str,
+    params: &ChatParams,
+    extra: &str,
+) -> String {
+    format!(
+        "prompt={prompt_id} backend={} model={} params={} {extra}",
+        llm.chat_backend().backend(),
+        llm.chat_backend().model(),
+        serde_json::to_string(params).unwrap_or_default(),
+    )
+}
+
+/// A shard's slice of work items (in work order) and its sidecar, before the rows are known.
+pub(crate) fn select_shard<T>(
+    items: Vec<T>,
+    key: impl Fn(&T) -> &str,
+    shard: Option<Shard>,
+    stage: &str,
+    settings: String,
+) -> (Vec<T>, Option<ShardInfo>) {
+    let Some(shard) = shard else {
+        return (items, None);
+    };
+    let total_items = items.len();
+    let input_hash = keys_hash(items.iter().map(&key));
+    let kept: Vec<T> = items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| shard.contains(*i))
+        .map(|(_, item)| item)
+        .collect();
+    let info = ShardInfo {
+        format: SHARD_FORMAT,
+        stage: stage.to_string(),
+        shard: shard.index,
+        count: shard.count,
+        settings,
+        input_hash,
+        total_items,
+        items: kept.len(),
+        rows: 0,
+        positions: Vec::new(),
+    };
+    (kept, Some(info))
+}
+
+/// Writes a shard's sidecar (with its row count) next to `out`.
+pub(crate) fn write_shard_info(out: &Path, info: Option<ShardInfo>, rows: usize) -> Result<()> {
+    match info {
+        Some(info) => write_json_atomic(shard_info_path(out), &ShardInfo { rows, ..info }),
+        None => Ok(()),
+    }
+}
+
 /// The shape shared by the per-question stages (nuggets, query variants): read the questions,
-/// sort them by id, run `per_question` over them on the backend's concurrency, write one row per
-/// question in id order (atomically) and count ok / failed / repairs.
+/// sort them by id, keep the shard's slice, run `per_question` over them on the backend's
+/// concurrency, write one row per question in id order (atomically, with the shard's sidecar)
+/// and count ok / failed / repairs.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_question_stage<R: StageRecord>(
     llm: &Llm,
     label: &str,
     prompt_id: &str,
     questions: &Path,
     out: &Path,
+    (shard, settings): (Option<Shard>, String),
     progress: &dyn Progress,
     per_question: impl Fn(&QuestionInput) -> Result<(R, u32)> + Sync,
 ) -> Result<StageSummary> {
     let mut questions = read_questions(questions)?;
     questions.sort_by(|a, b| a.query_id.cmp(&b.query_id));
+    let (questions, shard_info) = select_shard(
+        questions,
+        |q| q.query_id.as_str(),
+        shard,
+        label_stage(label),
+        settings,
+    );
     let mut writer = AtomicWriter::create(out)?;
     progress.begin(label, Some(questions.len() as u64));
     let results = run_items(
@@ -172,9 +243,18 @@ pub(crate) fn run_question_stage<R: StageRecord>(
         }
         writer.write_json_line(record)?;
     }
+    write_shard_info(out, shard_info, results.len())?;
     writer.commit()?;
     summary.llm = llm.stats();
     Ok(summary)
+}
+
+/// The stage name recorded in shard sidecars, from a progress label.
+fn label_stage(label: &str) -> &str {
+    match label {
+        "query variants" => "query-variants",
+        other => other,
+    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::input::{QuestionInput, VariantsRecord};
-use super::run::{ParseOutcome, StageRecord, ask, run_question_stage};
+use super::run::{ParseOutcome, StageRecord, ask, run_question_stage, stage_settings};
 use super::{DEFAULT_MAX_REPAIRS, StageSummary};
+use crate::dataset::Shard;
 use crate::error::Result;
 use crate::llm::prompts::QUERY_VARIANTS;
 use crate::llm::{ChatParams, Llm, parse};
@@ -22,6 +23,9 @@ pub struct VariantsConfig {
     pub max_sub_questions: usize,
     /// Repair requests after an unusable answer.
     pub max_repairs: u32,
+    /// Only this slice of the questions (sorted by id, question `i` to shard `i % N`); a
+    /// sidecar for `freshstack merge` is written next to the output.
+    pub shard: Option<Shard>,
 }
 
 impl Default for VariantsConfig {
@@ -33,6 +37,7 @@ impl Default for VariantsConfig {
             },
             max_sub_questions: 5,
             max_repairs: DEFAULT_MAX_REPAIRS,
+            shard: None,
         }
     }
 }
@@ -134,12 +139,22 @@ pub fn generate_query_variants(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<StageSummary> {
+    let settings = stage_settings(
+        llm,
+        QUERY_VARIANTS.id,
+        &config.params,
+        &format!(
+            "max_sub_questions={} max_repairs={}",
+            config.max_sub_questions, config.max_repairs
+        ),
+    );
     run_question_stage(
         llm,
         "query variants",
         QUERY_VARIANTS.id,
         questions,
         out,
+        (config.shard, settings),
         progress,
         |q| variants_for(llm, config, q),
     )

@@ -482,6 +482,7 @@ impl Builder<'_> {
                 params: b.params(b.config.nuggets.max_tokens),
                 max_nuggets: b.config.nuggets.max_nuggets,
                 max_repairs: b.config.llm.max_repairs,
+                shard: None,
             };
             let questions = b.path(layout::QUESTIONS);
             let out = b.path(layout::NUGGETS);
@@ -519,6 +520,7 @@ impl Builder<'_> {
                     params: b.params(b.config.variants.max_tokens),
                     max_sub_questions: b.config.variants.max_sub_questions,
                     max_repairs: b.config.llm.max_repairs,
+                    shard: None,
                 };
                 let questions = b.path(layout::QUESTIONS);
                 let out = b.path(layout::VARIANTS);
@@ -653,6 +655,7 @@ impl Builder<'_> {
                     .unwrap_or(default.context_tokens),
                 max_doc_tokens: section.max_doc_tokens,
                 max_repairs,
+                shard: None,
             };
             let inputs = JudgeInputs {
                 questions: &questions,

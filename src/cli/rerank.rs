@@ -1,0 +1,113 @@
+//! `freshstack rerank`: rescore the top k of each question of a TREC run with a local
+//! cross-encoder.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use freshstack::embed::{DeviceSpec, ModelDType, resolve_model};
+use freshstack::rerank::{
+    CrossEncoder, DEFAULT_RERANK_DEPTH, RerankFiles, Reranker, RerankerOptions, rerank_files,
+};
+
+use super::progress::Bars;
+
+/// Arguments of `freshstack rerank`.
+#[derive(Debug, Args)]
+pub struct RerankArgs {
+    /// First-stage TREC run.
+    #[arg(long, value_name = "FILE")]
+    run: PathBuf,
+    /// Questions (reference schema: query = query_title + " " + query_text) or BEIR queries
+    /// (`_id`, `text`), JSONL.
+    #[arg(long, value_name = "FILE")]
+    queries: PathBuf,
+    /// Corpus JSONL (`_id`, `title`, `text`).
+    #[arg(long, value_name = "FILE")]
+    corpus: PathBuf,
+    /// Cross-encoder: a local directory, or a Hugging Face id (org/name[@revision]) already in
+    /// the local Hugging Face cache. Never downloaded.
+    #[arg(long, value_name = "DIR|ID")]
+    model: String,
+    /// Documents reranked per question; the rest keep their order below them.
+    #[arg(short, default_value_t = DEFAULT_RERANK_DEPTH)]
+    k: usize,
+    /// The reranked TREC run to write (atomically).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Longest (query, document) pair in tokens (default: the model's); documents are cut.
+    #[arg(long)]
+    max_length: Option<usize>,
+    /// Padded tokens per batch (default: 2048 on the CPU, 16384 on a GPU).
+    #[arg(long)]
+    max_batch_tokens: Option<usize>,
+    /// Weight and compute dtype: f32, bf16 or f16 (default: the model manifest's, else f32).
+    #[arg(long)]
+    model_dtype: Option<String>,
+    /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Run tag (last column); default: `rerank`.
+    #[arg(long, default_value = "rerank")]
+    tag: String,
+    /// Worker threads (default: all cores). The output does not depend on it.
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub fn run(args: RerankArgs) -> anyhow::Result<()> {
+    let options = RerankerOptions {
+        device: DeviceSpec::parse(&args.device)?,
+        dtype: args
+            .model_dtype
+            .as_deref()
+            .map(ModelDType::parse)
+            .transpose()?,
+        max_length: args.max_length,
+        max_batch_tokens: args.max_batch_tokens,
+    };
+    if args.k == 0 {
+        anyhow::bail!("invalid -k: must be at least 1");
+    }
+    if let Some(threads) = args.threads {
+        let threads = threads.max(1);
+        // candle sizes its matmul parallelism from RAYON_NUM_THREADS; set before any thread starts.
+        // SAFETY: no other thread exists yet (nothing has touched rayon or candle).
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("cannot configure worker threads")?;
+    }
+    let files = resolve_model(&args.model)?;
+    let started = std::time::Instant::now();
+    let reranker = CrossEncoder::load(&files, &options)?;
+    let loaded = started.elapsed().as_secs_f64();
+    let summary = rerank_files(
+        &reranker,
+        &RerankFiles {
+            run: args.run.clone(),
+            queries: args.queries.clone(),
+            corpus: args.corpus.clone(),
+            out: args.out.clone(),
+            tag: args.tag.clone(),
+        },
+        args.k,
+        &Bars::new(),
+    )?;
+    let seconds = started.elapsed().as_secs_f64() - loaded;
+    eprintln!(
+        "reranked the top {} of {} questions with {} (max length {}): {} pairs, {} tokens, {} \
+         documents truncated; load {loaded:.1}s, rerank {seconds:.1}s ({:.1} pairs/s); wrote {}",
+        args.k,
+        summary.questions,
+        reranker.name(),
+        reranker.max_length(),
+        summary.pairs,
+        summary.tokens,
+        summary.truncated,
+        summary.pairs as f64 / seconds.max(1e-9),
+        args.out.display()
+    );
+    Ok(())
+}

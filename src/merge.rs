@@ -1,0 +1,372 @@
+//! Joining shard outputs (`--shard I/N`) into exactly the file one process would have written.
+//!
+//! Every shard output has a sidecar (`OUT.shard.json`, see [`ShardInfo`]). The shards must come
+//! from the same stage, settings and input (same input hash), and together be shards `0..N`
+//! exactly once. Then:
+//! - LLM stage outputs (JSONL sorted by `query_id`, every question's rows in one shard) are
+//!   merged by `query_id`, streaming, lines copied byte for byte;
+//! - `embed` outputs (`.npy` + `.ids`) are interleaved back into input order from the rows'
+//!   recorded positions, the matrix bytes copied as they are (memory-mapped, streaming).
+//!
+//! Layer: imports `dataset` and `embed` (the `.npy` format); imported by `cli`.
+
+use std::cmp::Ordering;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dataset::{AtomicWriter, SHARD_FORMAT, ShardInfo, shard_info_path};
+use crate::embed::{NpyLayout, write_ids};
+use crate::error::{Error, Result};
+
+/// What [`merge_shards`] joined.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MergeSummary {
+    /// The stage the shards came from.
+    pub stage: String,
+    /// Shards joined.
+    pub shards: usize,
+    /// Lines or rows written.
+    pub rows: usize,
+}
+
+/// Reads and checks the sidecars of `shards`, returned in shard order.
+fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
+    if shards.is_empty() {
+        return Err(Error::invalid("merge", "no shard files given"));
+    }
+    let mut infos = Vec::with_capacity(shards.len());
+    for path in shards {
+        let sidecar = shard_info_path(path);
+        let text = std::fs::read_to_string(&sidecar).map_err(|e| {
+            Error::invalid(
+                "merge",
+                format!(
+                    "{}: cannot read its shard sidecar {} ({e}); was it written with --shard?",
+                    path.display(),
+                    sidecar.display()
+                ),
+            )
+        })?;
+        let info: ShardInfo = serde_json::from_str(&text)
+            .map_err(|e| Error::parse(&sidecar, e.line(), e.to_string()))?;
+        if info.format != SHARD_FORMAT {
+            return Err(Error::parse(
+                &sidecar,
+                1,
+                format!(
+                    "shard format {} (this build reads {SHARD_FORMAT})",
+                    info.format
+                ),
+            ));
+        }
+        infos.push((path.clone(), info));
+    }
+    let (first_path, first) = &infos[0];
+    for (path, info) in &infos[1..] {
+        let differs = |what: &str| {
+            Error::invalid(
+                "merge",
+                format!(
+                    "{} and {} differ in {what}: not shards of one run",
+                    first_path.display(),
+                    path.display()
+                ),
+            )
+        };
+        if info.stage != first.stage {
+            return Err(differs("stage"));
+        }
+        if info.count != first.count {
+            return Err(differs("shard count"));
+        }
+        if info.settings != first.settings {
+            return Err(differs("settings"));
+        }
+        if info.input_hash != first.input_hash || info.total_items != first.total_items {
+            return Err(differs("input"));
+        }
+    }
+    let (count, total_items) = (first.count, first.total_items);
+    infos.sort_by_key(|(_, info)| info.shard);
+    let have: Vec<usize> = infos.iter().map(|(_, info)| info.shard).collect();
+    let want: Vec<usize> = (0..count).collect();
+    if have != want {
+        let missing: Vec<String> = want
+            .iter()
+            .filter(|i| !have.contains(i))
+            .map(|i| format!("{i}/{count}"))
+            .collect();
+        let message = if missing.is_empty() {
+            "a shard is given twice".to_string()
+        } else {
+            format!("missing shard(s) {}", missing.join(", "))
+        };
+        return Err(Error::invalid("merge", message));
+    }
+    let items: usize = infos.iter().map(|(_, info)| info.items).sum();
+    if items != total_items {
+        return Err(Error::invalid(
+            "merge",
+            format!("the shards hold {items} items, the input had {total_items}"),
+        ));
+    }
+    Ok(infos)
+}
+
+/// Merges shard outputs into `out` (for `embed`, also `out` with extension `.ids`), atomically.
+pub fn merge_shards(shards: &[PathBuf], out: &Path) -> Result<MergeSummary> {
+    let infos = read_infos(shards)?;
+    let stage = infos[0].1.stage.clone();
+    let rows = if stage == "embed" {
+        merge_npy(&infos, out)?
+    } else {
+        merge_jsonl(&infos, out)?
+    };
+    Ok(MergeSummary {
+        stage,
+        shards: infos.len(),
+        rows,
+    })
+}
+
+#[derive(Deserialize)]
+struct KeyOnly {
+    #[serde(deserialize_with = "string_or_integer")]
+    query_id: String,
+}
+
+fn string_or_integer<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        S(String),
+        I(i64),
+    }
+    Ok(match Id::deserialize(d)? {
+        Id::S(s) => s,
+        Id::I(i) => i.to_string(),
+    })
+}
+
+/// One shard's JSONL, read a line ahead.
+struct Cursor {
+    path: PathBuf,
+    lines: std::io::Lines<BufReader<File>>,
+    line_no: usize,
+    /// The next line and its key.
+    head: Option<(String, String)>,
+    rows: usize,
+}
+
+impl Cursor {
+    fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut cursor = Self {
+            path: path.to_path_buf(),
+            lines: BufReader::new(file).lines(),
+            line_no: 0,
+            head: None,
+            rows: 0,
+        };
+        cursor.advance()?;
+        Ok(cursor)
+    }
+
+    /// Moves to the next non-empty line, checking the file stays sorted by key.
+    fn advance(&mut self) -> Result<()> {
+        let previous = self.head.take().map(|(key, _)| key);
+        for line in self.lines.by_ref() {
+            self.line_no += 1;
+            let line = line.map_err(|e| Error::io(&self.path, e))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let key: KeyOnly = serde_json::from_str(&line)
+                .map_err(|e| Error::parse(&self.path, self.line_no, e.to_string()))?;
+            if previous
+                .as_ref()
+                .is_some_and(|p| p.as_str() > key.query_id.as_str())
+            {
+                return Err(Error::parse(
+                    &self.path,
+                    self.line_no,
+                    "field query_id: not sorted (was the file edited?)",
+                ));
+            }
+            self.rows += 1;
+            self.head = Some((key.query_id, line));
+            return Ok(());
+        }
+        Ok(())
+    }
+}
+
+/// k-way merge by `query_id`; all rows of one question come from one shard, in its order.
+fn merge_jsonl(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
+    let mut cursors = infos
+        .iter()
+        .map(|(path, _)| Cursor::open(path))
+        .collect::<Result<Vec<_>>>()?;
+    let mut writer = AtomicWriter::create(out)?;
+    let mut written = 0;
+    loop {
+        // The shard whose head has the smallest key; an equal key in two shards is an overlap.
+        let mut best: Option<usize> = None;
+        for (i, cursor) in cursors.iter().enumerate() {
+            let Some((key, _)) = &cursor.head else {
+                continue;
+            };
+            match best {
+                None => best = Some(i),
+                Some(b) => {
+                    let best_key = cursors[b].head.as_ref().map(|(k, _)| k.as_str());
+                    match Some(key.as_str()).cmp(&best_key) {
+                        Ordering::Less => best = Some(i),
+                        Ordering::Equal => {
+                            return Err(Error::invalid(
+                                "merge",
+                                format!(
+                                    "question {key:?} is in both {} and {}: shards overlap",
+                                    cursors[b].path.display(),
+                                    cursor.path.display()
+                                ),
+                            ));
+                        }
+                        Ordering::Greater => {}
+                    }
+                }
+            }
+        }
+        let Some(b) = best else { break };
+        let key = cursors[b].head.as_ref().map(|(k, _)| k.clone());
+        // Copy this question's whole group from shard b.
+        while let Some((k, line)) = &cursors[b].head {
+            if Some(k) != key.as_ref() {
+                break;
+            }
+            writer
+                .write_all(line.as_bytes())
+                .and_then(|()| writer.write_all(b"\n"))
+                .map_err(|e| Error::io(out, e))?;
+            written += 1;
+            cursors[b].advance()?;
+        }
+    }
+    for (cursor, (_, info)) in cursors.iter().zip(infos) {
+        if cursor.rows != info.rows {
+            return Err(Error::invalid(
+                "merge",
+                format!(
+                    "{} has {} lines, its sidecar says {} (truncated or edited?)",
+                    cursor.path.display(),
+                    cursor.rows,
+                    info.rows
+                ),
+            ));
+        }
+    }
+    writer.commit()?;
+    Ok(written)
+}
+
+/// Interleaves `.npy` shards (and their `.ids`) back into input order.
+fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
+    let total = infos[0].1.total_items;
+    // (shard, row in shard) of each input position.
+    let mut source = vec![(u32::MAX, 0usize); total];
+    let mut maps = Vec::with_capacity(infos.len());
+    let mut ids: Vec<Option<String>> = vec![None; total];
+    let mut layout: Option<NpyLayout> = None;
+    for (s, (path, info)) in infos.iter().enumerate() {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: read-only map of a finished shard file; like every mmap user we rely on it not
+        // being truncated while we read it.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let this = NpyLayout::parse(path, &map)?;
+        if let Some(first) = layout
+            && (first.dtype, first.dim) != (this.dtype, this.dim)
+        {
+            return Err(Error::invalid(
+                "merge",
+                format!(
+                    "{}: dtype/dim {:?}/{} differ from the first shard's {:?}/{}",
+                    path.display(),
+                    this.dtype,
+                    this.dim,
+                    first.dtype,
+                    first.dim
+                ),
+            ));
+        }
+        layout.get_or_insert(this);
+        if this.rows != info.positions.len() || this.rows != info.rows {
+            return Err(Error::invalid(
+                "merge",
+                format!(
+                    "{} has {} rows, its sidecar lists {} positions",
+                    path.display(),
+                    this.rows,
+                    info.positions.len()
+                ),
+            ));
+        }
+        let ids_path = path.with_extension("ids");
+        let text = std::fs::read_to_string(&ids_path).map_err(|e| Error::io(&ids_path, e))?;
+        let shard_ids: Vec<&str> = text.lines().collect();
+        if shard_ids.len() != this.rows {
+            return Err(Error::invalid(
+                "merge",
+                format!(
+                    "{} has {} ids for {} rows",
+                    ids_path.display(),
+                    shard_ids.len(),
+                    this.rows
+                ),
+            ));
+        }
+        for (row, (&p, id)) in info.positions.iter().zip(shard_ids).enumerate() {
+            if p >= total || source[p].0 != u32::MAX {
+                return Err(Error::invalid(
+                    "merge",
+                    format!(
+                        "{}: row position {p} is out of range or in two shards",
+                        path.display()
+                    ),
+                ));
+            }
+            source[p] = (s as u32, row);
+            ids[p] = Some(id.to_string());
+        }
+        maps.push((map, this));
+    }
+    let ids: Vec<String> = ids
+        .into_iter()
+        .enumerate()
+        .map(|(p, id)| {
+            id.ok_or_else(|| Error::invalid("merge", format!("no shard holds input row {p}")))
+        })
+        .collect::<Result<_>>()?;
+    let Some(layout) = layout else {
+        return Err(Error::invalid("merge", "no shard files given"));
+    };
+    let row_bytes = layout.dim * layout.element_bytes();
+    let mut writer = AtomicWriter::create(out)?;
+    writer
+        .write_all(&NpyLayout::header(layout.dtype, total, layout.dim))
+        .map_err(|e| Error::io(out, e))?;
+    for &(s, row) in &source {
+        let (map, this) = &maps[s as usize];
+        let start = this.data_offset + row * row_bytes;
+        writer
+            .write_all(&map[start..start + row_bytes])
+            .map_err(|e| Error::io(out, e))?;
+    }
+    writer.commit()?;
+    write_ids(&out.with_extension("ids"), &ids)?;
+    Ok(total)
+}

@@ -1,0 +1,282 @@
+//! Reranking a run: the top `k` documents of each question are rescored by a [`Reranker`] and
+//! reordered; the documents past `k` keep their first-stage order below them.
+
+use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::cross_encoder::Reranker;
+use crate::dataset::{Run, ScoredDoc, score_key};
+use crate::embed::read_embed_input;
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+
+/// The paper's reranking depth (§6: the top 50 of each first-stage run).
+pub const DEFAULT_RERANK_DEPTH: usize = 50;
+
+/// Pairs scored per call to the reranker: bounds the memory of tokenized pairs on big runs
+/// (whole questions per call, so the batches do not depend on anything but the inputs).
+const PAIRS_PER_CALL: usize = 16_384;
+
+/// What a rerank did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RerankSummary {
+    /// Questions in the run.
+    pub questions: usize,
+    /// (question, document) pairs scored.
+    pub pairs: usize,
+    /// Pairs whose document was cut to fit the model.
+    pub truncated: usize,
+    /// Tokens fed to the model.
+    pub tokens: usize,
+}
+
+/// The first-stage order of a ranking: score descending, ties in input order (as
+/// [`Run::write_trec`] writes it).
+fn first_stage_order(docs: &[ScoredDoc]) -> Vec<&ScoredDoc> {
+    let mut order: Vec<&ScoredDoc> = docs.iter().collect();
+    order.sort_by(|a, b| score_key(b.score).total_cmp(&score_key(a.score)));
+    order
+}
+
+/// Reranks the top `k` of every ranking of `run`. `queries` maps question ids to query texts and
+/// `documents` doc ids to texts; a question or document missing from them is an error.
+///
+/// Output per question: the top `k` by reranker score (ties keep the first-stage order) with
+/// the reranker's scores, then the rest in first-stage order with scores strictly below (the
+/// lowest reranked score minus 1, 2, ...), so any reader that sorts by score sees this order.
+pub fn rerank_run(
+    reranker: &dyn Reranker,
+    run: &Run,
+    queries: &HashMap<String, String>,
+    documents: &HashMap<String, String>,
+    k: usize,
+    progress: &dyn Progress,
+) -> Result<(Run, RerankSummary)> {
+    if k == 0 {
+        return Err(Error::invalid("-k", "must be at least 1"));
+    }
+    let mut summary = RerankSummary {
+        questions: run.len(),
+        ..RerankSummary::default()
+    };
+    let mut out = Run::new(format!("{}+rerank", run.name));
+    let rankings = run.rankings();
+    let mut start = 0;
+    while start < rankings.len() {
+        // Whole questions per call, up to PAIRS_PER_CALL pairs (at least one question).
+        let mut end = start;
+        let mut pairs_in_call = 0;
+        while end < rankings.len()
+            && (end == start || pairs_in_call + rankings[end].docs.len().min(k) <= PAIRS_PER_CALL)
+        {
+            pairs_in_call += rankings[end].docs.len().min(k);
+            end += 1;
+        }
+        let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(pairs_in_call);
+        let mut orders = Vec::with_capacity(end - start);
+        for ranking in &rankings[start..end] {
+            let query = queries.get(&ranking.query_id).ok_or_else(|| {
+                Error::invalid(
+                    "--queries",
+                    format!(
+                        "question {:?} of the run has no query text",
+                        ranking.query_id
+                    ),
+                )
+            })?;
+            let order = first_stage_order(&ranking.docs);
+            for doc in order.iter().take(k) {
+                let text = documents.get(&doc.doc_id).ok_or_else(|| {
+                    Error::invalid(
+                        "--corpus",
+                        format!("document {:?} of the run is not in the corpus", doc.doc_id),
+                    )
+                })?;
+                pairs.push((query.as_str(), text.as_str()));
+            }
+            orders.push(order);
+        }
+        let scored = reranker.score(&pairs, progress)?;
+        summary.pairs += pairs.len();
+        summary.truncated += scored.num_truncated;
+        summary.tokens += scored.num_tokens;
+        let mut next = 0;
+        for (ranking, order) in rankings[start..end].iter().zip(orders) {
+            let top = order.len().min(k);
+            let scores = &scored.scores[next..next + top];
+            next += top;
+            let mut head: Vec<(usize, f32)> = scores.iter().copied().enumerate().collect();
+            head.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            let lowest = head.last().map_or(0.0, |&(_, s)| f64::from(s));
+            let mut docs: Vec<ScoredDoc> = head
+                .iter()
+                .map(|&(i, s)| ScoredDoc {
+                    doc_id: order[i].doc_id.clone(),
+                    score: f64::from(s),
+                })
+                .collect();
+            docs.extend(order[top..].iter().enumerate().map(|(j, d)| ScoredDoc {
+                doc_id: d.doc_id.clone(),
+                score: lowest - (j + 1) as f64,
+            }));
+            out.push_ranking(&ranking.query_id, docs);
+        }
+        start = end;
+    }
+    Ok((out, summary))
+}
+
+/// The files `freshstack rerank` reads and writes.
+#[derive(Debug, Clone)]
+pub struct RerankFiles {
+    /// First-stage TREC run.
+    pub run: PathBuf,
+    /// Questions (reference schema) or BEIR queries (`_id`, `text`).
+    pub queries: PathBuf,
+    /// Corpus JSONL.
+    pub corpus: PathBuf,
+    /// The reranked TREC run to write (atomically).
+    pub out: PathBuf,
+    /// Last column of the written run.
+    pub tag: String,
+}
+
+/// Reads the run, the query texts and the texts of the documents the run ranks in its top `k`,
+/// reranks, and writes the reranked run (every document of the input run, atomically).
+pub fn rerank_files(
+    reranker: &dyn Reranker,
+    files: &RerankFiles,
+    k: usize,
+    progress: &dyn Progress,
+) -> Result<RerankSummary> {
+    let run = Run::read_trec(&files.run)?;
+    let input = read_embed_input(&files.queries)?;
+    let queries: HashMap<String, String> = input.ids.into_iter().zip(input.texts).collect();
+    let wanted: HashSet<&str> = run
+        .rankings()
+        .iter()
+        .flat_map(|r| first_stage_order(&r.docs).into_iter().take(k))
+        .map(|d| d.doc_id.as_str())
+        .collect();
+    let documents = read_documents(&files.corpus, &wanted)?;
+    let (reranked, summary) = rerank_run(reranker, &run, &queries, &documents, k, progress)?;
+    reranked.write_trec(&files.out, &files.tag, usize::MAX)?;
+    Ok(summary)
+}
+
+#[derive(Deserialize)]
+struct CorpusRow {
+    #[serde(rename = "_id")]
+    id: serde_json::Value,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// The texts (`title + " " + text`, or `text` when the title is empty, as `embed` reads them)
+/// of the corpus documents in `wanted`, streaming the corpus.
+pub fn read_documents(path: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, String>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut out = HashMap::with_capacity(wanted.len());
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: CorpusRow =
+            serde_json::from_str(&line).map_err(|e| Error::parse(path, i + 1, e.to_string()))?;
+        let id = match row.id {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return Err(Error::parse(path, i + 1, "field _id: not a string")),
+        };
+        if !wanted.contains(id.as_str()) {
+            continue;
+        }
+        let title = row.title.unwrap_or_default();
+        let text = row.text.unwrap_or_default();
+        let joined = if title.trim().is_empty() {
+            text
+        } else if text.trim().is_empty() {
+            title
+        } else {
+            format!("{title} {text}")
+        };
+        out.insert(id, joined);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+    use crate::rerank::PairScores;
+
+    /// Scores a pair by the number of query words its document contains.
+    struct WordOverlap;
+
+    impl Reranker for WordOverlap {
+        fn score(&self, pairs: &[(&str, &str)], _: &dyn Progress) -> Result<PairScores> {
+            Ok(PairScores {
+                scores: pairs
+                    .iter()
+                    .map(|(q, d)| q.split_whitespace().filter(|w| d.contains(w)).count() as f32)
+                    .collect(),
+                num_truncated: 0,
+                num_tokens: pairs.len(),
+            })
+        }
+        fn name(&self) -> &str {
+            "overlap"
+        }
+    }
+
+    #[test]
+    fn reranks_the_top_k_and_keeps_the_tail_below() {
+        let mut run = Run::new("bm25");
+        for (doc, score) in [("a", 9.0), ("b", 8.0), ("c", 8.0), ("d", 5.0), ("e", 1.0)] {
+            run.push("q1", doc, score);
+        }
+        let queries = HashMap::from([("q1".to_string(), "red blue".to_string())]);
+        let documents: HashMap<String, String> = [
+            ("a", "nothing"),
+            ("b", "red"),
+            ("c", "red blue"),
+            ("d", "red blue green"),
+            ("e", "x"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let (out, summary) =
+            rerank_run(&WordOverlap, &run, &queries, &documents, 3, &NoProgress).unwrap();
+        assert_eq!(summary.pairs, 3);
+        let got: Vec<(&str, f64)> = out.rankings()[0]
+            .docs
+            .iter()
+            .map(|d| (d.doc_id.as_str(), d.score))
+            .collect();
+        // d would win a full rerank but sits past k: it stays below the reranked three.
+        assert_eq!(
+            got,
+            [("c", 2.0), ("b", 1.0), ("a", 0.0), ("d", -1.0), ("e", -2.0)]
+        );
+        let err = rerank_run(
+            &WordOverlap,
+            &run,
+            &HashMap::new(),
+            &documents,
+            3,
+            &NoProgress,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("q1"), "{err}");
+        assert!(rerank_run(&WordOverlap, &run, &queries, &documents, 0, &NoProgress).is_err());
+    }
+}

@@ -1,0 +1,258 @@
+//! Cross-encoder rerankers: parity with `transformers` on tiny random-weight models (made by
+//! scripts/gen_tiny_rerankers.py) of both layouts, and the `rerank` command end to end.
+
+use std::path::PathBuf;
+
+use freshstack::NoProgress;
+use freshstack::embed::resolve_model;
+use freshstack::rerank::{CrossEncoder, Reranker, RerankerOptions};
+
+use crate::util::{freshstack, write};
+
+fn fixture(kind: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/rerank/tiny-{kind}"))
+}
+
+#[derive(serde::Deserialize)]
+struct Reference {
+    pairs: Vec<(String, String)>,
+    tokens: Vec<usize>,
+    truncated: Vec<bool>,
+    scores: Vec<f32>,
+}
+
+fn load(kind: &str, max_batch_tokens: usize) -> (CrossEncoder, Reference) {
+    let dir = fixture(kind);
+    let reference: Reference =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let files = resolve_model(dir.to_str().unwrap()).unwrap();
+    let options = RerankerOptions {
+        max_batch_tokens: Some(max_batch_tokens),
+        ..RerankerOptions::default()
+    };
+    (CrossEncoder::load(&files, &options).unwrap(), reference)
+}
+
+/// Our batched, right-padded scores must match `transformers` scoring one pair at a time.
+fn parity(kind: &str) {
+    // A small budget forces several batches of mixed lengths.
+    let (model, reference) = load(kind, 90);
+    assert_eq!(
+        model.max_length(),
+        40,
+        "{kind}: max length from the position table"
+    );
+    let pairs: Vec<(&str, &str)> = reference
+        .pairs
+        .iter()
+        .map(|(q, d)| (q.as_str(), d.as_str()))
+        .collect();
+    let got = model.score(&pairs, &NoProgress).unwrap();
+    assert_eq!(
+        got.num_tokens,
+        reference.tokens.iter().sum::<usize>(),
+        "{kind}: tokens"
+    );
+    assert_eq!(
+        got.num_truncated,
+        reference.truncated.iter().filter(|&&t| t).count(),
+        "{kind}: truncated"
+    );
+    for (i, (want, have)) in reference.scores.iter().zip(&got.scores).enumerate() {
+        assert!(
+            (want - have).abs() <= 1e-4,
+            "{kind} pair {i}: {have} vs {want}"
+        );
+        let alone = model.score(&pairs[i..=i], &NoProgress).unwrap();
+        assert!(
+            (alone.scores[0] - have).abs() <= 1e-5,
+            "{kind} pair {i}: batched vs alone"
+        );
+    }
+}
+
+#[test]
+fn bert_cross_encoder_matches_transformers() {
+    parity("bert");
+}
+
+#[test]
+fn xlm_roberta_cross_encoder_matches_transformers() {
+    parity("xlmr");
+}
+
+#[test]
+fn a_query_longer_than_the_limit_is_cut_too() {
+    let (model, _) = load("bert", 2048);
+    let long = "route parameter ".repeat(40);
+    let got = model.score(&[(long.as_str(), "a")], &NoProgress).unwrap();
+    assert_eq!(got.num_truncated, 1);
+    assert_eq!(got.num_tokens, 40);
+    assert!(got.scores[0].is_finite());
+}
+
+#[test]
+fn embedders_are_refused_as_rerankers() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/embed/tiny-qwen2");
+    let files = resolve_model(dir.to_str().unwrap()).unwrap();
+    let err = CrossEncoder::load(&files, &RerankerOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("not a supported cross-encoder"), "{err}");
+}
+
+#[test]
+fn cli_reranks_top_k_deterministically() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_, reference) = load("xlmr", 2048);
+    // Two questions over the fixture's documents; q2 also ranks a document past k.
+    let mut corpus = String::new();
+    for (i, (_, doc)) in reference.pairs.iter().enumerate() {
+        corpus.push_str(
+            &serde_json::json!({"_id": format!("d{i}"), "title": "", "text": doc}).to_string(),
+        );
+        corpus.push('\n');
+    }
+    let corpus = write(dir, "corpus.jsonl", corpus);
+    let queries = write(
+        dir,
+        "queries.jsonl",
+        "{\"query_id\":\"q1\",\"query_title\":\"queue\",\"query_text\":\"worker\"}\n\
+         {\"query_id\":\"q2\",\"query_title\":\"route\",\"query_text\":\"parameter\"}\n",
+    );
+    let run = write(
+        dir,
+        "run.trec",
+        "q1 Q0 d0 1 5.0 bm25\nq1 Q0 d2 2 4.0 bm25\nq1 Q0 d4 3 3.0 bm25\n\
+         q2 Q0 d1 1 9.0 bm25\nq2 Q0 d0 2 8.0 bm25\nq2 Q0 d6 3 7.0 bm25\nq2 Q0 d5 4 1.0 bm25\n",
+    );
+    let model = fixture("xlmr");
+    let rerank = |out: &str, threads: &str| {
+        let out = dir.join(out);
+        let output = freshstack(&[
+            "rerank",
+            "--run",
+            run.to_str().unwrap(),
+            "--queries",
+            queries.to_str().unwrap(),
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--model",
+            model.to_str().unwrap(),
+            "-k",
+            "3",
+            "--threads",
+            threads,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::read_to_string(out).unwrap()
+    };
+    let text = rerank("a.trec", "2");
+    assert_eq!(
+        text,
+        rerank("b.trec", "1"),
+        "same bytes whatever the threads"
+    );
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 7);
+    let q2: Vec<&str> = lines
+        .iter()
+        .filter(|l| l[0] == "q2")
+        .map(|l| l[2])
+        .collect();
+    let mut head = q2[..3].to_vec();
+    head.sort_unstable();
+    assert_eq!(head, ["d0", "d1", "d6"]);
+    assert_eq!(q2[3], "d5", "past k keeps its place below");
+    // The top 3 follow the model's scores for those pairs.
+    let (model, _) = load("xlmr", 2048);
+    let texts = |i: usize| reference.pairs[i].1.as_str();
+    let scores = model
+        .score(
+            &[
+                ("route parameter", texts(1)),
+                ("route parameter", texts(0)),
+                ("route parameter", texts(6)),
+            ],
+            &NoProgress,
+        )
+        .unwrap()
+        .scores;
+    let mut want: Vec<(f32, &str)> = scores.into_iter().zip(["d1", "d0", "d6"]).collect();
+    want.sort_by(|a, b| b.0.total_cmp(&a.0));
+    assert_eq!(q2[..3], want.iter().map(|w| w.1).collect::<Vec<_>>()[..]);
+
+    // A document missing from the corpus: one clear line, no output.
+    let bad = write(dir, "bad.trec", "q1 Q0 nope 1 5.0 bm25\n");
+    let out = dir.join("bad-out.trec");
+    let output = freshstack(&[
+        "rerank",
+        "--run",
+        bad.to_str().unwrap(),
+        "--queries",
+        queries.to_str().unwrap(),
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--model",
+        fixture("bert").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("\"nope\""), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!out.exists());
+}
+
+#[derive(serde::Deserialize)]
+struct EmbedReference {
+    texts: Vec<String>,
+    tokens: Vec<usize>,
+    vectors: Vec<Vec<f32>>,
+}
+
+/// The XLM-RoBERTa backbone also embeds (BGE-M3 style, CLS pooling): `embed`'s path for
+/// `model_type = xlm-roberta` against `transformers`' `XLMRobertaModel` on the same weights.
+#[test]
+fn xlm_roberta_embeddings_match_transformers() {
+    use freshstack::embed::{Encoder, EncoderOptions, TextEncoder, TextKind};
+    let dir = fixture("xlmr");
+    let reference: EmbedReference =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("embed_reference.json")).unwrap())
+            .unwrap();
+    let files = resolve_model(dir.to_str().unwrap()).unwrap();
+    let options = EncoderOptions {
+        max_batch_tokens: Some(60),
+        ..EncoderOptions::default()
+    };
+    let encoder = TextEncoder::load(&files, &options).unwrap();
+    assert_eq!(
+        encoder.manifest().max_length,
+        40,
+        "positions after padding_idx"
+    );
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let got = encoder
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    assert_eq!(got.num_tokens, reference.tokens.iter().sum::<usize>());
+    for (i, want) in reference.vectors.iter().enumerate() {
+        let diff = got
+            .row(i)
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
+    }
+}
