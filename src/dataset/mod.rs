@@ -12,11 +12,15 @@ mod jsonl;
 mod qrels;
 mod queries;
 mod question;
+mod round;
 mod run;
+mod run_file;
 
 pub use document::{Document, DocumentMetadata};
 pub use jsonl::{AtomicWriter, read_jsonl, write_json_atomic};
 pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget};
 pub use queries::{NuggetRecord, QueryMetadata, QueryRecord};
 pub use question::{Nugget, Question, QuestionMetadata};
-pub use run::{Ranking, Run, ScoredDoc, score_key};
+pub use round::py_round;
+pub use run::{Ranking, Run, ScoredDoc, score_key, write_trec_rankings};
+pub use run_file::{DocRef, Rankings, RunFile};

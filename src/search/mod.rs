@@ -12,7 +12,7 @@ mod queries;
 mod trec;
 
 pub use engine::{Engine, EngineInfo, EngineRetriever};
-pub use fusion::{FusionMethod, FusionOptions, fuse};
+pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};
 pub use queries::{QueryField, QueryItem, read_queries};
 pub use trec::write_trec;
 
