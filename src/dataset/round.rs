@@ -71,9 +71,9 @@ mod tests {
     /// Decimal halves and their neighbours, where a shortcut would go wrong first.
     #[test]
     fn near_halves_equal_the_exact_rounding() {
-        for digits in 0..8usize {
+        for (digits, scale) in POW10.iter().enumerate().take(8) {
             for k in 0..20_000u64 {
-                let half = (2 * k + 1) as f64 / (2.0 * POW10[digits]);
+                let half = (2 * k + 1) as f64 / (2.0 * scale);
                 for x in [half, half.next_up(), half.next_down(), -half] {
                     assert_eq!(
                         py_round(x, digits).to_bits(),

@@ -156,6 +156,7 @@ where
 
 /// ndeval's greedy ideal ranking over the judged pool, first `depth` picks: at each rank the
 /// document with the largest marginal gain; equal gains go to the larger doc id (`strcmp`).
+/// Stops early once no document has any gain left (those picks add 0 to the curve).
 pub(crate) fn alpha_ideal_order(q: &QueryJudgmentIndex, depth: usize, alpha: f64) -> Vec<u32> {
     let pool = &q.pool_sorted;
     let mut taken = vec![false; pool.len()];
@@ -176,7 +177,11 @@ pub(crate) fn alpha_ideal_order(q: &QueryJudgmentIndex, depth: usize, alpha: f64
                 best = Some((pi, score));
             }
         }
-        let Some((pi, _)) = best else { break };
+        // A best gain of 0 means no document left supports any nugget: the rest of the ideal
+        // ranking adds nothing to the curve, whatever its order.
+        let Some((pi, _)) = best.filter(|&(_, gain)| gain > 0.0) else {
+            break;
+        };
         taken[pi] = true;
         let di = pool[pi];
         for &j in &q.doc_judgments[di as usize].supports {
@@ -218,7 +223,7 @@ pub(crate) fn first_cover_ranks(
 ) -> Vec<usize> {
     let mut first = vec![usize::MAX; q.num_nuggets];
     for (rank, &i) in ranked.iter().enumerate() {
-        if let Some(j) = q.judgment(&docs[i as usize].doc_id) {
+        if let Some(j) = q.judgment(docs[i as usize].doc_id) {
             for &n in &j.supports {
                 let slot = &mut first[n as usize];
                 if *slot == usize::MAX {
@@ -238,7 +243,7 @@ pub(crate) fn query_labels(
 ) -> Vec<Option<i64>> {
     ranked
         .iter()
-        .map(|&i| q.judgment(&docs[i as usize].doc_id).map(|j| j.query_label))
+        .map(|&i| q.judgment(docs[i as usize].doc_id).map(|j| j.query_label))
         .collect()
 }
 

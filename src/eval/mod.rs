@@ -14,6 +14,7 @@
 //! Imports only `dataset`.
 
 mod judgments;
+mod load;
 mod metrics;
 mod report;
 mod round;
@@ -442,7 +443,7 @@ fn score_query(
         order
             .into_iter()
             .map(|i| {
-                q.judgment(&docs[i as usize].doc_id)
+                q.judgment(docs[i as usize].doc_id)
                     .map(|j| j.supports.as_slice())
             })
             .collect()
@@ -500,7 +501,11 @@ fn score_query(
                 let holes = stable
                     .iter()
                     .take(k)
-                    .filter(|&&i| !judgments.judged_anywhere.contains(docs[i as usize].doc_id))
+                    .filter(|&&i| {
+                        !judgments
+                            .judged_anywhere()
+                            .contains(docs[i as usize].doc_id)
+                    })
                     .count();
                 holes as f64 / k as f64
             }
