@@ -261,14 +261,16 @@ pub fn write_trec_rankings<R: Rankings + ?Sized>(
                 let query_id = run.ranking_query_id(i);
                 let mut text = String::new();
                 for (rank, doc) in docs.iter().take(top_k).enumerate() {
-                    // Writing to a String cannot fail.
-                    let _ = writeln!(
-                        text,
-                        "{query_id} Q0 {} {} {} {tag}",
-                        doc.doc_id,
-                        rank + 1,
-                        doc.score
-                    );
+                    text.push_str(query_id);
+                    text.push_str(" Q0 ");
+                    text.push_str(doc.doc_id);
+                    text.push(' ');
+                    push_score(&mut text, (rank + 1) as f64);
+                    text.push(' ');
+                    push_score(&mut text, doc.score);
+                    text.push(' ');
+                    text.push_str(tag);
+                    text.push('\n');
                 }
                 text
             })
@@ -286,6 +288,54 @@ fn doc_hash(doc_id: &str) -> u64 {
     let mut hasher = FxHasher::default();
     doc_id.hash(&mut hasher);
     hasher.finish()
+}
+
+/// Appends `value` as `{}` formats it (the shortest text that reads back as the same double).
+/// A value below 2^20 in magnitude that is the double nearest to a decimal with at most 6
+/// places is written from that decimal directly: no other text of at most as many digits reads
+/// back as it (its ulp is below 10^-8), so it is the shortest, and Rust prints it without an
+/// exponent. Anything else goes through `{}`.
+pub(crate) fn push_score(text: &mut String, value: f64) {
+    const POW10: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+    if value.is_finite() && value.abs() < 1_048_576.0 {
+        for (places, &scale) in POW10.iter().enumerate() {
+            let scaled = (value * scale).round();
+            if scaled / scale == value {
+                let digits = scaled.abs() as u64;
+                let scale = scale as u64;
+                if value.is_sign_negative() {
+                    text.push('-');
+                }
+                push_digits(text, digits / scale, 1);
+                let fraction = digits % scale;
+                if fraction > 0 {
+                    text.push('.');
+                    let mut width = places;
+                    let mut fraction = fraction;
+                    while fraction % 10 == 0 {
+                        fraction /= 10;
+                        width -= 1;
+                    }
+                    push_digits(text, fraction, width);
+                }
+                return;
+            }
+        }
+    }
+    // Writing to a String cannot fail.
+    let _ = write!(text, "{value}");
+}
+
+/// Appends `n` in decimal, left-padded with zeros to `width` digits.
+fn push_digits(text: &mut String, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    while n > 0 || buf.len() - i < width {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    text.extend(buf[i..].iter().map(|&b| b as char));
 }
 
 /// A score as a sort key: `-0.0` and `0.0` compare equal (as in Python and C).
@@ -390,6 +440,30 @@ mod tests {
         let err = read("q1 Q0 a 1 high t\n").unwrap_err().to_string();
         assert!(err.contains(":1:") && err.contains("score"), "{err}");
         assert!(read("q1 Q0 a 1 nan t\n").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn scores_are_written_as_display_writes_them(
+            m in -2_000_000_000i64..2_000_000_000,
+            places in 0u32..9,
+            bits in proptest::num::u64::ANY,
+        ) {
+            for value in [m as f64 / 10f64.powi(places as i32), f64::from_bits(bits)] {
+                let mut text = String::new();
+                push_score(&mut text, value);
+                proptest::prop_assert_eq!(text, format!("{value}"));
+            }
+        }
+    }
+
+    #[test]
+    fn score_text_edge_cases() {
+        for value in [0.0, -0.0, 1.0, 0.001, -0.5, 100.0, 0.1 + 0.2, 1e-7, 1048575.999999, 3e20] {
+            let mut text = String::new();
+            push_score(&mut text, value);
+            assert_eq!(text, format!("{value}"));
+        }
     }
 
     #[test]

@@ -260,8 +260,15 @@ fn fuse_query<'a>(
         }
     }
     position.clear();
-    // Sorted on full precision, then rounded: the reference's order among rounded ties.
-    docs.sort_by(|a, b| score_key(b.score).total_cmp(&score_key(a.score)));
+    // Sorted on full precision, then rounded: the reference's order among rounded ties. A
+    // stable sort by score descending, done as an unstable sort of (key, position) pairs.
+    let mut keyed: Vec<(u64, u32)> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (descending_key(d.score), i as u32))
+        .collect();
+    keyed.sort_unstable();
+    let mut docs: Vec<DocRef<'a>> = keyed.iter().map(|&(_, i)| docs[i as usize]).collect();
     if let Some(digits) = options.round_digits {
         for doc in &mut docs {
             doc.score = py_round(doc.score, digits);
@@ -285,6 +292,13 @@ fn top_depth(mut docs: Vec<DocRef<'_>>, depth: usize) -> Vec<DocRef<'_>> {
     }
     docs.truncate(depth);
     docs
+}
+
+/// An integer that sorts ascending as `score_key(score)` sorts descending under `total_cmp`.
+fn descending_key(score: f64) -> u64 {
+    let bits = score_key(score).to_bits();
+    let ascending = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
+    !ascending
 }
 
 /// Score descending, then doc id ascending: a total order, so the cut is deterministic.
@@ -365,6 +379,28 @@ mod tests {
         let fused = fuse(&[&a, &b], &options, "f").unwrap();
         let ids: Vec<String> = scores(&fused, "q").into_iter().map(|(d, _)| d).collect();
         assert_eq!(ids, ["d3", "d2", "d1", "d0"]);
+    }
+
+    #[test]
+    fn descending_key_orders_like_total_cmp() {
+        let values = [
+            f64::NEG_INFINITY,
+            -3.5,
+            -1e-300,
+            -0.0,
+            0.0,
+            5e-324,
+            0.25,
+            1.0,
+            1e300,
+            f64::INFINITY,
+        ];
+        for a in values {
+            for b in values {
+                let expected = score_key(b).total_cmp(&score_key(a));
+                assert_eq!(descending_key(a).cmp(&descending_key(b)), expected, "{a} {b}");
+            }
+        }
     }
 
     #[test]
