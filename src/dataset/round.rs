@@ -29,7 +29,8 @@ pub fn py_round(value: f64, ndigits: usize) -> f64 {
         let p = a * scale;
         if p < TWO_POW_52 {
             let e = a.mul_add(scale, -p);
-            let n = p.floor();
+            // `p` is in [0, 2^52): truncating is `floor`, without a libm call.
+            let n = (p as u64) as f64;
             let f = p - n;
             let up = f > 0.5 || (f == 0.5 && (e > 0.0 || (e == 0.0 && n % 2.0 == 1.0)));
             let m = if up { n + 1.0 } else { n };

@@ -299,7 +299,9 @@ pub(crate) fn push_score(text: &mut String, value: f64) {
     const POW10: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
     if value.is_finite() && value.abs() < 1_048_576.0 {
         for (places, &scale) in POW10.iter().enumerate() {
-            let scaled = (value * scale).round();
+            // The nearest integer, rounding half away from zero, without a libm call; any
+            // candidate is checked just below.
+            let scaled = ((value.abs() * scale + 0.5) as u64 as f64).copysign(value);
             if scaled / scale == value {
                 let digits = scaled.abs() as u64;
                 let scale = scale as u64;
