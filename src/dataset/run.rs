@@ -314,7 +314,7 @@ pub(crate) fn push_score(text: &mut String, value: f64) {
                     text.push('.');
                     let mut width = places;
                     let mut fraction = fraction;
-                    while fraction % 10 == 0 {
+                    while fraction.is_multiple_of(10) {
                         fraction /= 10;
                         width -= 1;
                     }
@@ -461,7 +461,18 @@ mod tests {
 
     #[test]
     fn score_text_edge_cases() {
-        for value in [0.0, -0.0, 1.0, 0.001, -0.5, 100.0, 0.1 + 0.2, 1e-7, 1048575.999999, 3e20] {
+        for value in [
+            0.0,
+            -0.0,
+            1.0,
+            0.001,
+            -0.5,
+            100.0,
+            0.1 + 0.2,
+            1e-7,
+            1048575.999999,
+            3e20,
+        ] {
             let mut text = String::new();
             push_score(&mut text, value);
             assert_eq!(text, format!("{value}"));

@@ -297,7 +297,11 @@ fn top_depth(mut docs: Vec<DocRef<'_>>, depth: usize) -> Vec<DocRef<'_>> {
 /// An integer that sorts ascending as `score_key(score)` sorts descending under `total_cmp`.
 fn descending_key(score: f64) -> u64 {
     let bits = score_key(score).to_bits();
-    let ascending = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
+    let ascending = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    };
     !ascending
 }
 
@@ -398,7 +402,11 @@ mod tests {
         for a in values {
             for b in values {
                 let expected = score_key(b).total_cmp(&score_key(a));
-                assert_eq!(descending_key(a).cmp(&descending_key(b)), expected, "{a} {b}");
+                assert_eq!(
+                    descending_key(a).cmp(&descending_key(b)),
+                    expected,
+                    "{a} {b}"
+                );
             }
         }
     }
