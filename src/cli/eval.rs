@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use freshstack::Run;
+use freshstack::dataset::RunFile;
 use freshstack::eval::{
     EvalConfig, JudgmentsFormat, Metric, NDEVAL_MAX_DEPTH, SignificanceConfig, compare_runs,
     load_judgments,
@@ -81,7 +81,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let judgments = load_judgments(path, format)?;
     let mut runs = Vec::with_capacity(args.runs.len());
     for path in &args.runs {
-        let mut run = Run::read_trec(path)?;
+        let mut run = RunFile::read(path)?;
         if run.duplicates() > 0 {
             tracing::warn!(
                 "{}: {} repeated (question, document) lines; the last score counts, at the first \
@@ -90,8 +90,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
                 run.duplicates()
             );
         }
-        if runs.iter().any(|r: &Run| r.name == run.name) {
-            run.name = path.display().to_string();
+        if runs.iter().any(|r: &RunFile| r.name() == run.name()) {
+            run.set_name(path.display().to_string());
         }
         runs.push(run);
     }
@@ -127,7 +127,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
-    // Millions of small strings: the process is about to exit, skip freeing them one by one.
+    // Many allocations: the process is about to exit, skip freeing them one by one.
     std::mem::forget(comparison);
     std::mem::forget(runs);
     std::mem::forget(judgments);

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use freshstack::Run;
-use freshstack::search::{FusionMethod, FusionOptions, fuse};
+use freshstack::dataset::RunFile;
+use freshstack::search::{FusionMethod, FusionOptions, fuse_rankings};
 
 /// Fusion methods on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -50,7 +50,7 @@ pub fn run(args: FuseArgs) -> anyhow::Result<()> {
     let runs = args
         .runs
         .iter()
-        .map(Run::read_trec)
+        .map(RunFile::read)
         .collect::<Result<Vec<_>, _>>()?;
     let options = FusionOptions {
         method: match args.method {
@@ -62,8 +62,8 @@ pub fn run(args: FuseArgs) -> anyhow::Result<()> {
         round_digits: args.round,
     };
     let started = Instant::now();
-    let refs: Vec<&Run> = runs.iter().collect();
-    let fused = fuse(&refs, &options, &args.tag)?;
+    let refs: Vec<&RunFile> = runs.iter().collect();
+    let fused = fuse_rankings(&refs, &options, &args.tag)?;
     let fusion_ms = started.elapsed().as_secs_f64() * 1e3;
     fused
         .write_trec(&args.out, &args.tag, usize::MAX)

@@ -15,7 +15,9 @@ mod parquet;
 mod qrels;
 mod queries;
 mod question;
+mod round;
 mod run;
+mod run_file;
 mod shard;
 
 pub use document::{Document, DocumentMetadata};
@@ -25,5 +27,7 @@ pub use parquet::read_parquet;
 pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget};
 pub use queries::{NuggetRecord, QueryMetadata, QueryRecord};
 pub use question::{Nugget, Question, QuestionMetadata};
-pub use run::{Ranking, Run, ScoredDoc, score_key};
+pub use round::py_round;
+pub use run::{Ranking, Run, ScoredDoc, score_key, write_trec_rankings};
+pub use run_file::{DocRef, Rankings, RunFile};
 pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};

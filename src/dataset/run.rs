@@ -8,16 +8,16 @@
 //! reference builds a Python dict). The rank column is ignored: metrics order by score.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{Read, Write};
-use std::path::Path;
-
+use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
+use std::io::Write as _;
+use std::path::Path;
 
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::jsonl::AtomicWriter;
+use super::run_file::{DocRef, Rankings, RunFile};
 use crate::error::{Error, Result};
 
 /// One retrieved document and its retrieval score.
@@ -177,280 +177,111 @@ impl Run {
 
     /// Reads a TREC run file (see the module docs for the exact rules). Blank lines are skipped;
     /// a line with fewer than 6 fields or a score that is not a number is an error naming the
-    /// line. The run is named after the file stem.
+    /// line. The run is named after the file stem. (Read-only users can keep the
+    /// [`RunFile`] instead and skip the per-document strings.)
     pub fn read_trec(path: impl AsRef<Path>) -> Result<Run> {
-        let path = path.as_ref();
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut run = Run::new(name);
-        // The file is read in blocks cut at line ends; each block's lines are parsed in
-        // parallel, then added in file order (so the run is the same whatever the threads).
-        let size = file
-            .metadata()
-            .map(|m| m.len() as usize)
-            .unwrap_or(READ_BLOCK_BYTES);
-        let block = size.saturating_add(1).min(READ_BLOCK_BYTES);
-        let mut buf: Vec<u8> = Vec::with_capacity(block + (1 << 16));
-        let mut lines_before = 0usize;
-        // Per parse chunk, reused from block to block (no fresh memory per block).
-        let mut parsed: Vec<ParsedChunk> = Vec::new();
-        loop {
-            let eof = fill_block(&mut file, &mut buf, block).map_err(|e| Error::io(path, e))?;
-            let end = if eof {
-                buf.len()
-            } else {
-                match buf.iter().rposition(|&b| b == b'\n') {
-                    Some(p) => p + 1,
-                    // One line longer than a block: read on.
-                    None => continue,
-                }
-            };
-            let text = std::str::from_utf8(&buf[..end]).map_err(|e| {
-                let line = count_lines(&buf[..e.valid_up_to()]);
-                Error::parse(path, lines_before + line + 1, "not valid UTF-8")
-            })?;
-            let chunks = split_at_lines(text, PARSE_CHUNKS);
-            if parsed.len() < chunks.len() {
-                parsed.resize_with(chunks.len(), ParsedChunk::default);
-            }
-            chunks
-                .par_iter()
-                .zip(parsed.par_iter_mut())
-                .for_each(|(chunk, out)| parse_chunk(chunk, out));
-            for (chunk, out) in chunks.iter().zip(&parsed) {
-                if let Some((line, message)) = &out.error {
-                    return Err(Error::parse(path, lines_before + line, message.clone()));
-                }
-                for entry in &out.entries {
-                    let query_id = &chunk[entry.query.0..entry.query.1];
-                    let doc_id = if entry.doc_joined {
-                        &out.joined[entry.doc.0..entry.doc.1]
-                    } else {
-                        &chunk[entry.doc.0..entry.doc.1]
-                    };
-                    run.push(query_id, doc_id, entry.score);
-                }
-                lines_before += out.lines;
-            }
-            buf.drain(..end);
-            if eof {
-                break;
-            }
-        }
-        run.shrink();
-        Ok(run)
+        Ok(RunFile::read(path)?.to_run())
     }
 
     /// Writes the run in TREC format, atomically: per question (in run order) documents by
     /// descending score (ties keep input order), ranks from 1, at most `top_k` per question.
     pub fn write_trec(&self, path: impl AsRef<Path>, tag: &str, top_k: usize) -> Result<()> {
-        let mut writer = AtomicWriter::create(path)?;
-        let path = writer.path().to_path_buf();
-        for ranking in &self.rankings {
-            let mut order: Vec<&ScoredDoc> = ranking.docs.iter().collect();
-            order.sort_by(|a, b| score_key(b.score).total_cmp(&score_key(a.score)));
-            for (rank, doc) in order.into_iter().take(top_k).enumerate() {
-                writeln!(
-                    writer,
-                    "{} Q0 {} {} {} {}",
-                    ranking.query_id,
-                    doc.doc_id,
-                    rank + 1,
-                    doc.score,
-                    tag
-                )
+        write_trec_rankings(self, path, tag, top_k)
+    }
+
+    /// A run made of already merged rankings (distinct question ids, distinct doc ids each).
+    pub(crate) fn from_rankings(name: String, rankings: Vec<Ranking>, duplicates: usize) -> Run {
+        let by_query = rankings
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.query_id.clone(), i))
+            .collect();
+        Run {
+            name,
+            positions: vec![None; rankings.len()],
+            rankings,
+            by_query,
+            duplicates,
+            last: None,
+            capacity_hint: 0,
+        }
+    }
+}
+
+impl Rankings for Run {
+    fn run_name(&self) -> &str {
+        &self.name
+    }
+    fn num_rankings(&self) -> usize {
+        self.rankings.len()
+    }
+    fn ranking_query_id(&self, index: usize) -> &str {
+        &self.rankings[index].query_id
+    }
+    fn ranking_docs(&self, index: usize) -> Vec<DocRef<'_>> {
+        self.rankings[index].doc_refs()
+    }
+    fn find_query(&self, query_id: &str) -> Option<usize> {
+        self.by_query.get(query_id).copied()
+    }
+}
+
+impl Ranking {
+    /// The documents as borrowed [`DocRef`]s, in order.
+    pub fn doc_refs(&self) -> Vec<DocRef<'_>> {
+        self.docs
+            .iter()
+            .map(|d| DocRef {
+                doc_id: &d.doc_id,
+                score: d.score,
+            })
+            .collect()
+    }
+}
+
+/// Writes any [`Rankings`] in TREC format, atomically: per question (in run order) documents by
+/// descending score (ties keep input order), ranks from 1, at most `top_k` per question. Lines
+/// are formatted in parallel, a batch of questions at a time, and written in order.
+pub fn write_trec_rankings<R: Rankings + ?Sized>(
+    run: &R,
+    path: impl AsRef<Path>,
+    tag: &str,
+    top_k: usize,
+) -> Result<()> {
+    const BATCH: usize = 256;
+    let mut writer = AtomicWriter::create(path)?;
+    let path = writer.path().to_path_buf();
+    let n = run.num_rankings();
+    for first in (0..n).step_by(BATCH) {
+        let texts: Vec<String> = (first..(first + BATCH).min(n))
+            .into_par_iter()
+            .map(|i| {
+                let mut docs = run.ranking_docs(i);
+                docs.sort_by(|a, b| score_key(b.score).total_cmp(&score_key(a.score)));
+                let query_id = run.ranking_query_id(i);
+                let mut text = String::new();
+                for (rank, doc) in docs.iter().take(top_k).enumerate() {
+                    text.push_str(query_id);
+                    text.push_str(" Q0 ");
+                    text.push_str(doc.doc_id);
+                    text.push(' ');
+                    push_score(&mut text, (rank + 1) as f64);
+                    text.push(' ');
+                    push_score(&mut text, doc.score);
+                    text.push(' ');
+                    text.push_str(tag);
+                    text.push('\n');
+                }
+                text
+            })
+            .collect();
+        for text in texts {
+            writer
+                .write_all(text.as_bytes())
                 .map_err(|e| Error::io(&path, e))?;
-            }
-        }
-        writer.commit()
-    }
-}
-
-/// Bytes read (and parsed in parallel) at a time.
-const READ_BLOCK_BYTES: usize = 8 << 20;
-/// Pieces a block is cut into for parsing.
-const PARSE_CHUNKS: usize = 16;
-
-/// Reads until `buf` holds `block` more bytes or the file ends; true at end of file.
-fn fill_block(file: &mut File, buf: &mut Vec<u8>, block: usize) -> std::io::Result<bool> {
-    let target = buf.len() + block.max(1);
-    while buf.len() < target {
-        let start = buf.len();
-        buf.resize(target, 0);
-        let n = loop {
-            match file.read(&mut buf[start..]) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
-        let n = match n {
-            Ok(n) => n,
-            Err(e) => {
-                buf.truncate(start);
-                return Err(e);
-            }
-        };
-        buf.truncate(start + n);
-        if n == 0 {
-            return Ok(true);
         }
     }
-    Ok(false)
-}
-
-fn count_lines(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|&&b| b == b'\n').count()
-}
-
-/// Cuts `text` into about `pieces` parts, each ending at a line end (except maybe the last).
-fn split_at_lines(text: &str, pieces: usize) -> Vec<&str> {
-    let target = (text.len() / pieces.max(1)).max(1 << 16);
-    let mut out = Vec::new();
-    let mut rest = text;
-    while rest.len() > target {
-        match rest.as_bytes()[target..].iter().position(|&b| b == b'\n') {
-            Some(p) => {
-                let (head, tail) = rest.split_at(target + p + 1);
-                out.push(head);
-                rest = tail;
-            }
-            None => break,
-        }
-    }
-    if !rest.is_empty() {
-        out.push(rest);
-    }
-    out
-}
-
-/// One parsed line: byte ranges of its question id (in the chunk) and doc id (in the chunk, or
-/// in [`ParsedChunk::joined`] for an id with spaces), and its score.
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    query: (usize, usize),
-    doc: (usize, usize),
-    doc_joined: bool,
-    score: f64,
-}
-
-/// The parsed lines of one chunk, the number of line ends in it, or its first error as
-/// `(1-based line within the chunk, message)`. Reused across blocks.
-#[derive(Debug, Default)]
-struct ParsedChunk {
-    entries: Vec<Entry>,
-    joined: String,
-    lines: usize,
-    error: Option<(usize, String)>,
-}
-
-/// Parses one chunk of a TREC run into `out` (cleared first).
-fn parse_chunk(chunk: &str, out: &mut ParsedChunk) {
-    out.entries.clear();
-    out.joined.clear();
-    out.error = None;
-    let base = chunk.as_ptr() as usize;
-    let span = |field: &str| -> (usize, usize) {
-        let start = field.as_ptr() as usize - base;
-        (start, start + field.len())
-    };
-    let mut fields: Vec<&str> = Vec::with_capacity(8);
-    let mut lines = 0usize;
-    for line in chunk.split('\n') {
-        lines += 1;
-        split_fields(line, &mut fields);
-        if fields.is_empty() {
-            continue;
-        }
-        let len = fields.len();
-        if len < 6 {
-            out.error = Some((
-                lines,
-                format!("expected 6 fields `qid Q0 docid rank score tag`, got {len}"),
-            ));
-            return;
-        }
-        let (doc, doc_joined, score_text) = if len >= 7 {
-            let start = out.joined.len();
-            for (i, part) in fields[2..len - 3].iter().enumerate() {
-                if i > 0 {
-                    out.joined.push(' ');
-                }
-                out.joined.push_str(part);
-            }
-            ((start, out.joined.len()), true, fields[len - 2])
-        } else {
-            (span(fields[2]), false, fields[4])
-        };
-        let Some(score) = parse_score(score_text) else {
-            out.error = Some((
-                lines,
-                format!("score: expected a number, got `{score_text}`"),
-            ));
-            return;
-        };
-        out.entries.push(Entry {
-            query: span(fields[0]),
-            doc,
-            doc_joined,
-            score,
-        });
-    }
-    // `split` yields one piece more than there are line ends.
-    out.lines = lines - 1;
-}
-
-/// Python's `str.split()`: fields separated by runs of whitespace (Python's whitespace, which
-/// includes the ASCII separators 0x1C..0x1F). ASCII lines, the usual case, take a byte loop.
-fn split_fields<'a>(line: &'a str, out: &mut Vec<&'a str>) {
-    fn is_space(b: u8) -> bool {
-        matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f)
-    }
-    /// True when all 8 bytes are printable ASCII (0x21..=0x7f): none can end a field or need
-    /// the Unicode path, so the scan may skip the word (bit trick "hasless(x, 0x21)").
-    fn plain_word(word: u64) -> bool {
-        const ONES: u64 = u64::MAX / 255;
-        let below_0x21 = word.wrapping_sub(ONES * 0x21) & !word & (ONES * 0x80);
-        below_0x21 == 0 && word & (ONES * 0x80) == 0
-    }
-    out.clear();
-    let bytes = line.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        while i < bytes.len() && is_space(bytes[i]) {
-            i += 1;
-        }
-        let start = i;
-        while i < bytes.len() {
-            if let Some(word) = bytes.get(i..i + 8) {
-                let mut array = [0u8; 8];
-                array.copy_from_slice(word);
-                if plain_word(u64::from_le_bytes(array)) {
-                    i += 8;
-                    continue;
-                }
-            }
-            let b = bytes[i];
-            if b >= 0x80 {
-                // Not ASCII: Python's Unicode whitespace rules, on the whole line.
-                out.clear();
-                out.extend(
-                    line.split(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-                        .filter(|f| !f.is_empty()),
-                );
-                return;
-            }
-            if is_space(b) {
-                break;
-            }
-            i += 1;
-        }
-        if start < i {
-            out.push(&line[start..i]);
-        }
-    }
+    writer.commit()
 }
 
 fn doc_hash(doc_id: &str) -> u64 {
@@ -459,16 +290,59 @@ fn doc_hash(doc_id: &str) -> u64 {
     hasher.finish()
 }
 
+/// Appends `value` as `{}` formats it (the shortest text that reads back as the same double).
+/// A value below 2^20 in magnitude that is the double nearest to a decimal with at most 6
+/// places is written from that decimal directly: no other text of at most as many digits reads
+/// back as it (its ulp is below 10^-8), so it is the shortest, and Rust prints it without an
+/// exponent. Anything else goes through `{}`.
+pub(crate) fn push_score(text: &mut String, value: f64) {
+    const POW10: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+    if value.is_finite() && value.abs() < 1_048_576.0 {
+        for (places, &scale) in POW10.iter().enumerate() {
+            // The nearest integer, rounding half away from zero, without a libm call; any
+            // candidate is checked just below.
+            let scaled = ((value.abs() * scale + 0.5) as u64 as f64).copysign(value);
+            if scaled / scale == value {
+                let digits = scaled.abs() as u64;
+                let scale = scale as u64;
+                if value.is_sign_negative() {
+                    text.push('-');
+                }
+                push_digits(text, digits / scale, 1);
+                let fraction = digits % scale;
+                if fraction > 0 {
+                    text.push('.');
+                    let mut width = places;
+                    let mut fraction = fraction;
+                    while fraction.is_multiple_of(10) {
+                        fraction /= 10;
+                        width -= 1;
+                    }
+                    push_digits(text, fraction, width);
+                }
+                return;
+            }
+        }
+    }
+    // Writing to a String cannot fail.
+    let _ = write!(text, "{value}");
+}
+
+/// Appends `n` in decimal, left-padded with zeros to `width` digits.
+fn push_digits(text: &mut String, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    while n > 0 || buf.len() - i < width {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    text.extend(buf[i..].iter().map(|&b| b as char));
+}
+
 /// A score as a sort key: `-0.0` and `0.0` compare equal (as in Python and C).
 pub fn score_key(score: f64) -> f64 {
     if score == 0.0 { 0.0 } else { score }
-}
-
-/// Parses a score like Python's `float()` for the forms run files use; NaN is refused (it has
-/// no place in a ranking).
-fn parse_score(text: &str) -> Option<f64> {
-    let value: f64 = text.parse().ok()?;
-    if value.is_nan() { None } else { Some(value) }
 }
 
 impl FromIterator<(String, String, f64)> for Run {
@@ -536,34 +410,6 @@ mod tests {
         assert!(err.contains(":20001:"), "{err}");
     }
 
-    proptest::proptest! {
-        #[test]
-        fn fast_split_equals_unicode_split(line in "[a-z0-9_./ \t\u{1c}\u{1f}\u{7f}\u{a0}é\x00-]{0,80}") {
-            let mut fast = Vec::new();
-            split_fields(&line, &mut fast);
-            let slow: Vec<&str> = line
-                .split(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-                .filter(|f| !f.is_empty())
-                .collect();
-            proptest::prop_assert_eq!(fast, slow);
-        }
-    }
-
-    #[test]
-    fn fields_split_like_python() {
-        let mut f = Vec::new();
-        split_fields(" a\tb\x1cc  d\r", &mut f);
-        assert_eq!(f, ["a", "b", "c", "d"]);
-        split_fields("q\u{a0}é  x", &mut f);
-        assert_eq!(f, ["q", "é", "x"]);
-        split_fields("abcdefghijklmnop qrstuvwxyz0123456789\tq\u{7f}", &mut f);
-        assert_eq!(f, ["abcdefghijklmnop", "qrstuvwxyz0123456789", "q\u{7f}"]);
-        split_fields("a_long_doc_id_x\u{a0}y_more_bytes_here 2", &mut f);
-        assert_eq!(f, ["a_long_doc_id_x", "y_more_bytes_here", "2"]);
-        split_fields("a\x00b c", &mut f);
-        assert_eq!(f, ["a\x00b", "c"]);
-    }
-
     #[test]
     fn doc_ids_with_spaces_are_joined_like_the_reference() {
         let run = read("q1 Q0 my  doc\tname.md_0_10 1 0.5 tag\n").unwrap();
@@ -596,6 +442,41 @@ mod tests {
         let err = read("q1 Q0 a 1 high t\n").unwrap_err().to_string();
         assert!(err.contains(":1:") && err.contains("score"), "{err}");
         assert!(read("q1 Q0 a 1 nan t\n").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn scores_are_written_as_display_writes_them(
+            m in -2_000_000_000i64..2_000_000_000,
+            places in 0u32..9,
+            bits in proptest::num::u64::ANY,
+        ) {
+            for value in [m as f64 / 10f64.powi(places as i32), f64::from_bits(bits)] {
+                let mut text = String::new();
+                push_score(&mut text, value);
+                proptest::prop_assert_eq!(text, format!("{value}"));
+            }
+        }
+    }
+
+    #[test]
+    fn score_text_edge_cases() {
+        for value in [
+            0.0,
+            -0.0,
+            1.0,
+            0.001,
+            -0.5,
+            100.0,
+            0.1 + 0.2,
+            1e-7,
+            1048575.999999,
+            3e20,
+        ] {
+            let mut text = String::new();
+            push_score(&mut text, value);
+            assert_eq!(text, format!("{value}"));
+        }
     }
 
     #[test]

@@ -4,14 +4,17 @@
 //! Built once from [`NuggetQrels`] and reused for every run.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
+use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::dataset::{NuggetQrels, QueryRecord, read_jsonl};
+use super::load::read_queries_jsonl;
+use crate::dataset::NuggetQrels;
 use crate::error::{Error, Result};
 
 /// What one judged document means for one question.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct DocJudgment {
     /// Indices of the question's nuggets this document supports (label >= 1), ascending.
     pub supports: Vec<u32>,
@@ -20,7 +23,7 @@ pub(crate) struct DocJudgment {
 }
 
 /// One question's judgments, ready for scoring.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct QueryJudgmentIndex {
     pub query_id: String,
     /// All nuggets of the question, with or without judged documents.
@@ -53,76 +56,110 @@ impl QueryJudgmentIndex {
     }
 }
 
+impl QueryJudgmentIndex {
+    /// Indexes one question from its nuggets, each given as its judged documents with their
+    /// final labels (each document once per nugget, in order of first appearance).
+    pub(crate) fn build<'a, N, D>(query_id: &str, nuggets: N) -> Self
+    where
+        N: ExactSizeIterator<Item = D>,
+        D: IntoIterator<Item = (&'a str, i32)>,
+    {
+        let num_nuggets = nuggets.len();
+        let mut docs: FxHashMap<String, u32> = FxHashMap::default();
+        let mut doc_judgments: Vec<DocJudgment> = Vec::new();
+        let mut supported = vec![false; num_nuggets];
+        for (ni, nugget) in nuggets.enumerate() {
+            for (doc, label) in nugget {
+                let di = match docs.get(doc) {
+                    Some(&i) => i as usize,
+                    None => {
+                        docs.insert(doc.to_string(), doc_judgments.len() as u32);
+                        doc_judgments.push(DocJudgment::default());
+                        doc_judgments.len() - 1
+                    }
+                };
+                let judgment = &mut doc_judgments[di];
+                judgment.query_label += i64::from(label);
+                if label >= 1 {
+                    judgment.supports.push(ni as u32);
+                    supported[ni] = true;
+                }
+            }
+        }
+        let mut pool: Vec<(&str, u32)> = docs.iter().map(|(d, &i)| (d.as_str(), i)).collect();
+        pool.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let pool_sorted = pool.into_iter().map(|(_, i)| i).collect();
+        let mut ideal_labels: Vec<i64> = doc_judgments
+            .iter()
+            .map(|j| j.query_label)
+            .filter(|&l| l >= 1)
+            .collect();
+        ideal_labels.sort_unstable_by(|a, b| b.cmp(a));
+        QueryJudgmentIndex {
+            query_id: query_id.to_string(),
+            num_nuggets,
+            num_supported_nuggets: supported.iter().filter(|&&s| s).count(),
+            num_relevant: ideal_labels.len(),
+            ideal_labels,
+            docs,
+            doc_judgments,
+            pool_sorted,
+        }
+    }
+}
+
 /// Nugget judgments of a set of questions, indexed for evaluating runs.
 #[derive(Debug, Clone)]
 pub struct Judgments {
     pub(crate) queries: Vec<QueryJudgmentIndex>,
     pub(crate) by_query: FxHashMap<String, usize>,
-    /// Every document judged for any question (the reference's "annotated corpus").
-    pub(crate) judged_anywhere: FxHashSet<String>,
+    /// Every document judged for any question (the reference's "annotated corpus"), built on
+    /// first use (only Hole@k needs it).
+    judged_anywhere: OnceLock<FxHashSet<String>>,
 }
 
 impl Judgments {
     /// Indexes `qrels`. Questions keep their order (the reference sums per-question values in
     /// this order for Coverage).
     pub fn new(qrels: &NuggetQrels) -> Self {
-        let mut queries = Vec::with_capacity(qrels.len());
-        let mut by_query = FxHashMap::default();
-        let mut judged_anywhere = FxHashSet::default();
-        for query in qrels.queries() {
-            let mut docs: FxHashMap<String, u32> = FxHashMap::default();
-            let mut doc_judgments: Vec<DocJudgment> = Vec::new();
-            let mut supported = vec![false; query.nuggets.len()];
-            for (ni, nugget) in query.nuggets.iter().enumerate() {
-                for (doc, label) in &nugget.docs {
-                    let di = match docs.get(doc.as_str()) {
-                        Some(&i) => i as usize,
-                        None => {
-                            docs.insert(doc.clone(), doc_judgments.len() as u32);
-                            doc_judgments.push(DocJudgment::default());
-                            doc_judgments.len() - 1
-                        }
-                    };
-                    let judgment = &mut doc_judgments[di];
-                    judgment.query_label += i64::from(*label);
-                    if *label >= 1 {
-                        judgment.supports.push(ni as u32);
-                        supported[ni] = true;
-                    }
-                }
-            }
-            for doc in docs.keys() {
-                if !judged_anywhere.contains(doc.as_str()) {
-                    judged_anywhere.insert(doc.clone());
-                }
-            }
-            let mut pool: Vec<(&str, u32)> = docs.iter().map(|(d, &i)| (d.as_str(), i)).collect();
-            pool.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            let pool_sorted = pool.into_iter().map(|(_, i)| i).collect();
-            let mut ideal_labels: Vec<i64> = doc_judgments
-                .iter()
-                .map(|j| j.query_label)
-                .filter(|&l| l >= 1)
-                .collect();
-            ideal_labels.sort_unstable_by(|a, b| b.cmp(a));
-            let index = QueryJudgmentIndex {
-                query_id: query.query_id.clone(),
-                num_nuggets: query.nuggets.len(),
-                num_supported_nuggets: supported.iter().filter(|&&s| s).count(),
-                num_relevant: ideal_labels.len(),
-                ideal_labels,
-                docs,
-                doc_judgments,
-                pool_sorted,
-            };
-            by_query.insert(index.query_id.clone(), queries.len());
-            queries.push(index);
-        }
+        let queries = qrels
+            .queries()
+            .par_iter()
+            .map(|query| {
+                QueryJudgmentIndex::build(
+                    &query.query_id,
+                    query
+                        .nuggets
+                        .iter()
+                        .map(|n| n.docs.iter().map(|(d, l)| (d.as_str(), *l))),
+                )
+            })
+            .collect();
+        Self::from_indexes(queries)
+    }
+
+    /// Judgments made of already indexed questions (distinct ids), in order.
+    pub(crate) fn from_indexes(queries: Vec<QueryJudgmentIndex>) -> Self {
+        let by_query = queries
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.query_id.clone(), i))
+            .collect();
         Self {
             queries,
             by_query,
-            judged_anywhere,
+            judged_anywhere: OnceLock::new(),
         }
+    }
+
+    /// Every document judged for any question.
+    pub(crate) fn judged_anywhere(&self) -> &FxHashSet<String> {
+        self.judged_anywhere.get_or_init(|| {
+            self.queries
+                .iter()
+                .flat_map(|q| q.docs.keys().cloned())
+                .collect()
+        })
     }
 
     /// Number of questions (those with at least one nugget).
@@ -157,14 +194,11 @@ pub enum JudgmentsFormat {
 /// Loads judgments from `path` in `format`; a file without any nugget is an error (nothing could
 /// be evaluated against it).
 pub fn load_judgments(path: &Path, format: JudgmentsFormat) -> Result<Judgments> {
-    let qrels = match format {
-        JudgmentsFormat::QueriesJsonl => {
-            let records: Vec<QueryRecord> = read_jsonl(path)?;
-            NuggetQrels::from_queries(&records)
-        }
-        JudgmentsFormat::NdevalQrels => NuggetQrels::read_ndeval(path)?,
+    let judgments = match format {
+        JudgmentsFormat::QueriesJsonl => read_queries_jsonl(path)?,
+        JudgmentsFormat::NdevalQrels => Judgments::new(&NuggetQrels::read_ndeval(path)?),
     };
-    if qrels.is_empty() {
+    if judgments.is_empty() {
         return Err(Error::invalid(
             "judgments",
             format!(
@@ -173,5 +207,5 @@ pub fn load_judgments(path: &Path, format: JudgmentsFormat) -> Result<Judgments>
             ),
         ));
     }
-    Ok(Judgments::new(&qrels))
+    Ok(judgments)
 }

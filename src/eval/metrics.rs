@@ -13,7 +13,7 @@
 use std::cmp::Ordering;
 
 use super::judgments::QueryJudgmentIndex;
-use crate::dataset::{ScoredDoc, score_key};
+use crate::dataset::{DocRef, score_key};
 
 /// The first `min(depth, n)` of `0..n` in the order `cmp` (a total order), in that order.
 pub(crate) fn top_by<F>(n: usize, depth: usize, mut cmp: F) -> Vec<u32>
@@ -33,8 +33,21 @@ where
     idx
 }
 
+/// True when the scores never increase (by [`score_key`]) and none is NaN: the usual shape of
+/// a run file, which lets the orders below skip their selection.
+pub(crate) fn is_sorted_by_score(docs: &[DocRef<'_>]) -> bool {
+    docs.iter().all(|d| !d.score.is_nan())
+        && docs
+            .windows(2)
+            .all(|w| score_key(w[0].score) >= score_key(w[1].score))
+}
+
 /// Python's stable `sorted(..., key=score, reverse=True)`: score descending, input order.
-pub(crate) fn stable_order(docs: &[ScoredDoc], depth: usize) -> Vec<u32> {
+/// `sorted` says the documents already are in that order ([`is_sorted_by_score`]).
+pub(crate) fn stable_order(docs: &[DocRef<'_>], depth: usize, sorted: bool) -> Vec<u32> {
+    if sorted {
+        return (0..depth.min(docs.len()) as u32).collect();
+    }
     top_by(docs.len(), depth, |a, b| {
         score_key(docs[b as usize].score)
             .total_cmp(&score_key(docs[a as usize].score))
@@ -43,13 +56,32 @@ pub(crate) fn stable_order(docs: &[ScoredDoc], depth: usize) -> Vec<u32> {
 }
 
 /// trec_eval's order: the score as `float` descending, then doc id descending (bytewise).
-pub(crate) fn trec_order(docs: &[ScoredDoc], depth: usize) -> Vec<u32> {
-    top_by(docs.len(), depth, |a, b| {
+/// With `sorted` input only the first `depth` and the documents tied with the last of them (as
+/// floats) are ordered.
+pub(crate) fn trec_order(docs: &[DocRef<'_>], depth: usize, sorted: bool) -> Vec<u32> {
+    let cmp = |a: u32, b: u32| {
         let (da, db) = (&docs[a as usize], &docs[b as usize]);
         let (sa, sb) = (trec_sim(da.score), trec_sim(db.score));
         sb.total_cmp(&sa)
             .then_with(|| db.doc_id.as_bytes().cmp(da.doc_id.as_bytes()))
-    })
+    };
+    if sorted {
+        // Rounding to f32 keeps the order (weakly), so only ties need sorting.
+        let depth = depth.min(docs.len());
+        if depth == 0 {
+            return Vec::new();
+        }
+        let last = trec_sim(docs[depth - 1].score);
+        let mut end = depth;
+        while end < docs.len() && trec_sim(docs[end].score) == last {
+            end += 1;
+        }
+        let mut idx: Vec<u32> = (0..end as u32).collect();
+        idx.sort_unstable_by(|&a, &b| cmp(a, b));
+        idx.truncate(depth);
+        return idx;
+    }
+    top_by(docs.len(), depth, cmp)
 }
 
 fn trec_sim(score: f64) -> f32 {
@@ -58,7 +90,7 @@ fn trec_sim(score: f64) -> f32 {
 }
 
 /// pyndeval's re-sort of the (already cut) run: score descending, then doc id ascending.
-pub(crate) fn ndeval_order(docs: &[ScoredDoc], cut: &[u32]) -> Vec<u32> {
+pub(crate) fn ndeval_order(docs: &[DocRef<'_>], cut: &[u32]) -> Vec<u32> {
     let mut out = cut.to_vec();
     out.sort_unstable_by(|&a, &b| {
         let (da, db) = (&docs[a as usize], &docs[b as usize]);
@@ -124,6 +156,7 @@ where
 
 /// ndeval's greedy ideal ranking over the judged pool, first `depth` picks: at each rank the
 /// document with the largest marginal gain; equal gains go to the larger doc id (`strcmp`).
+/// Stops early once no document has any gain left (those picks add 0 to the curve).
 pub(crate) fn alpha_ideal_order(q: &QueryJudgmentIndex, depth: usize, alpha: f64) -> Vec<u32> {
     let pool = &q.pool_sorted;
     let mut taken = vec![false; pool.len()];
@@ -144,7 +177,11 @@ pub(crate) fn alpha_ideal_order(q: &QueryJudgmentIndex, depth: usize, alpha: f64
                 best = Some((pi, score));
             }
         }
-        let Some((pi, _)) = best else { break };
+        // A best gain of 0 means no document left supports any nugget: the rest of the ideal
+        // ranking adds nothing to the curve, whatever its order.
+        let Some((pi, _)) = best.filter(|&(_, gain)| gain > 0.0) else {
+            break;
+        };
         taken[pi] = true;
         let di = pool[pi];
         for &j in &q.doc_judgments[di as usize].supports {
@@ -181,12 +218,12 @@ pub(crate) fn alpha_ndcg_at(run: &[f64], ideal: &[f64], k: usize) -> f64 {
 /// (`usize::MAX` when none): Coverage@k counts the nuggets with a rank below k.
 pub(crate) fn first_cover_ranks(
     q: &QueryJudgmentIndex,
-    docs: &[ScoredDoc],
+    docs: &[DocRef<'_>],
     ranked: &[u32],
 ) -> Vec<usize> {
     let mut first = vec![usize::MAX; q.num_nuggets];
     for (rank, &i) in ranked.iter().enumerate() {
-        if let Some(j) = q.judgment(&docs[i as usize].doc_id) {
+        if let Some(j) = q.judgment(docs[i as usize].doc_id) {
             for &n in &j.supports {
                 let slot = &mut first[n as usize];
                 if *slot == usize::MAX {
@@ -201,12 +238,12 @@ pub(crate) fn first_cover_ranks(
 /// Query-level labels of the documents in `ranked` (judged-for-nothing documents: `None`).
 pub(crate) fn query_labels(
     q: &QueryJudgmentIndex,
-    docs: &[ScoredDoc],
+    docs: &[DocRef<'_>],
     ranked: &[u32],
 ) -> Vec<Option<i64>> {
     ranked
         .iter()
-        .map(|&i| q.judgment(&docs[i as usize].doc_id).map(|j| j.query_label))
+        .map(|&i| q.judgment(docs[i as usize].doc_id).map(|j| j.query_label))
         .collect()
 }
 
@@ -260,27 +297,61 @@ pub(crate) fn ndcg_at(labels: &[Option<i64>], ideal_labels: &[i64], k: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
-    fn docs(list: &[(&str, f64)]) -> Vec<ScoredDoc> {
+    fn docs<'a>(list: &[(&'a str, f64)]) -> Vec<DocRef<'a>> {
         list.iter()
-            .map(|(d, s)| ScoredDoc {
-                doc_id: d.to_string(),
-                score: *s,
-            })
+            .map(|&(doc_id, score)| DocRef { doc_id, score })
             .collect()
     }
 
     #[test]
     fn the_three_tie_rules() {
         let d = docs(&[("b", 1.0), ("c", 2.0), ("a", 1.0), ("d", 1.0)]);
-        assert_eq!(stable_order(&d, 10), vec![1, 0, 2, 3]);
-        assert_eq!(stable_order(&d, 2), vec![1, 0]);
-        assert_eq!(trec_order(&d, 10), vec![1, 3, 0, 2]);
-        assert_eq!(ndeval_order(&d, &stable_order(&d, 3)), vec![1, 2, 0]);
+        assert!(!is_sorted_by_score(&d));
+        assert_eq!(stable_order(&d, 10, false), vec![1, 0, 2, 3]);
+        assert_eq!(stable_order(&d, 2, false), vec![1, 0]);
+        assert_eq!(trec_order(&d, 10, false), vec![1, 3, 0, 2]);
+        assert_eq!(ndeval_order(&d, &stable_order(&d, 3, false)), vec![1, 2, 0]);
         // 32-bit floats make close scores ties for trec_eval.
         let d = docs(&[("a", 1.000_000_000_1), ("b", 1.0)]);
-        assert_eq!(trec_order(&d, 2), vec![1, 0]);
-        assert_eq!(stable_order(&d, 2), vec![0, 1]);
+        assert!(is_sorted_by_score(&d));
+        for sorted in [false, true] {
+            assert_eq!(trec_order(&d, 2, sorted), vec![1, 0]);
+            assert_eq!(trec_order(&d, 1, sorted), vec![1]);
+            assert_eq!(stable_order(&d, 2, sorted), vec![0, 1]);
+        }
+    }
+
+    proptest::proptest! {
+        /// On input sorted by score, the shortcuts give the general orders.
+        #[test]
+        fn sorted_shortcuts_equal_the_general_orders(
+            mut scores in proptest::collection::vec(
+                proptest::prop_oneof![
+                    (0u8..6).prop_map(|s| f64::from(s) / 2.0),
+                    proptest::num::f64::NORMAL,
+                    proptest::strategy::Just(-0.0),
+                    proptest::strategy::Just(1.000_000_000_1),
+                    proptest::strategy::Just(1.0),
+                ],
+                0..40,
+            ),
+            // Distinct ids, as in a ranking.
+            ids in proptest::strategy::Just((0..40).collect::<Vec<u8>>()).prop_shuffle(),
+            depth in 0usize..45,
+        ) {
+            scores.sort_by(|a, b| score_key(*b).total_cmp(&score_key(*a)));
+            let names: Vec<String> = ids.iter().map(|i| format!("d{i}")).collect();
+            let d: Vec<DocRef> = scores
+                .iter()
+                .zip(&names)
+                .map(|(&score, id)| DocRef { doc_id: id, score })
+                .collect();
+            proptest::prop_assert!(is_sorted_by_score(&d));
+            proptest::prop_assert_eq!(stable_order(&d, depth, true), stable_order(&d, depth, false));
+            proptest::prop_assert_eq!(trec_order(&d, depth, true), trec_order(&d, depth, false));
+        }
     }
 
     #[test]

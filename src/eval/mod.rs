@@ -14,6 +14,7 @@
 //! Imports only `dataset`.
 
 mod judgments;
+mod load;
 mod metrics;
 mod report;
 mod round;
@@ -28,7 +29,7 @@ pub use report::{Comparison, SignificanceConfig, compare_runs};
 pub use round::py_round;
 pub use significance::{PairedTest, paired_t_test, paired_tests, randomization_test};
 
-use crate::dataset::{Run, ScoredDoc};
+use crate::dataset::{DocRef, Rankings};
 use crate::error::{Error, Result};
 use metrics::*;
 
@@ -312,9 +313,14 @@ impl Plan {
     }
 }
 
-/// Evaluates `run` against `judgments`. Questions of the run without judgments are ignored;
+/// Evaluates `run` (a [`Run`](crate::Run), a [`RunFile`](crate::dataset::RunFile) or any other
+/// [`Rankings`]) against `judgments`. Questions of the run without judgments are ignored;
 /// judged questions missing from the run score 0. Means are over all judged questions.
-pub fn evaluate(judgments: &Judgments, run: &Run, config: &EvalConfig) -> Evaluation {
+pub fn evaluate<R: Rankings + ?Sized>(
+    judgments: &Judgments,
+    run: &R,
+    config: &EvalConfig,
+) -> Evaluation {
     let plan = Plan::new(config);
     let num_measures = config.measures.len();
     let mut per_query: Vec<QueryScores> = judgments
@@ -328,32 +334,24 @@ pub fn evaluate(judgments: &Judgments, run: &Run, config: &EvalConfig) -> Evalua
     let mut notes = EvalNotes::default();
     // Questions are scored in parallel; sums below run sequentially in a fixed order, so the
     // output does not depend on the thread count.
-    let scored: Vec<(usize, Vec<f64>)> = run
-        .rankings()
-        .par_iter()
-        .filter_map(|ranking| {
-            let qi = judgments.index_of(&ranking.query_id)?;
+    let scored: Vec<(usize, Vec<f64>, bool)> = (0..run.num_rankings())
+        .into_par_iter()
+        .filter_map(|ri| {
+            let qi = judgments.index_of(run.ranking_query_id(ri))?;
             let q = &judgments.queries[qi];
-            let crashes = ranking.docs.is_empty() || q.has_no_judged_doc();
+            let docs = run.ranking_docs(ri);
+            let crashes = docs.is_empty() || q.has_no_judged_doc();
             let mut values = vec![0.0; num_measures];
-            score_query(
-                judgments,
-                qi,
-                &ranking.docs,
-                config,
-                &plan,
-                crashes,
-                &mut values,
-            );
-            Some((qi, values))
+            score_query(judgments, qi, &docs, config, &plan, crashes, &mut values);
+            Some((qi, values, docs.is_empty()))
         })
         .collect();
-    notes.unknown_queries = run.len() - scored.len();
+    notes.unknown_queries = run.num_rankings() - scored.len();
     // Judged questions in run order: the reference sums alpha-nDCG, Recall and nDCG this way.
     let mut run_order: Vec<usize> = Vec::with_capacity(scored.len());
-    for (qi, values) in scored {
+    for (qi, values, empty) in scored {
         let q = &judgments.queries[qi];
-        if run.get(&q.query_id).is_some_and(|r| r.docs.is_empty()) {
+        if empty {
             notes.empty_rankings += 1;
         } else if q.has_no_judged_doc() {
             notes.unjudged_queries += 1;
@@ -365,7 +363,7 @@ pub fn evaluate(judgments: &Judgments, run: &Run, config: &EvalConfig) -> Evalua
     if notes.empty_rankings > 0 {
         tracing::warn!(
             "run {}: {} question(s) with an empty ranking scored 0 (the reference crashes on them)",
-            run.name,
+            run.run_name(),
             notes.empty_rankings
         );
     }
@@ -373,7 +371,7 @@ pub fn evaluate(judgments: &Judgments, run: &Run, config: &EvalConfig) -> Evalua
         tracing::warn!(
             "run {}: {} question(s) have nuggets but no judged document; alpha-nDCG 0 for them \
              (the reference crashes on them)",
-            run.name,
+            run.run_name(),
             notes.unjudged_queries
         );
     }
@@ -407,7 +405,7 @@ pub fn evaluate(judgments: &Judgments, run: &Run, config: &EvalConfig) -> Evalua
         })
         .collect();
     Evaluation {
-        run_name: run.name.clone(),
+        run_name: run.run_name().to_string(),
         measures: config.measures.clone(),
         means,
         per_query,
@@ -419,15 +417,16 @@ pub fn evaluate(judgments: &Judgments, run: &Run, config: &EvalConfig) -> Evalua
 fn score_query(
     judgments: &Judgments,
     qi: usize,
-    docs: &[ScoredDoc],
+    docs: &[DocRef<'_>],
     config: &EvalConfig,
     plan: &Plan,
     alpha_crashes: bool,
     out: &mut [f64],
 ) {
     let q = &judgments.queries[qi];
-    let stable = stable_order(docs, plan.stable_depth);
-    let trec = trec_order(docs, plan.trec_depth);
+    let sorted = is_sorted_by_score(docs);
+    let stable = stable_order(docs, plan.stable_depth, sorted);
+    let trec = trec_order(docs, plan.trec_depth, sorted);
     let trec_labels = query_labels(q, docs, &trec);
     let cover_ranks = first_cover_ranks(q, docs, &stable);
     let needs_alpha = !alpha_crashes
@@ -444,7 +443,7 @@ fn score_query(
         order
             .into_iter()
             .map(|i| {
-                q.judgment(&docs[i as usize].doc_id)
+                q.judgment(docs[i as usize].doc_id)
                     .map(|j| j.supports.as_slice())
             })
             .collect()
@@ -504,8 +503,8 @@ fn score_query(
                     .take(k)
                     .filter(|&&i| {
                         !judgments
-                            .judged_anywhere
-                            .contains(docs[i as usize].doc_id.as_str())
+                            .judged_anywhere()
+                            .contains(docs[i as usize].doc_id)
                     })
                     .count();
                 holes as f64 / k as f64
@@ -514,7 +513,7 @@ fn score_query(
                 let judged = stable
                     .iter()
                     .take(k)
-                    .filter(|&&i| q.docs.contains_key(docs[i as usize].doc_id.as_str()))
+                    .filter(|&&i| q.docs.contains_key(docs[i as usize].doc_id))
                     .count();
                 judged as f64 / k as f64
             }

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::significance::{PairedTest, paired_tests};
 use super::{EvalConfig, Evaluation, Judgments, evaluate};
-use crate::dataset::{AtomicWriter, Run};
+use crate::dataset::{AtomicWriter, Rankings};
 use crate::error::{Error, Result};
 
 /// Settings of the paired randomization test.
@@ -44,9 +44,9 @@ pub struct Comparison {
 
 /// Evaluates every run (in parallel; the output does not depend on the thread count) and tests
 /// each later run against the first on every measure, over all judged questions.
-pub fn compare_runs(
+pub fn compare_runs<R: Rankings>(
     judgments: &Judgments,
-    runs: &[Run],
+    runs: &[R],
     config: &EvalConfig,
     significance: SignificanceConfig,
 ) -> Comparison {

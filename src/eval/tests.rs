@@ -1,7 +1,7 @@
 //! Hand-computed cases for every metric, and the crash cases of the reference.
 
 use super::*;
-use crate::dataset::NuggetQrels;
+use crate::dataset::{NuggetQrels, Run};
 
 /// Question `q`: nuggets n0, n1, n2 (n2 without any judged document); d1 supports n0 and n1,
 /// d2 supports n0, d3 supports n1, d4 is judged but supports nothing.

@@ -13,7 +13,7 @@
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::dataset::{Ranking, Run, ScoredDoc, score_key};
+use crate::dataset::{DocRef, Rankings, Run, ScoredDoc, py_round, score_key, write_trec_rankings};
 use crate::error::{Error, Result};
 
 /// How per-run scores are combined.
@@ -55,10 +55,96 @@ impl Default for FusionOptions {
 /// The reference's normalisation guard: keeps a run whose scores are all equal at 0.
 const NORMALIZATION_EPSILON: f64 = 1e-8;
 
+/// Fused rankings whose document ids borrow from the input runs (as the reference's fused dicts
+/// share the input's strings). Write them with [`Fused::write_trec`] or copy them into a
+/// [`Run`] with [`Fused::to_run`].
+#[derive(Debug, Clone)]
+pub struct Fused<'a> {
+    name: String,
+    queries: Vec<(&'a str, Vec<DocRef<'a>>)>,
+}
+
+impl<'a> Fused<'a> {
+    /// Number of questions.
+    pub fn len(&self) -> usize {
+        self.queries.len()
+    }
+
+    /// True when no question was fused.
+    pub fn is_empty(&self) -> bool {
+        self.queries.is_empty()
+    }
+
+    /// Question ids and fused documents (best first), questions in order of first appearance.
+    pub fn rankings(&self) -> &[(&'a str, Vec<DocRef<'a>>)] {
+        &self.queries
+    }
+
+    /// An owned run with the same rankings (strings built in parallel).
+    pub fn to_run(&self) -> Run {
+        let mut run = Run::new(self.name.clone());
+        let rankings: Vec<Vec<ScoredDoc>> = self
+            .queries
+            .par_iter()
+            .map(|(_, docs)| {
+                docs.iter()
+                    .map(|d| ScoredDoc {
+                        doc_id: d.doc_id.to_string(),
+                        score: d.score,
+                    })
+                    .collect()
+            })
+            .collect();
+        for ((query_id, _), docs) in self.queries.iter().zip(rankings) {
+            run.push_ranking(query_id, docs);
+        }
+        run
+    }
+
+    /// Writes the fused run in TREC format (atomically), the same bytes as
+    /// [`Run::write_trec`] on [`Fused::to_run`].
+    pub fn write_trec(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        tag: &str,
+        top_k: usize,
+    ) -> Result<()> {
+        write_trec_rankings(self, path, tag, top_k)
+    }
+}
+
+impl Rankings for Fused<'_> {
+    fn run_name(&self) -> &str {
+        &self.name
+    }
+    fn num_rankings(&self) -> usize {
+        self.queries.len()
+    }
+    fn ranking_query_id(&self, index: usize) -> &str {
+        self.queries[index].0
+    }
+    fn ranking_docs(&self, index: usize) -> Vec<DocRef<'_>> {
+        self.queries[index].1.clone()
+    }
+    fn find_query(&self, query_id: &str) -> Option<usize> {
+        self.queries.iter().position(|(q, _)| *q == query_id)
+    }
+}
+
 /// Fuses `runs` into one run named `name`. Questions appear in order of first appearance across
 /// the runs; each question's documents are sorted by fused score (descending, stable, before any
 /// rounding).
 pub fn fuse(runs: &[&Run], options: &FusionOptions, name: &str) -> Result<Run> {
+    Ok(fuse_rankings(runs, options, name)?.to_run())
+}
+
+/// [`fuse`] over any [`Rankings`] (for example [`RunFile`](crate::dataset::RunFile)s), without
+/// copying document ids.
+pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
+    runs: &[&'a R],
+    options: &FusionOptions,
+    name: &str,
+) -> Result<Fused<'a>> {
     if runs.is_empty() {
         return Err(Error::invalid("runs", "nothing to fuse"));
     }
@@ -81,49 +167,55 @@ pub fn fuse(runs: &[&Run], options: &FusionOptions, name: &str) -> Result<Run> {
         Some(w) => w.clone(),
         None => vec![1.0; runs.len()],
     };
-    let mut order: Vec<&str> = Vec::new();
+    // Questions in order of first appearance, each with its ranking index in every run.
+    let mut order: Vec<(&'a str, Vec<Option<usize>>)> = Vec::new();
     let mut seen: FxHashMap<&str, ()> = FxHashMap::default();
-    for run in runs {
-        for ranking in run.rankings() {
-            if seen.insert(ranking.query_id.as_str(), ()).is_none() {
-                order.push(ranking.query_id.as_str());
+    for (ri, run) in runs.iter().enumerate() {
+        for i in 0..run.num_rankings() {
+            let query_id = run.ranking_query_id(i);
+            if seen.insert(query_id, ()).is_none() {
+                let mut at = vec![None; runs.len()];
+                at[ri] = Some(i);
+                for (rj, other) in runs.iter().enumerate().skip(ri + 1) {
+                    at[rj] = other.find_query(query_id);
+                }
+                order.push((query_id, at));
             }
         }
     }
-    // Questions are independent: fused in parallel, added in order (deterministic).
-    let per_query: Vec<Vec<ScoredDoc>> = order
+    // Questions are independent: fused in parallel, kept in order (deterministic).
+    let queries: Vec<(&'a str, Vec<DocRef<'a>>)> = order
         .par_iter()
-        .map(|query_id| {
-            let rankings: Vec<Option<&Ranking>> = runs.iter().map(|r| r.get(query_id)).collect();
-            fuse_query(&rankings, &weights, options)
-                .into_iter()
-                .map(|(doc_id, score)| ScoredDoc {
-                    doc_id: doc_id.to_string(),
-                    score,
-                })
-                .collect()
+        .map_init(FxHashMap::default, |position, (query_id, at)| {
+            let rankings: Vec<Vec<DocRef<'a>>> = at
+                .iter()
+                .zip(runs)
+                .map(|(i, run)| i.map(|i| run.ranking_docs(i)).unwrap_or_default())
+                .collect();
+            (*query_id, fuse_query(rankings, &weights, options, position))
         })
         .collect();
-    let mut fused = Run::new(name);
-    for (query_id, docs) in order.iter().zip(per_query) {
-        fused.push_ranking(query_id, docs);
-    }
-    Ok(fused)
+    Ok(Fused {
+        name: name.to_string(),
+        queries,
+    })
 }
 
-/// One question: the fused documents in final order.
+/// One question: the fused documents in final order. `position` is scratch space.
 fn fuse_query<'a>(
-    rankings: &[Option<&'a Ranking>],
+    rankings: Vec<Vec<DocRef<'a>>>,
     weights: &[f64],
     options: &FusionOptions,
-) -> Vec<(&'a str, f64)> {
-    let mut position: FxHashMap<&str, usize> = FxHashMap::default();
-    let mut docs: Vec<(&str, f64)> = Vec::new();
-    for (ranking, weight) in rankings.iter().zip(weights) {
-        let Some(ranking) = ranking else { continue };
-        let top = top_depth(ranking, options.depth);
+    position: &mut FxHashMap<&'a str, u32>,
+) -> Vec<DocRef<'a>> {
+    position.clear();
+    let mut docs: Vec<DocRef<'a>> = Vec::new();
+    let mut contributions: Vec<DocRef<'a>> = Vec::new();
+    for (top, weight) in rankings.into_iter().zip(weights) {
+        let top = top_depth(top, options.depth);
         let Some(first) = top.first() else { continue };
-        let contributions: Vec<(f64, &str)> = match options.method {
+        contributions.clear();
+        match options.method {
             FusionMethod::NormalizedSum => {
                 let (mut min, mut max) = (first.score, first.score);
                 for doc in &top {
@@ -131,73 +223,93 @@ fn fuse_query<'a>(
                     max = max.max(doc.score);
                 }
                 let span = max - min + NORMALIZATION_EPSILON;
-                let mut normalised: Vec<(f64, &str)> = top
-                    .iter()
-                    .map(|d| ((d.score - min) / span, d.doc_id.as_str()))
-                    .collect();
-                // The reference visits `sorted(zip(scores, ids), reverse=True)`.
-                normalised.sort_by(|a, b| {
-                    score_key(b.0)
-                        .total_cmp(&score_key(a.0))
-                        .then_with(|| b.1.cmp(a.1))
+                contributions.extend(top.iter().map(|d| DocRef {
+                    doc_id: d.doc_id,
+                    score: (d.score - min) / span,
+                }));
+                // The reference visits `sorted(zip(scores, ids), reverse=True)`. The top is
+                // already by score, so this mostly reverses runs of tied ids (a near-linear
+                // pass for the stable sort).
+                contributions.sort_by(|a, b| {
+                    score_key(b.score)
+                        .total_cmp(&score_key(a.score))
+                        .then_with(|| b.doc_id.cmp(a.doc_id))
                 });
-                normalised
             }
-            FusionMethod::Rrf { k } => top
-                .iter()
-                .enumerate()
-                .map(|(rank, d)| (1.0 / (k + rank as f64 + 1.0), d.doc_id.as_str()))
-                .collect(),
-        };
-        for (score, doc_id) in contributions {
-            let value = weight * score;
-            match position.get(doc_id) {
-                Some(&i) => docs[i].1 += value,
-                None => {
-                    position.insert(doc_id, docs.len());
-                    docs.push((doc_id, value));
+            FusionMethod::Rrf { k } => {
+                contributions.extend(top.iter().enumerate().map(|(rank, d)| DocRef {
+                    doc_id: d.doc_id,
+                    score: 1.0 / (k + rank as f64 + 1.0),
+                }))
+            }
+        }
+        for c in &contributions {
+            let value = weight * c.score;
+            match position.entry(c.doc_id) {
+                std::collections::hash_map::Entry::Occupied(i) => {
+                    docs[*i.get() as usize].score += value
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(docs.len() as u32);
+                    docs.push(DocRef {
+                        doc_id: c.doc_id,
+                        score: value,
+                    });
                 }
             }
         }
     }
-    // Sorted on full precision, then rounded: the reference's order among rounded ties.
-    docs.sort_by(|a, b| score_key(b.1).total_cmp(&score_key(a.1)));
+    position.clear();
+    // Sorted on full precision, then rounded: the reference's order among rounded ties. A
+    // stable sort by score descending, done as an unstable sort of (key, position) pairs.
+    let mut keyed: Vec<(u64, u32)> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (descending_key(d.score), i as u32))
+        .collect();
+    keyed.sort_unstable();
+    let mut docs: Vec<DocRef<'a>> = keyed.iter().map(|&(_, i)| docs[i as usize]).collect();
     if let Some(digits) = options.round_digits {
         for doc in &mut docs {
-            doc.1 = round_half_even_decimal(doc.1, digits);
+            doc.score = py_round(doc.score, digits);
         }
     }
     docs
 }
 
-/// A ranking's top `depth` documents by score (ties: doc id ascending).
-fn top_depth(ranking: &Ranking, depth: usize) -> Vec<&ScoredDoc> {
-    if depth < ranking.docs.len() {
-        let mut docs: Vec<&ScoredDoc> = ranking.docs.iter().collect();
-        docs.select_nth_unstable_by(depth, |a, b| by_score_then_id(a, b));
-        docs.truncate(depth);
-        docs.sort_by(|a, b| by_score_then_id(a, b));
-        return docs;
+/// A ranking's top `depth` documents by score (ties: doc id ascending). Input already in that
+/// order (the usual run file) is only cut.
+fn top_depth(mut docs: Vec<DocRef<'_>>, depth: usize) -> Vec<DocRef<'_>> {
+    let sorted = docs
+        .windows(2)
+        .all(|w| by_score_then_id(&w[0], &w[1]) != std::cmp::Ordering::Greater);
+    if !sorted {
+        if depth < docs.len() {
+            docs.select_nth_unstable_by(depth, by_score_then_id);
+            docs.truncate(depth);
+        }
+        docs.sort_by(by_score_then_id);
     }
-    let mut docs: Vec<&ScoredDoc> = ranking.docs.iter().collect();
-    docs.sort_by(|a, b| by_score_then_id(a, b));
+    docs.truncate(depth);
     docs
 }
 
-/// Score descending, then doc id ascending: a total order, so the cut is deterministic.
-fn by_score_then_id(a: &ScoredDoc, b: &ScoredDoc) -> std::cmp::Ordering {
-    score_key(b.score)
-        .total_cmp(&score_key(a.score))
-        .then_with(|| a.doc_id.cmp(&b.doc_id))
+/// An integer that sorts ascending as `score_key(score)` sorts descending under `total_cmp`.
+fn descending_key(score: f64) -> u64 {
+    let bits = score_key(score).to_bits();
+    let ascending = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    };
+    !ascending
 }
 
-/// Python's `round(x, digits)`: the correctly rounded decimal of the exact binary value, which
-/// is what Rust's `{:.N}` formatting produces.
-fn round_half_even_decimal(value: f64, digits: usize) -> f64 {
-    if !value.is_finite() {
-        return value;
-    }
-    format!("{value:.digits$}").parse().unwrap_or(value)
+/// Score descending, then doc id ascending: a total order, so the cut is deterministic.
+fn by_score_then_id(a: &DocRef<'_>, b: &DocRef<'_>) -> std::cmp::Ordering {
+    score_key(b.score)
+        .total_cmp(&score_key(a.score))
+        .then_with(|| a.doc_id.cmp(b.doc_id))
 }
 
 #[cfg(test)]
@@ -271,8 +383,32 @@ mod tests {
         let fused = fuse(&[&a, &b], &options, "f").unwrap();
         let ids: Vec<String> = scores(&fused, "q").into_iter().map(|(d, _)| d).collect();
         assert_eq!(ids, ["d3", "d2", "d1", "d0"]);
-        assert_eq!(round_half_even_decimal(0.12345, 3), 0.123);
-        assert_eq!(round_half_even_decimal(2.675, 2), 2.67); // binary 2.67499...
+    }
+
+    #[test]
+    fn descending_key_orders_like_total_cmp() {
+        let values = [
+            f64::NEG_INFINITY,
+            -3.5,
+            -1e-300,
+            -0.0,
+            0.0,
+            5e-324,
+            0.25,
+            1.0,
+            1e300,
+            f64::INFINITY,
+        ];
+        for a in values {
+            for b in values {
+                let expected = score_key(b).total_cmp(&score_key(a));
+                assert_eq!(
+                    descending_key(a).cmp(&descending_key(b)),
+                    expected,
+                    "{a} {b}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod trec;
 pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
 pub use encoders::{ModelQueryEncoder, QueryEncoderOptions};
 pub use engine::{Engine, EngineInfo, EngineRetriever};
-pub use fusion::{FusionMethod, FusionOptions, fuse};
+pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};
 pub use queries::{QueryField, QueryItem, read_queries};
 pub use trec::write_trec;
 
