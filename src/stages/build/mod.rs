@@ -31,7 +31,9 @@ use crate::dataset::{AtomicWriter, Question, read_jsonl, write_json_atomic};
 use crate::embed::EncoderOptions;
 use crate::error::{Error, Result};
 use crate::index::Bm25Settings;
-use crate::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
+use crate::llm::{
+    Chat, ChatParams, Llm, LlmStats, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache,
+};
 use crate::progress::Progress;
 use crate::report::ReportOptions;
 use crate::search::{
@@ -109,6 +111,15 @@ pub struct BuildSummary {
     pub questions: usize,
     /// Documents in the corpus.
     pub documents: usize,
+}
+
+/// This stage's share of the backend's counters (the client is shared by the LLM stages).
+fn calls_line(before: &LlmStats, after: &LlmStats) -> String {
+    format!(
+        "{} LLM calls, {} answers from the cache",
+        after.calls - before.calls,
+        after.cache_hits - before.cache_hits
+    )
 }
 
 /// Runs (or resumes) a build into `out`. `on_stage` hears about each stage as it ends.
@@ -487,10 +498,13 @@ impl Builder<'_> {
             let questions = b.path(layout::QUESTIONS);
             let out = b.path(layout::NUGGETS);
             let llm = &b.llm()?.llm;
+            let before = llm.stats();
             let summary = generate_nuggets(llm, &config, &questions, &out, progress)?;
             Ok(format!(
-                "{} questions, {} failed after repairs; {} LLM calls, {} from the cache",
-                summary.items, summary.failed, summary.llm.calls, summary.llm.cache_hits
+                "{} questions, {} failed after repairs; {}",
+                summary.items,
+                summary.failed,
+                calls_line(&before, &llm.stats())
             ))
         })
     }
@@ -663,14 +677,14 @@ impl Builder<'_> {
                 corpus: &corpus,
                 pool: &pool,
             };
+            let before = opened.llm.stats();
             let summary = judge(&opened.llm, &config, &inputs, &out, progress)?;
             Ok(format!(
-                "{} judgments in {} calls ({} failed after repairs); {} LLM calls, {} from the cache",
+                "{} judgments in {} batches ({} failed after repairs); {}",
                 summary.judgments,
                 summary.stage.items,
                 summary.stage.failed,
-                summary.stage.llm.calls,
-                summary.stage.llm.cache_hits
+                calls_line(&before, &opened.llm.stats())
             ))
         })
     }
