@@ -259,12 +259,38 @@ fn parquet_without_a_column_names_file_and_column() {
 }
 
 #[test]
-fn rerank_and_bad_retrievers_are_refused() {
+fn a_reranker_adds_reranked_rows_over_the_same_documents() {
     let out = tempfile::tempdir().unwrap();
     let mut cfg = config(out.path(), &["bm25"]);
-    cfg.rerank = Some("some/reranker".into());
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rerank/tiny-bert");
+    cfg.rerank = Some(model.to_string_lossy().into_owned());
+    let results = run_benchmark(&cfg, &NoProgress).unwrap();
+    assert_eq!(results.retrievers, ["bm25", "bm25+rerank"]);
+    let read = |name: &str| {
+        let mut rows: Vec<(String, String)> =
+            std::fs::read_to_string(out.path().join(format!("runs/tiny/{name}.trec")))
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    (f[0].to_string(), f[2].to_string())
+                })
+                .collect();
+        rows.sort();
+        rows
+    };
+    // k = 10 <= the rerank depth: the same documents per question, reordered.
+    assert_eq!(read("bm25"), read("bm25+rerank"));
+    assert_eq!(results.results.len(), 2);
+}
+
+#[test]
+fn missing_reranker_and_bad_retrievers_are_refused() {
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = config(out.path(), &["bm25"]);
+    cfg.rerank = Some("/no/such/reranker".into());
     let err = run_benchmark(&cfg, &NoProgress).unwrap_err().to_string();
-    assert!(err.contains("not available yet"), "{err}");
+    assert!(err.contains("reranker"), "{err}");
     let err = run_benchmark(&config(out.path(), &["splade"]), &NoProgress)
         .unwrap_err()
         .to_string();

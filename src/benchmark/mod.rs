@@ -19,6 +19,7 @@ mod results;
 mod retrieve;
 mod topic;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use paper::{PaperResults, PaperRow};
@@ -26,11 +27,12 @@ pub use results::{BenchmarkResults, NotesSummary, RunResult, TopicSummary};
 pub use topic::{JudgedCheck, TopicData, TopicSpec, check_judged, load_topic};
 
 use crate::dataset::{NuggetQrels, Run, write_json_atomic};
-use crate::embed::EncoderOptions;
+use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
 use crate::eval::{EvalConfig, Judgments, evaluate};
 use crate::index::Bm25Settings;
 use crate::progress::Progress;
+use crate::rerank::{CrossEncoder, RerankerOptions, rerank_run};
 use crate::search::{FusionOptions, fuse};
 use retrieve::{RetrieverKind, prepare_index, retrieve, truncate, write_corpus};
 
@@ -45,7 +47,8 @@ pub struct BenchmarkConfig {
     pub retrievers: Vec<String>,
     /// Also fuse all retrievers (normalized sum of each one's top 100), as row `fusion`.
     pub fusion: bool,
-    /// A reranker for the top 50 (not available yet: an error).
+    /// A cross-encoder (model directory or cached id) reranking the top 50 of every run; each
+    /// reranked run is its own row, `NAME+rerank`.
     pub rerank: Option<String>,
     /// Results per question in the runs.
     pub k: usize,
@@ -63,20 +66,28 @@ pub struct BenchmarkConfig {
     pub encoder: EncoderOptions,
 }
 
+/// Documents of each first-stage run the reranker rescores (the paper's top 50).
+pub const RERANK_DEPTH: usize = 50;
+
 /// Runs the benchmark and writes its runs; returns what it measured (see [`write_results`]).
 pub fn run_benchmark(
     config: &BenchmarkConfig,
     progress: &dyn Progress,
 ) -> Result<BenchmarkResults> {
-    if let Some(model) = &config.rerank {
-        return Err(Error::invalid(
-            "--rerank",
-            format!(
-                "{model}: reranking is not available yet in `freshstack benchmark` \
-                 (rerankers are being added); run without --rerank"
-            ),
-        ));
-    }
+    // The reranker loads before any topic, so a bad model fails at once.
+    let reranker = match &config.rerank {
+        Some(model) => {
+            let files = resolve_model(model)?;
+            let options = RerankerOptions {
+                device: config.encoder.device,
+                dtype: config.encoder.dtype,
+                max_length: None,
+                max_batch_tokens: config.encoder.max_batch_tokens,
+            };
+            Some(CrossEncoder::load(&files, &options)?)
+        }
+        None => None,
+    };
     if config.retrievers.is_empty() {
         return Err(Error::invalid("--retriever", "give at least one retriever"));
     }
@@ -113,6 +124,11 @@ pub fn run_benchmark(
     let mut names: Vec<String> = retrievers.iter().map(RetrieverKind::name).collect();
     if config.fusion {
         names.push("fusion".to_string());
+    }
+    let first_stage = names.len();
+    if reranker.is_some() {
+        let reranked: Vec<String> = names.iter().map(|n| format!("{n}+rerank")).collect();
+        names.extend(reranked);
     }
     // Fusion takes each retriever's top 100 (paper §3.4) whatever k is.
     let fusion = FusionOptions::default();
@@ -161,6 +177,37 @@ pub fn run_benchmark(
         if config.fusion {
             let refs: Vec<&Run> = deep_runs.iter().collect();
             runs.push(truncate(&fuse(&refs, &fusion, "fusion")?, config.k));
+        }
+        if let Some(reranker) = &reranker {
+            // Paper §6: the top 50 of each first-stage run, reranked with the question alone.
+            let queries: HashMap<String, String> = data
+                .queries
+                .iter()
+                .map(|q| {
+                    (
+                        q.query_id.clone(),
+                        format!("{} {}", q.query_title, q.query_text),
+                    )
+                })
+                .collect();
+            let documents: HashMap<String, String> = data
+                .corpus
+                .iter()
+                .map(|d| (d.id.clone(), d.text.clone()))
+                .collect();
+            for i in 0..first_stage {
+                progress.begin(&format!("{}: rerank {}", spec.name, names[i]), None);
+                let (reranked, _) = rerank_run(
+                    reranker,
+                    &runs[i],
+                    &queries,
+                    &documents,
+                    RERANK_DEPTH,
+                    progress,
+                )?;
+                progress.finish();
+                runs.push(truncate(&reranked, config.k));
+            }
         }
         for (run, name) in runs.iter().zip(&names) {
             let file = format!("runs/{}/{}.trec", spec.name, name.replace(':', "-"));

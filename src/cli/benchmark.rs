@@ -36,7 +36,7 @@ pub struct BenchmarkArgs {
     /// Also fuse all retrievers (normalized sum of each one's top 100, as the paper).
     #[arg(long)]
     fusion: bool,
-    /// Rerank the top 50 with MODEL (not available yet).
+    /// Also rerank the top 50 of every run with this cross-encoder (rows `NAME+rerank`).
     #[arg(long, value_name = "MODEL")]
     rerank: Option<String>,
     /// Results per question in the runs.
