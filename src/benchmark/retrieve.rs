@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{AtomicWriter, Document, QueryRecord, Run, ScoredDoc, write_json_atomic};
 use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
-use crate::index::{Bm25Settings, Dtype, IndexConfig, Manifest, build_index, fnv1a64_file};
+use crate::index::{
+    Bm25Settings, Dtype, IndexConfig, Manifest, build_index, fnv1a64, fnv1a64_file,
+};
 use crate::progress::Progress;
 use crate::search::{
     Ann, DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
@@ -76,16 +78,6 @@ struct IndexKey {
     corpus_fnv1a64: String,
     bm25: Option<Bm25Settings>,
     dense: Option<String>,
-}
-
-/// FNV-1a 64 of `bytes`, hex (the index manifest's corpus hash).
-fn fnv1a64(bytes: &[u8]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
 }
 
 /// Writes the corpus as JSONL into `dir` (unless an identical file is there); returns its path

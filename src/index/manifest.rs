@@ -219,20 +219,33 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()>
     Ok(())
 }
 
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Folds `bytes` into a running FNV-1a 64 hash.
+fn fnv1a64_update(mut hash: u64, bytes: &[u8]) -> u64 {
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// FNV-1a 64 of `bytes`, as 16 hex digits (equal to [`fnv1a64_file`] of a file holding them).
+pub fn fnv1a64(bytes: &[u8]) -> String {
+    format!("{:016x}", fnv1a64_update(FNV_OFFSET, bytes))
+}
+
 /// FNV-1a 64 of a file's bytes, as 16 hex digits.
 pub fn fnv1a64_file(path: &Path) -> Result<String> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash = FNV_OFFSET;
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
         if n == 0 {
             break;
         }
-        for &byte in &buf[..n] {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        hash = fnv1a64_update(hash, &buf[..n]);
     }
     Ok(format!("{hash:016x}"))
 }

@@ -37,7 +37,7 @@ pub use flat::{dot, search as flat_search};
 pub use hnsw::{ClampedDot, HnswGraph, cache_key};
 pub use manifest::{
     CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE,
-    Manifest, fnv1a64_file,
+    Manifest, fnv1a64, fnv1a64_file,
 };
 pub use refresh::{RefreshConfig, RefreshSummary, refresh_index};
 pub use vectors::{Dtype, VectorMatrix, ids_path, read_ids, write_npy};
