@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Nugget, Question, read_jsonl, write_json_atomic};
+use crate::dataset::{AtomicWriter, Nugget, Question, write_json_atomic};
 use crate::error::{Error, Result};
 use crate::stages::input::{JudgmentRecord, NuggetsRecord};
 
@@ -192,11 +192,6 @@ pub fn copy_file(from: &Path, to: &Path) -> Result<()> {
     let mut writer = AtomicWriter::create(to)?;
     std::io::copy(&mut reader, &mut writer).map_err(|e| Error::io(to, e))?;
     writer.commit()
-}
-
-/// Reads questions in the dataset schema.
-pub fn read_dataset_questions(path: &Path) -> Result<Vec<Question>> {
-    read_jsonl(path)
 }
 
 #[cfg(test)]

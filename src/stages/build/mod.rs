@@ -113,6 +113,17 @@ pub struct BuildSummary {
     pub documents: usize,
 }
 
+/// Rows of a per-question JSONL file keyed by question id (the stages write one row each).
+fn read_by_query<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    query_id: impl Fn(&T) -> &String,
+) -> Result<BTreeMap<String, T>> {
+    Ok(read_rows::<T>(path)?
+        .into_iter()
+        .map(|(_, row)| (query_id(&row).clone(), row))
+        .collect())
+}
+
 /// This stage's share of the backend's counters (the client is shared by the LLM stages).
 fn calls_line(before: &LlmStats, after: &LlmStats) -> String {
     format!(
@@ -270,6 +281,16 @@ impl Builder<'_> {
         self.llm
             .as_ref()
             .ok_or_else(|| Error::invalid("llm", "no backend configured"))
+    }
+
+    /// What every LLM stage's output depends on besides its inputs: the model, the sampling
+    /// and the repair budget.
+    fn llm_fingerprint(&self) -> Fingerprint {
+        let llm = &self.config.llm;
+        Fingerprint::new()
+            .setting("llm", &self.llm_identity())
+            .setting("sampling", &(llm.temperature, llm.seed))
+            .setting("repairs", &llm.max_repairs)
     }
 
     fn params(&self, max_tokens: u32) -> ChatParams {
@@ -478,14 +499,9 @@ impl Builder<'_> {
         progress: &dyn Progress,
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
-        let fingerprint = Fingerprint::new()
+        let fingerprint = self
+            .llm_fingerprint()
             .setting("nuggets", &self.config.nuggets)
-            .setting("llm", &self.llm_identity())
-            .setting(
-                "sampling",
-                &(self.config.llm.temperature, self.config.llm.seed),
-            )
-            .setting("repairs", &self.config.llm.max_repairs)
             .input("questions", &self.hash(layout::QUESTIONS))
             .finish();
         self.stage("nuggets", fingerprint, &[layout::NUGGETS], on_stage, |b| {
@@ -514,14 +530,9 @@ impl Builder<'_> {
         progress: &dyn Progress,
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
-        let fingerprint = Fingerprint::new()
+        let fingerprint = self
+            .llm_fingerprint()
             .setting("variants", &self.config.variants)
-            .setting("llm", &self.llm_identity())
-            .setting(
-                "sampling",
-                &(self.config.llm.temperature, self.config.llm.seed),
-            )
-            .setting("repairs", &self.config.llm.max_repairs)
             .input("questions", &self.hash(layout::QUESTIONS))
             .finish();
         self.stage(
@@ -586,15 +597,9 @@ impl Builder<'_> {
             |b| {
                 let questions = crate::stages::read_questions(&b.path(layout::QUESTIONS))?;
                 let nuggets: BTreeMap<String, NuggetsRecord> =
-                    read_rows::<NuggetsRecord>(&b.path(layout::NUGGETS))?
-                        .into_iter()
-                        .map(|(_, r)| (r.query_id.clone(), r))
-                        .collect();
+                    read_by_query(&b.path(layout::NUGGETS), |r: &NuggetsRecord| &r.query_id)?;
                 let variants: BTreeMap<String, VariantsRecord> =
-                    read_rows::<VariantsRecord>(&b.path(layout::VARIANTS))?
-                        .into_iter()
-                        .map(|(_, r)| (r.query_id.clone(), r))
-                        .collect();
+                    read_by_query(&b.path(layout::VARIANTS), |r: &VariantsRecord| &r.query_id)?;
                 let queries: Vec<(Technique, Vec<(String, String)>)> = Technique::ALL
                     .iter()
                     .map(|&t| (t, technique_queries(t, &questions, &nuggets, &variants)))
@@ -636,14 +641,9 @@ impl Builder<'_> {
         progress: &dyn Progress,
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
-        let fingerprint = Fingerprint::new()
+        let fingerprint = self
+            .llm_fingerprint()
             .setting("judge", &self.config.judge)
-            .setting("llm", &self.llm_identity())
-            .setting(
-                "sampling",
-                &(self.config.llm.temperature, self.config.llm.seed),
-            )
-            .setting("repairs", &self.config.llm.max_repairs)
             .input("questions", &self.hash(layout::QUESTIONS))
             .input("nuggets", &self.hash(layout::NUGGETS))
             .input("corpus", &self.hash(layout::CORPUS))
@@ -703,10 +703,7 @@ impl Builder<'_> {
         self.stage("export", fingerprint, &EXPORTED, on_stage, |b| {
             let questions: Vec<Question> = read_jsonl(b.path(layout::QUESTIONS))?;
             let nuggets: BTreeMap<String, NuggetsRecord> =
-                read_rows::<NuggetsRecord>(&b.path(layout::NUGGETS))?
-                    .into_iter()
-                    .map(|(_, r)| (r.query_id.clone(), r))
-                    .collect();
+                read_by_query(&b.path(layout::NUGGETS), |r: &NuggetsRecord| &r.query_id)?;
             let judgments: Vec<crate::stages::JudgmentRecord> =
                 read_rows(&b.path(layout::JUDGMENTS))?
                     .into_iter()
