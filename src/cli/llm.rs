@@ -8,10 +8,6 @@ use clap::Args;
 use freshstack::dataset::Shard;
 use freshstack::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
 
-/// Environment variable holding the API key (never a flag, so it stays out of shell history and
-/// process listings; never logged).
-pub const API_KEY_ENV: &str = "FRESHSTACK_LLM_API_KEY";
-
 /// Backend and cache flags.
 #[derive(Debug, Args)]
 pub struct LlmArgs {
@@ -113,8 +109,7 @@ impl LlmArgs {
         if !(self.llm_timeout.is_finite() && self.llm_timeout > 0.0) {
             bail!("invalid --llm-timeout: must be a positive number of seconds");
         }
-        let mut config = OpenAiConfig::fleet(base_urls.to_vec(), model);
-        config.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
+        let mut config = OpenAiConfig::fleet(base_urls.to_vec(), model).with_key_from_env();
         config.concurrency = self.llm_concurrency;
         config.timeout = Duration::from_secs_f64(self.llm_timeout);
         config.max_retries = self.llm_max_retries;

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cache::{ResponseCache, cache_key};
 pub use local::{ChatFormat, LocalChat};
-pub use openai::{OpenAiChat, OpenAiConfig};
+pub use openai::{API_KEY_ENV, OpenAiChat, OpenAiConfig};
 
 use crate::error::Result;
 

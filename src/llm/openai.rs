@@ -27,6 +27,10 @@ use crate::error::{Error, Result};
 /// How long a server that failed at the transport level is passed over.
 pub const FAILOVER_COOLDOWN: Duration = Duration::from_secs(10);
 
+/// Environment variable holding the API key of an OpenAI-compatible server (never a flag, so it
+/// stays out of shell history and process listings; never logged).
+pub const API_KEY_ENV: &str = "FRESHSTACK_LLM_API_KEY";
+
 /// Settings of [`OpenAiChat`].
 #[derive(Clone)]
 pub struct OpenAiConfig {
@@ -54,6 +58,12 @@ impl OpenAiConfig {
     /// 60 s.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         Self::fleet(vec![base_url.into()], model)
+    }
+
+    /// Sets the API key from [`API_KEY_ENV`] when it is set and not empty.
+    pub fn with_key_from_env(mut self) -> Self {
+        self.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
+        self
     }
 
     /// Several servers of the same model (same defaults as [`OpenAiConfig::new`]).

@@ -49,9 +49,6 @@ use crate::stages::{
     generate_query_variants, judge,
 };
 
-/// Environment variable with the API key of an OpenAI-compatible server (never logged).
-pub const API_KEY_ENV: &str = "FRESHSTACK_LLM_API_KEY";
-
 /// Files inside the build directory.
 pub mod layout {
     /// Intermediate files.
@@ -259,8 +256,8 @@ impl Builder<'_> {
                         (Box::new(local), Some(context))
                     }
                     (None, Some(url), Some(model)) => {
-                        let mut openai = OpenAiConfig::new(url.clone(), model.clone());
-                        openai.api_key = std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty());
+                        let mut openai =
+                            OpenAiConfig::new(url.clone(), model.clone()).with_key_from_env();
                         openai.concurrency = section.concurrency;
                         openai.timeout = Duration::from_secs_f64(section.timeout_seconds);
                         openai.max_retries = section.max_retries;
