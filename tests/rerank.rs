@@ -256,3 +256,175 @@ fn xlm_roberta_embeddings_match_transformers() {
         assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
     }
 }
+
+/// `retrieve --rerank` is `retrieve` followed by `rerank` (same documents, order and scores);
+/// `search --rerank` ranks the same way and reports the first stage; a corpus that is not the
+/// index's is refused.
+#[test]
+fn retrieve_and_search_rerank_like_the_rerank_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_, reference) = load("xlmr", 2048);
+    let mut corpus = String::new();
+    for (i, (_, doc)) in reference.pairs.iter().enumerate() {
+        corpus.push_str(
+            &serde_json::json!({"_id": format!("d{i}"), "title": "", "text": doc}).to_string(),
+        );
+        corpus.push('\n');
+    }
+    let corpus = write(dir, "corpus.jsonl", corpus);
+    let queries = write(
+        dir,
+        "queries.jsonl",
+        "{\"_id\":\"q1\",\"text\":\"queue worker running\"}\n\
+         {\"_id\":\"q2\",\"text\":\"route parameter users\"}\n",
+    );
+    let index = dir.join("index");
+    let run_ok = |args: &[&str]| {
+        let output = freshstack(args);
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    };
+    run_ok(&[
+        "index",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--index",
+        index.to_str().unwrap(),
+        "--bm25",
+    ]);
+    let model = fixture("xlmr");
+    let (index_s, queries_s, corpus_s, model_s) = (
+        index.to_str().unwrap(),
+        queries.to_str().unwrap(),
+        corpus.to_str().unwrap(),
+        model.to_str().unwrap(),
+    );
+    let first = dir.join("first.trec");
+    run_ok(&[
+        "retrieve",
+        "--index",
+        index_s,
+        "--queries",
+        queries_s,
+        "--field",
+        "text",
+        "-k",
+        "4",
+        "--out",
+        first.to_str().unwrap(),
+    ]);
+    let two_step = dir.join("two-step.trec");
+    run_ok(&[
+        "rerank",
+        "--run",
+        first.to_str().unwrap(),
+        "--queries",
+        queries_s,
+        "--corpus",
+        corpus_s,
+        "--model",
+        model_s,
+        "-k",
+        "4",
+        "--out",
+        two_step.to_str().unwrap(),
+    ]);
+    let one_step = dir.join("one-step.trec");
+    run_ok(&[
+        "retrieve",
+        "--index",
+        index_s,
+        "--queries",
+        queries_s,
+        "--field",
+        "text",
+        "-k",
+        "3",
+        "--rerank",
+        model_s,
+        "--rerank-depth",
+        "4",
+        "--corpus",
+        corpus_s,
+        "--out",
+        one_step.to_str().unwrap(),
+    ]);
+    // (query, doc, score as f32) of the top 3 per query.
+    let parse = |path: &std::path::Path, keep: usize| {
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut rows: Vec<(String, String, f32, String)> = Vec::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if rows.iter().filter(|r| r.0 == f[0]).count() < keep {
+                rows.push((f[0].into(), f[2].into(), f[4].parse().unwrap(), f[5].into()));
+            }
+        }
+        rows
+    };
+    let want = parse(&two_step, 3);
+    let got = parse(&one_step, 3);
+    assert!(got.len() >= 4, "{got:?}");
+    assert_eq!(
+        got.iter().map(|r| (&r.0, &r.1, r.2)).collect::<Vec<_>>(),
+        want.iter().map(|r| (&r.0, &r.1, r.2)).collect::<Vec<_>>()
+    );
+    assert!(got.iter().all(|r| r.3 == "bm25+rerank"), "{got:?}");
+
+    // search: the corpus path recorded by the index is the default.
+    let output = run_ok(&[
+        "search",
+        "--index",
+        index_s,
+        "--rerank",
+        model_s,
+        "--rerank-depth",
+        "4",
+        "-k",
+        "3",
+        "--json",
+        "route parameter users",
+    ]);
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let q2: Vec<&str> = want
+        .iter()
+        .filter(|r| r.0 == "q2")
+        .map(|r| r.1.as_str())
+        .collect();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, q2);
+    assert_eq!(rows[0]["per_retriever"][0]["retriever"], "bm25");
+
+    // Another corpus than the index's: one clear line, no run.
+    let other = write(dir, "other.jsonl", "{\"_id\":\"d0\",\"text\":\"x\"}\n");
+    let out = dir.join("bad.trec");
+    let output = freshstack(&[
+        "retrieve",
+        "--index",
+        index_s,
+        "--queries",
+        queries_s,
+        "--field",
+        "text",
+        "--rerank",
+        model_s,
+        "--corpus",
+        other.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("not the corpus this index was built from"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}

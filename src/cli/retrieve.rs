@@ -14,6 +14,7 @@ use freshstack::search::{
 use rayon::prelude::*;
 
 use super::progress::Bars;
+use super::rerank::RerankStageArgs;
 
 /// Fusion flags shared by `search` and `retrieve`.
 #[derive(Debug, Args)]
@@ -75,6 +76,16 @@ pub struct EncoderArgs {
 }
 
 impl EncoderArgs {
+    /// The `--device` text.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The `--model-dtype` text, if given.
+    pub fn model_dtype(&self) -> Option<&str> {
+        self.model_dtype.as_deref()
+    }
+
     /// Loads the query encoders the dense retrievers in `retriever` need.
     pub fn load(&self, engine: &mut Engine, retriever: &str) -> anyhow::Result<()> {
         let components = engine.components(retriever)?;
@@ -136,6 +147,8 @@ pub struct RetrieveArgs {
     fusion: FusionArgs,
     #[command(flatten)]
     encoders: EncoderArgs,
+    #[command(flatten)]
+    rerank: RerankStageArgs,
     /// Precomputed query vectors for a dense retriever, NAME=PATH.npy (query ids in PATH.ids),
     /// instead of encoding the queries.
     #[arg(long = "query-vectors", value_name = "NAME=PATH.npy")]
@@ -157,7 +170,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     }
     let options = SearchOptions {
         retriever: args.retriever.clone(),
-        k: args.k,
+        k: args.rerank.first_stage_k(args.k),
         ann: Ann::parse(&args.ann)?,
         ef_search: args.ef_search,
         ..args.fusion.options()?
@@ -166,6 +179,10 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     let mut engine = Engine::open(&args.index)?;
     let retriever = engine.resolve(&args.retriever)?;
     let queries = read_queries(&args.queries, field)?;
+    // Loaded before retrieval, so a bad model or corpus fails at once.
+    let reranker =
+        args.rerank
+            .load(&engine, args.encoders.device(), args.encoders.model_dtype())?;
     let started = std::time::Instant::now();
     let mut unsearchable = 0usize;
     let results: Vec<(String, Vec<Hit>)> = if let Some(model) = retriever
@@ -228,6 +245,17 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         }
         bars.finish();
         results
+    };
+    let (results, retriever) = match &reranker {
+        Some(reranker) => {
+            let texts: std::collections::HashMap<String, String> = queries
+                .iter()
+                .map(|q| (q.id.clone(), q.text.clone()))
+                .collect();
+            let reranked = reranker.apply(results, &texts, &retriever, args.k, &Bars::new())?;
+            (reranked, format!("{retriever}+rerank"))
+        }
+        None => (results, retriever),
     };
     let tag = args.tag.unwrap_or_else(|| retriever.clone());
     write_trec(&args.out, &results, &tag)?;

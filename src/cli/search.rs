@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 use freshstack::search::{Ann, DEFAULT_EF_SEARCH, Engine, SearchOptions};
 
+use super::progress::Bars;
+use super::rerank::RerankStageArgs;
 use super::retrieve::{EncoderArgs, FusionArgs};
 
 /// Arguments of `freshstack search`.
@@ -31,6 +33,8 @@ pub struct SearchArgs {
     fusion: FusionArgs,
     #[command(flatten)]
     encoders: EncoderArgs,
+    #[command(flatten)]
+    rerank: RerankStageArgs,
     /// Print JSON lines ({"rank","id","score"}, plus "per_retriever" for fusion) instead of a
     /// table.
     #[arg(long)]
@@ -42,14 +46,24 @@ pub struct SearchArgs {
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let options = SearchOptions {
         retriever: args.retriever,
-        k: args.k,
+        k: args.rerank.first_stage_k(args.k),
         ann: Ann::parse(&args.ann)?,
         ef_search: args.ef_search,
         ..args.fusion.options()?
     };
     let mut engine = Engine::open(&args.index)?;
     args.encoders.load(&mut engine, &options.retriever)?;
-    let hits = engine.search(&args.query, &options)?;
+    let reranker =
+        args.rerank
+            .load(&engine, args.encoders.device(), args.encoders.model_dtype())?;
+    let mut hits = engine.search(&args.query, &options)?;
+    if let Some(reranker) = &reranker {
+        let first_stage = engine.resolve(&options.retriever)?;
+        let texts = std::collections::HashMap::from([("query".to_string(), args.query.clone())]);
+        let results = vec![("query".to_string(), hits)];
+        let mut reranked = reranker.apply(results, &texts, &first_stage, args.k, &Bars::new())?;
+        hits = reranked.pop().map(|(_, hits)| hits).unwrap_or_default();
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (rank, hit) in hits.iter().enumerate() {
         if args.json {

@@ -20,4 +20,5 @@ pub use cross_encoder::{
 };
 pub use run::{
     DEFAULT_RERANK_DEPTH, RerankFiles, RerankSummary, read_documents, rerank_files, rerank_run,
+    top_document_ids,
 };

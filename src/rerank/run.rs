@@ -155,16 +155,21 @@ pub fn rerank_files(
     let run = Run::read_trec(&files.run)?;
     let input = read_embed_input(&files.queries)?;
     let queries: HashMap<String, String> = input.ids.into_iter().zip(input.texts).collect();
-    let wanted: HashSet<&str> = run
-        .rankings()
-        .iter()
-        .flat_map(|r| first_stage_order(&r.docs).into_iter().take(k))
-        .map(|d| d.doc_id.as_str())
-        .collect();
+    let wanted = top_document_ids(&run, k);
     let documents = read_documents(&files.corpus, &wanted)?;
     let (reranked, summary) = rerank_run(reranker, &run, &queries, &documents, k, progress)?;
     reranked.write_trec(&files.out, &files.tag, usize::MAX)?;
     Ok(summary)
+}
+
+/// The ids of the documents [`rerank_run`] with depth `k` will read: the top `k` of every
+/// ranking in first-stage order.
+pub fn top_document_ids(run: &Run, k: usize) -> HashSet<&str> {
+    run.rankings()
+        .iter()
+        .flat_map(|r| first_stage_order(&r.docs).into_iter().take(k))
+        .map(|d| d.doc_id.as_str())
+        .collect()
 }
 
 #[derive(Deserialize)]
