@@ -338,6 +338,10 @@ fn config_errors_name_the_file_and_field() {
         (text.replace("\"repo\"", "\"missing\""), "not a directory"),
         (text.replace("model = \"mock-model\"", ""), "llm"),
         (text.replace("topic = \"demo\"", "topic = 7"), "demo.toml:1"),
+        (
+            format!("{text}\n[rerank]\nmodel = \"x\"\ndepth = 0\n"),
+            "rerank.depth",
+        ),
     ];
     for (bad, expected) in cases {
         write(dir.path(), "demo.toml", &bad);
@@ -381,5 +385,79 @@ fn a_dense_model_adds_its_runs_and_their_fusion() {
             let text = std::fs::read_to_string(&run).unwrap();
             assert!(!text.is_empty(), "{}", run.display());
         }
+    }
+}
+
+/// `[rerank]`: every pooled run gets a `+rerank` run equal to `freshstack rerank` on it, and
+/// the reranked runs' top `pool_depth` is pooled (so it is judged).
+#[test]
+fn a_reranker_adds_reranked_runs_to_the_pool() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rerank/tiny-xlmr");
+    let server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[rerank]\nmodel = {:?}\ndepth = 10\n",
+        model.to_str().unwrap()
+    );
+    let config = config(dir.path(), &server.url, &extra);
+    let out = dir.path().join("out");
+    let output = build(&config, &out);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let work_run = out.join("work/runs/inference.question.bm25.trec");
+    let reranked = out.join("work/runs/inference.question.bm25+rerank.trec");
+    let by_command = dir.path().join("by-command.trec");
+    let output = freshstack(&[
+        "rerank",
+        "--run",
+        work_run.to_str().unwrap(),
+        "--queries",
+        dir.path().join("questions.jsonl").to_str().unwrap(),
+        "--corpus",
+        out.join("work/corpus.jsonl").to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "-k",
+        "10",
+        "--out",
+        by_command.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let columns = |path: &Path| -> Vec<Vec<String>> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| l.split(' ').take(5).map(str::to_string).collect())
+            .collect()
+    };
+    let reranked_rows = columns(&reranked);
+    assert!(!reranked_rows.is_empty());
+    assert_eq!(reranked_rows, columns(&by_command));
+    // The reranked top 3 of every question is in its pool.
+    let pool: Vec<Value> = read_jsonl(&out.join("work/pool.jsonl")).unwrap();
+    for row in reranked_rows
+        .iter()
+        .filter(|r| r[3].parse::<usize>().unwrap() <= 3)
+    {
+        let entry = pool
+            .iter()
+            .find(|p| p["query_id"] == row[0].as_str())
+            .unwrap();
+        let docs = entry["doc_ids"].as_array().unwrap();
+        assert!(
+            docs.iter().any(|d| d == row[2].as_str()),
+            "{row:?} not pooled"
+        );
+    }
+    for technique in ["inference.question", "oracle.answer"] {
+        let run = out.join(format!("runs/{technique}.bm25+rerank.trec"));
+        assert!(run.is_file(), "{} exported", run.display());
     }
 }

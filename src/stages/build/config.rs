@@ -38,6 +38,29 @@ pub struct BuildConfig {
     /// Filtering.
     #[serde(default)]
     pub filter: FilterSection,
+    /// An optional cross-encoder second stage over every pooled run (paper §6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<RerankSection>,
+}
+
+/// Reranking: every (technique, retriever) run of the pool also gets a `+rerank` run, its top
+/// `depth` rescored by a cross-encoder with the query the run was retrieved with. Reranked runs
+/// are pooled like the others, so their top `pool_depth` is judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerankSection {
+    /// Cross-encoder: a local directory or a Hugging Face id in the local cache.
+    pub model: String,
+    /// Documents per run rescored (paper §6: 50).
+    #[serde(default = "default_rerank_depth")]
+    pub depth: usize,
+    /// Longest (query, document) pair in tokens (default: the model's).
+    #[serde(default)]
+    pub max_length: Option<usize>,
+}
+
+fn default_rerank_depth() -> usize {
+    crate::rerank::DEFAULT_RERANK_DEPTH
 }
 
 /// Questions: a Stack Overflow dump with a tag filter, or an already imported JSONL file.
@@ -361,9 +384,14 @@ impl BuildConfig {
         if let Some(p) = self.llm.cache.as_mut() {
             resolve(p);
         }
-        // Dense models: a relative spec that names an existing directory is a path; anything
-        // else is a Hugging Face id.
-        for model in &mut self.retrieval.dense {
+        // Dense models and the reranker: a relative spec naming an existing directory is a
+        // path; anything else is a Hugging Face id.
+        let models = self
+            .retrieval
+            .dense
+            .iter_mut()
+            .chain(self.rerank.as_mut().map(|r| &mut r.model));
+        for model in models {
             let candidate = base.join(&*model);
             if Path::new(model.as_str()).is_relative() && candidate.is_dir() {
                 *model = candidate.to_string_lossy().into_owned();
@@ -399,6 +427,14 @@ impl BuildConfig {
         }
         if self.questions.max_questions == Some(0) {
             return bad("questions.max_questions", "must be at least 1".into());
+        }
+        if let Some(rerank) = &self.rerank {
+            if rerank.model.trim().is_empty() {
+                return bad("rerank.model", "empty".into());
+            }
+            if rerank.depth == 0 {
+                return bad("rerank.depth", "must be at least 1".into());
+            }
         }
         if self.corpus.repositories.is_empty() {
             return bad("corpus.repositories", "no repository".into());

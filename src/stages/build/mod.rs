@@ -25,10 +25,10 @@ use serde::Serialize;
 pub use config::BuildConfig;
 use export::{Filtered, copy_file, copy_run_for, filter_questions, write_dataset};
 use manifest::{Fingerprint, StageBook, hash_file};
-use pool::{PoolConfig, PoolRetriever, Technique, technique_queries};
+use pool::{PoolConfig, PoolReranker, PoolRetriever, Technique, technique_queries};
 
 use crate::dataset::{AtomicWriter, Question, read_jsonl, write_json_atomic};
-use crate::embed::EncoderOptions;
+use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
 use crate::index::Bm25Settings;
 use crate::llm::{
@@ -36,6 +36,7 @@ use crate::llm::{
 };
 use crate::progress::Progress;
 use crate::report::ReportOptions;
+use crate::rerank::{CrossEncoder, RerankerOptions};
 use crate::search::{
     DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, build_hybrid_index,
 };
@@ -579,13 +580,17 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let manifest = format!("{}/{}", layout::INDEX, crate::index::MANIFEST_FILE);
-        let fingerprint = Fingerprint::new()
+        let mut fingerprint = Fingerprint::new()
             .setting("retrieval", &self.config.retrieval)
             .input("questions", &self.hash(layout::QUESTIONS))
             .input("nuggets", &self.hash(layout::NUGGETS))
             .input("variants", &self.hash(layout::VARIANTS))
-            .input("index", &self.hash(&manifest))
-            .finish();
+            .input("index", &self.hash(&manifest));
+        // Only when present, so builds without a reranker keep their fingerprints.
+        if let Some(rerank) = &self.config.rerank {
+            fingerprint = fingerprint.setting("rerank", rerank);
+        }
+        let fingerprint = fingerprint.finish();
         self.stage(
             "pool",
             fingerprint,
@@ -615,10 +620,29 @@ impl Builder<'_> {
                 if runs_dir.exists() {
                     std::fs::remove_dir_all(&runs_dir).map_err(|e| Error::io(&runs_dir, e))?;
                 }
+                let cross_encoder = match &b.config.rerank {
+                    Some(rerank) => Some(CrossEncoder::load(
+                        &resolve_model(&rerank.model)?,
+                        &RerankerOptions {
+                            max_length: rerank.max_length,
+                            ..RerankerOptions::default()
+                        },
+                    )?),
+                    None => None,
+                };
+                let corpus = b.path(layout::CORPUS);
+                let reranker = cross_encoder.as_ref().zip(b.config.rerank.as_ref()).map(
+                    |(reranker, rerank)| PoolReranker {
+                        reranker,
+                        depth: rerank.depth,
+                        corpus: &corpus,
+                    },
+                );
                 let summary = pool::pool(
                     &engine,
                     &config,
                     &queries,
+                    reranker.as_ref(),
                     &runs_dir,
                     &b.path(layout::POOL),
                     progress,

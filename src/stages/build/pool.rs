@@ -3,14 +3,16 @@
 //! accepted answer, the nuggets concatenated), each run through every retriever and their
 //! normalized-sum fusion. The judgment pool of a question is the union of the top
 //! `pool_depth` of each (technique, retriever) list, in a fixed order (technique, retriever,
-//! rank), first occurrence kept.
+//! rank), first occurrence kept. With a reranker, each technique's runs are followed by their
+//! `+rerank` versions, pooled the same way.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use crate::dataset::{AtomicWriter, Run, ScoredDoc};
 use crate::error::Result;
 use crate::progress::Progress;
+use crate::rerank::{Reranker, read_documents, rerank_run, top_document_ids};
 use crate::search::{Engine, FusionOptions, SearchOptions, fuse};
 use crate::stages::input::{NuggetsRecord, PoolRow, QuestionInput, VariantsRecord};
 
@@ -125,6 +127,16 @@ pub struct PoolConfig {
     pub run_depth: usize,
 }
 
+/// A cross-encoder second stage: each run of the pool also gets a `{retriever}+rerank` run.
+pub struct PoolReranker<'a> {
+    /// The cross-encoder.
+    pub reranker: &'a dyn Reranker,
+    /// Documents per ranking rescored.
+    pub depth: usize,
+    /// The corpus the index was built from (the documents' texts).
+    pub corpus: &'a Path,
+}
+
 /// What pooling produced.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PoolSummary {
@@ -136,26 +148,26 @@ pub struct PoolSummary {
     pub pooled_documents: usize,
 }
 
-/// Runs every technique through every retriever, writes `runs_dir/{name}.trec` for each list and
-/// the pool (JSONL [`PoolRow`]s, by question id) to `pool_path`.
+/// Runs every technique through every retriever (and, with a reranker, reranks every run),
+/// writes `runs_dir/{name}.trec` for each list and the pool (JSONL [`PoolRow`]s, by question
+/// id) to `pool_path`.
 pub fn pool(
     engine: &Engine,
     config: &PoolConfig,
     queries_by_technique: &[(Technique, Vec<(String, String)>)],
+    reranker: Option<&PoolReranker>,
     runs_dir: &Path,
     pool_path: &Path,
     progress: &dyn Progress,
 ) -> Result<PoolSummary> {
     let mut summary = PoolSummary::default();
-    // Pool lists in order: (question -> docs), filled technique by technique.
-    let mut pools: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut seen: BTreeMap<String, HashSet<String>> = BTreeMap::new();
     let total: usize = queries_by_technique
         .iter()
         .map(|(_, q)| q.len())
         .sum::<usize>()
         * config.retrievers.len();
     progress.begin("pooling", Some(total as u64));
+    let mut lists: Vec<(Technique, Vec<(String, Run)>)> = Vec::new();
     for (technique, queries) in queries_by_technique {
         let mut runs: Vec<(String, Run)> = Vec::new();
         for retriever in &config.retrievers {
@@ -172,7 +184,17 @@ pub fn pool(
             let fused = fuse(&refs, &options, "fusion")?;
             runs.push(("fusion".to_string(), fused));
         }
-        for (label, run) in &runs {
+        lists.push((*technique, runs));
+    }
+    progress.finish();
+    if let Some(reranker) = reranker {
+        rerank_lists(&mut lists, queries_by_technique, reranker, progress)?;
+    }
+    // Pool lists in order: (question -> docs), filled technique by technique.
+    let mut pools: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut seen: BTreeMap<String, HashSet<String>> = BTreeMap::new();
+    for (technique, runs) in &lists {
+        for (label, run) in runs {
             let name = format!("{}.{}.{}", technique.setting(), technique.name(), label);
             run.write_trec(
                 runs_dir.join(format!("{name}.trec")),
@@ -196,7 +218,6 @@ pub fn pool(
             }
         }
     }
-    progress.finish();
     let mut writer = AtomicWriter::create(pool_path)?;
     for (query_id, doc_ids) in pools {
         if doc_ids.is_empty() {
@@ -208,6 +229,47 @@ pub fn pool(
     }
     writer.commit()?;
     Ok(summary)
+}
+
+/// Appends `{label}+rerank` after each technique's runs: the top `depth` of every ranking
+/// rescored with the query the run was retrieved with. The corpus is read once, for every
+/// document any run puts in its top `depth`.
+fn rerank_lists(
+    lists: &mut [(Technique, Vec<(String, Run)>)],
+    queries_by_technique: &[(Technique, Vec<(String, String)>)],
+    reranker: &PoolReranker,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let mut wanted: HashSet<&str> = HashSet::new();
+    for (_, runs) in lists.iter() {
+        for (_, run) in runs {
+            wanted.extend(top_document_ids(run, reranker.depth));
+        }
+    }
+    let documents = read_documents(reranker.corpus, &wanted)?;
+    let mut reranked_lists = Vec::with_capacity(lists.len());
+    for ((technique, runs), (_, queries)) in lists.iter().zip(queries_by_technique) {
+        let texts: HashMap<String, String> = queries.iter().cloned().collect();
+        let mut reranked = Vec::with_capacity(runs.len());
+        for (label, run) in runs {
+            progress.begin(&format!("rerank {}.{label}", technique.name()), None);
+            let (run, _) = rerank_run(
+                reranker.reranker,
+                run,
+                &texts,
+                &documents,
+                reranker.depth,
+                progress,
+            )?;
+            progress.finish();
+            reranked.push((format!("{label}+rerank"), run));
+        }
+        reranked_lists.push(reranked);
+    }
+    for ((_, runs), reranked) in lists.iter_mut().zip(reranked_lists) {
+        runs.extend(reranked);
+    }
+    Ok(())
 }
 
 /// One retriever over every query (batched: one encoder pass per dense model); a query

@@ -121,6 +121,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
         filter: FilterSection {
             require_all_nuggets_supported: true,
         },
+        rerank: None,
     })
 }
 
