@@ -441,7 +441,7 @@ fn a_reranker_adds_reranked_runs_to_the_pool() {
     assert!(!reranked_rows.is_empty());
     assert_eq!(reranked_rows, columns(&by_command));
     // The reranked top 3 of every question is in its pool.
-    let pool: Vec<Value> = read_jsonl(&out.join("work/pool.jsonl")).unwrap();
+    let pool: Vec<Value> = read_jsonl(out.join("work/pool.jsonl")).unwrap();
     for row in reranked_rows
         .iter()
         .filter(|r| r[3].parse::<usize>().unwrap() <= 3)
