@@ -10,10 +10,11 @@
 //! Paper: Devlin et al., *BERT* (2019); upstream: `transformers/models/bert/modeling_bert.py`,
 //! `transformers/models/xlm_roberta/modeling_xlm_roberta.py`.
 
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
+use super::cpu_bert::{CpuBertLayer, GeluKind};
 use super::cpu_ops::{AttnMask, attention_probs, gelu_erf};
 use super::encoder::Backbone;
 
@@ -128,13 +129,16 @@ struct Layer {
     heads: usize,
     head_dim: usize,
     tanh_gelu: bool,
+    /// The same weights packed for the CPU f32 fast path (when they live there).
+    cpu: Option<CpuBertLayer>,
 }
 
 impl Layer {
     fn new(cfg: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let attn = vb.pp("attention");
-        Ok(Self {
+        let on_cpu_f32 = matches!(vb.device(), Device::Cpu) && vb.dtype() == DType::F32;
+        let mut layer = Self {
             query: candle_nn::linear(h, h, attn.pp("self").pp("query"))?,
             key: candle_nn::linear(h, h, attn.pp("self").pp("key"))?,
             value: candle_nn::linear(h, h, attn.pp("self").pp("value"))?,
@@ -154,7 +158,28 @@ impl Layer {
             heads: cfg.num_attention_heads,
             head_dim: h / cfg.num_attention_heads,
             tanh_gelu: cfg.hidden_act != "gelu",
-        })
+            cpu: None,
+        };
+        if on_cpu_f32 {
+            let gelu = if layer.tanh_gelu {
+                GeluKind::Tanh
+            } else {
+                GeluKind::Erf
+            };
+            layer.cpu = Some(CpuBertLayer::new(
+                [
+                    &layer.query,
+                    &layer.key,
+                    &layer.value,
+                    &layer.attn_out,
+                    &layer.up,
+                    &layer.down,
+                ],
+                layer.heads,
+                gelu,
+            )?);
+        }
+        Ok(layer)
     }
 
     fn split_heads(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -166,6 +191,9 @@ impl Layer {
 
     /// `lengths`: real tokens per row (right padding).
     fn forward(&self, x: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
+        if let Some(cpu) = self.cpu.as_ref().filter(|_| CpuBertLayer::accepts(x)) {
+            return cpu.forward(x, lengths, &self.attn_norm, &self.out_norm);
+        }
         let (b, t, h) = x.dims3()?;
         let q = self.split_heads(&self.query.forward(x)?)?;
         let k = self.split_heads(&self.key.forward(x)?)?;
@@ -275,5 +303,100 @@ impl Backbone for BertModel {
 
     fn hidden_size(&self) -> usize {
         self.hidden_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// A tiny random BERT (fixed seed through fastrand) as named tensors.
+    fn random_weights(cfg: &BertConfig) -> HashMap<String, Tensor> {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut tensors = HashMap::new();
+        let mut add = |name: String, shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let data: Vec<f32> = (0..n).map(|_| (rng.f32() - 0.5) * 0.4).collect();
+            let t = Tensor::from_vec(data, shape, &Device::Cpu).unwrap();
+            tensors.insert(name, t);
+        };
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        add(
+            "embeddings.word_embeddings.weight".into(),
+            &[cfg.vocab_size, h],
+        );
+        add(
+            "embeddings.position_embeddings.weight".into(),
+            &[cfg.max_position_embeddings, h],
+        );
+        add("embeddings.token_type_embeddings.weight".into(), &[2, h]);
+        add("embeddings.LayerNorm.weight".into(), &[h]);
+        add("embeddings.LayerNorm.bias".into(), &[h]);
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("encoder.layer.{l}");
+            for (name, out, inp) in [
+                ("attention.self.query", h, h),
+                ("attention.self.key", h, h),
+                ("attention.self.value", h, h),
+                ("attention.output.dense", h, h),
+                ("intermediate.dense", i, h),
+                ("output.dense", h, i),
+            ] {
+                add(format!("{p}.{name}.weight"), &[out, inp]);
+                add(format!("{p}.{name}.bias"), &[out]);
+            }
+            for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+                add(format!("{p}.{norm}.weight"), &[h]);
+                add(format!("{p}.{norm}.bias"), &[h]);
+            }
+        }
+        tensors
+    }
+
+    /// The CPU fast path equals the plain candle ops on every real position, with padding and
+    /// both GELUs.
+    #[test]
+    fn cpu_fast_path_matches_candle_ops() {
+        for act in ["gelu", "gelu_new"] {
+            let cfg: BertConfig = serde_json::from_value(serde_json::json!({
+                "vocab_size": 50, "hidden_size": 24, "num_hidden_layers": 2,
+                "num_attention_heads": 3, "intermediate_size": 40,
+                "max_position_embeddings": 32, "hidden_act": act,
+            }))
+            .unwrap();
+            let weights = random_weights(&cfg);
+            let vb = VarBuilder::from_tensors(weights, DType::F32, &Device::Cpu);
+            let fast = BertModel::load(&cfg, vb.clone(), BertFlavor::Bert).unwrap();
+            let mut plain = BertModel::load(&cfg, vb, BertFlavor::Bert).unwrap();
+            for layer in &mut plain.layers {
+                layer.cpu = None;
+            }
+            assert!(fast.layers.iter().all(|l| l.cpu.is_some()));
+            let lengths = [9usize, 4, 1];
+            let ids: Vec<u32> = (0..27u32).map(|i| (i * 7 + 3) % 50).collect();
+            let ids = Tensor::from_vec(ids, (3, 9), &Device::Cpu).unwrap();
+            let a = fast
+                .forward(&ids, &lengths)
+                .unwrap()
+                .to_vec3::<f32>()
+                .unwrap();
+            let b = plain
+                .forward(&ids, &lengths)
+                .unwrap()
+                .to_vec3::<f32>()
+                .unwrap();
+            for (row, &len) in lengths.iter().enumerate() {
+                for pos in 0..len {
+                    for (x, y) in a[row][pos].iter().zip(&b[row][pos]) {
+                        assert!(
+                            (x - y).abs() < 1e-5,
+                            "{act} row {row} pos {pos}: {x} vs {y}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

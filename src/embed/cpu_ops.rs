@@ -128,6 +128,89 @@ pub fn attention_probs(logits: &Tensor, mask: &AttnMask) -> candle_core::Result<
     candle_nn::ops::softmax_last_dim(&(x + bias)?)
 }
 
+/// `e^x` for f32 without a libm call, so loops over it vectorise: Cody-Waite range reduction
+/// `x = n ln 2 + r` (`|r| <= ln 2 / 2`, n rounded with the 1.5 * 2^23 trick), a degree-6
+/// polynomial for `e^r` (the Cephes `expf` coefficients) and `2^n` built in the exponent
+/// bits. Within 2 ulp of libm's `expf` on [-87, 88]; below -87 it returns about 1e-38 (a
+/// softmax weight that small is 0 for every purpose here).
+#[inline(always)]
+pub(crate) fn exp_fast(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2_E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let p = p * r * r + r + 1.0;
+    f32::from_bits(((n as i32 + 127) as u32) << 23) * p
+}
+
+/// In-place softmax of one row: subtract the max, exponentiate, normalise. Eight-lane
+/// accumulators keep the reductions vectorisable; an AVX2 copy of the same code is taken when
+/// the CPU has it (no FMA contraction, so both give the same bits).
+pub(crate) fn softmax_row(row: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { softmax_row_avx2(row) };
+        }
+    }
+    softmax_row_portable(row);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn softmax_row_avx2(row: &mut [f32]) {
+    softmax_row_portable(row);
+}
+
+#[inline(always)]
+fn softmax_row_portable(row: &mut [f32]) {
+    if row.is_empty() {
+        return;
+    }
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = row.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let mut max = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    for m in lanes {
+        max = if m > max { m } else { max };
+    }
+    let mut sums = [0f32; 8];
+    let mut chunks = row.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        for (s, v) in sums.iter_mut().zip(chunk.iter_mut()) {
+            *v = exp_fast(*v - max);
+            *s += *v;
+        }
+    }
+    let mut sum = 0f32;
+    for v in chunks.into_remainder() {
+        *v = exp_fast(*v - max);
+        sum += *v;
+    }
+    sum += sums.iter().sum::<f32>();
+    let inv = 1.0 / sum;
+    for v in row.iter_mut() {
+        *v *= inv;
+    }
+}
+
 struct GeluErf;
 
 impl CustomOp1 for GeluErf {
@@ -161,7 +244,7 @@ impl CustomOp1 for GeluErf {
 /// beyond |x| = 4, erf is ±1 in f32). Branch-free and call-free, so the loop above vectorises;
 /// agrees with libm's `erff` to a few ulps.
 #[inline(always)]
-fn erf_rational(x: f32) -> f32 {
+pub(crate) fn erf_rational(x: f32) -> f32 {
     const ALPHA: [f32; 7] = [
         -2.726_142_3e-10,
         2.770_681_4e-08,
@@ -248,6 +331,35 @@ mod tests {
             let want = reference(&logits, &mask, t);
             for (g, w) in got.iter().zip(&want) {
                 assert!((g - w).abs() < 1e-6, "{causal} {window:?}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn fast_exp_is_within_two_ulp_of_libm() {
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            let (got, want) = (exp_fast(x), x.exp());
+            let ulp = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(ulp <= 2, "exp({x}): {got} vs {want} ({ulp} ulp)");
+            x += 0.0137;
+        }
+        assert!(exp_fast(-1000.0) < 1e-37);
+    }
+
+    #[test]
+    fn softmax_row_matches_the_plain_formula() {
+        for len in [1usize, 7, 8, 9, 33] {
+            let row: Vec<f32> = (0..len)
+                .map(|i| ((i * 13 % 7) as f32 - 3.0) * 1.7)
+                .collect();
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = row.iter().map(|&v| f64::from(v - max).exp()).sum();
+            let mut got = row.clone();
+            softmax_row(&mut got);
+            for (g, v) in got.iter().zip(&row) {
+                let want = f64::from(v - max).exp() / sum;
+                assert!((f64::from(*g) - want).abs() < 1e-6, "{len}: {g} vs {want}");
             }
         }
     }

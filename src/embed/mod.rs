@@ -10,6 +10,7 @@
 
 mod batch;
 mod bert;
+mod cpu_bert;
 mod cpu_ops;
 mod decoder;
 mod encoder;
