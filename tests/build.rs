@@ -461,3 +461,51 @@ fn a_reranker_adds_reranked_runs_to_the_pool() {
         assert!(run.is_file(), "{} exported", run.display());
     }
 }
+
+/// `[llm] base_urls`: a build spreads its calls over a fleet and exports the same bytes as a
+/// build against one server.
+#[test]
+fn a_build_spreads_calls_over_a_fleet_to_the_same_bytes() {
+    let single = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let config_one = config(dir.path(), &single.url, "");
+    let out_one = dir.path().join("one");
+    let output = build(&config_one, &out_one);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let (a, b) = (MockServer::start(false), MockServer::start(false));
+    let text = std::fs::read_to_string(&config_one)
+        .unwrap()
+        .replace(
+            &format!("base_url = \"{}\"", single.url),
+            &format!("base_url = \"{}\"\nbase_urls = [\"{}\"]", a.url, b.url),
+        )
+        .replace("concurrency = 1", "concurrency = 2");
+    let config_fleet = write(dir.path(), "fleet.toml", text);
+    let out_fleet = dir.path().join("fleet");
+    let output = build(&config_fleet, &out_fleet);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        a.requests() > 0 && b.requests() > 0,
+        "{} / {}",
+        a.requests(),
+        b.requests()
+    );
+    assert_eq!(a.requests() + b.requests(), single.requests());
+    let (one, fleet) = (exported(&out_one), exported(&out_fleet));
+    assert_eq!(
+        one.keys().collect::<Vec<_>>(),
+        fleet.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &one {
+        assert!(fleet[name] == *bytes, "{name} differs");
+    }
+}

@@ -1,12 +1,11 @@
 //! The flags every LLM stage shares: which backend, its limits, the cache.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use freshstack::dataset::Shard;
-use freshstack::llm::{Chat, ChatParams, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
+use freshstack::llm::{BackendSpec, ChatParams, Llm, ResponseCache};
 
 /// Backend and cache flags.
 #[derive(Debug, Args)]
@@ -78,13 +77,20 @@ impl LlmArgs {
 
     /// Builds the backend and opens the cache (next to `out` unless `--llm-cache`).
     pub fn open(&self, out: &Path) -> anyhow::Result<Llm> {
-        let chat: Box<dyn Chat> = match (&self.llm_gguf, &self.llm_base_url[..], &self.llm_model) {
-            (Some(path), _, _) => Box::new(LocalChat::load(path)?),
-            (None, [_, ..], Some(model)) => Box::new(self.openai(&self.llm_base_url, model)?),
-            _ => bail!(
-                "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"
-            ),
+        let spec = BackendSpec {
+            gguf: self.llm_gguf.clone(),
+            base_urls: self.llm_base_url.clone(),
+            model: self.llm_model.clone(),
+            concurrency: self.llm_concurrency,
+            timeout_seconds: self.llm_timeout,
+            max_retries: self.llm_max_retries,
         };
+        if !spec.is_configured() {
+            bail!(
+                "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"
+            );
+        }
+        let chat = spec.open()?.chat;
         let cache =
             if self.no_cache {
                 None
@@ -100,20 +106,6 @@ impl LlmArgs {
                 })?)
             };
         Ok(Llm::new(chat, cache))
-    }
-
-    fn openai(&self, base_urls: &[String], model: &str) -> anyhow::Result<OpenAiChat> {
-        if self.llm_concurrency == 0 {
-            bail!("invalid --llm-concurrency: must be at least 1");
-        }
-        if !(self.llm_timeout.is_finite() && self.llm_timeout > 0.0) {
-            bail!("invalid --llm-timeout: must be a positive number of seconds");
-        }
-        let mut config = OpenAiConfig::fleet(base_urls.to_vec(), model).with_key_from_env();
-        config.concurrency = self.llm_concurrency;
-        config.timeout = Duration::from_secs_f64(self.llm_timeout);
-        config.max_retries = self.llm_max_retries;
-        Ok(OpenAiChat::new(config)?)
     }
 }
 

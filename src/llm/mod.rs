@@ -9,6 +9,7 @@
 //! finished stage makes no calls and an interrupted one resumes where it stopped; every answer
 //! is stored as soon as it arrives. The API key is never logged nor printed by `Debug`.
 
+mod backend;
 mod cache;
 mod local;
 mod openai;
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+pub use backend::{BackendSpec, OpenedBackend};
 pub use cache::{ResponseCache, cache_key};
 pub use local::{ChatFormat, LocalChat};
 pub use openai::{API_KEY_ENV, OpenAiChat, OpenAiConfig};

@@ -191,6 +191,9 @@ pub struct LlmSection {
     /// OpenAI-compatible API root (the key comes from `FRESHSTACK_LLM_API_KEY`).
     #[serde(default)]
     pub base_url: Option<String>,
+    /// More roots serving the same model (a vLLM fleet): calls go to the least busy server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub base_urls: Vec<String>,
     /// Model name as the server knows it.
     #[serde(default)]
     pub model: Option<String>,
@@ -330,6 +333,25 @@ pub struct FilterSection {
     /// `false` keeps every question with at least one supported nugget.
     #[serde(default = "yes")]
     pub require_all_nuggets_supported: bool,
+}
+
+impl LlmSection {
+    /// The backend this section describes (servers: `base_url` first, then `base_urls`).
+    pub fn backend(&self) -> crate::llm::BackendSpec {
+        crate::llm::BackendSpec {
+            gguf: self.gguf.clone(),
+            base_urls: self
+                .base_url
+                .iter()
+                .chain(&self.base_urls)
+                .cloned()
+                .collect(),
+            model: self.model.clone(),
+            concurrency: self.concurrency,
+            timeout_seconds: self.timeout_seconds,
+            max_retries: self.max_retries,
+        }
+    }
 }
 
 impl Default for FilterSection {
@@ -474,12 +496,14 @@ impl BuildConfig {
                 "must not exceed fusion_depth (the depth every run is retrieved to)".into(),
             );
         }
-        match (&self.llm.gguf, &self.llm.base_url, &self.llm.model) {
-            (Some(_), None, None) | (None, Some(_), Some(_)) => {}
+        let has_servers = self.llm.base_url.is_some() || !self.llm.base_urls.is_empty();
+        match (&self.llm.gguf, has_servers, &self.llm.model) {
+            (Some(_), false, None) | (None, true, Some(_)) => {}
             _ => {
                 return bad(
                     "llm",
-                    "give `gguf`, or `base_url` and `model` (not both kinds)".into(),
+                    "give `gguf`, or `base_url` (and/or `base_urls`) and `model` (not both kinds)"
+                        .into(),
                 );
             }
         }

@@ -31,9 +31,7 @@ use crate::dataset::{AtomicWriter, Question, read_jsonl, write_json_atomic};
 use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
 use crate::index::Bm25Settings;
-use crate::llm::{
-    Chat, ChatParams, Llm, LlmStats, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache,
-};
+use crate::llm::{ChatParams, Llm, LlmStats, ResponseCache};
 use crate::progress::Progress;
 use crate::report::ReportOptions;
 use crate::rerank::{CrossEncoder, RerankerOptions};
@@ -241,7 +239,7 @@ impl Builder<'_> {
             }
             // The server's address is where the model runs, not what it is: moving the server
             // must not rerun the stages (the response cache is keyed the same way).
-            (None, Some(_), Some(model)) => format!("openai:{model}"),
+            (None, _, Some(model)) => format!("openai:{model}"),
             _ => String::new(),
         }
     }
@@ -249,31 +247,15 @@ impl Builder<'_> {
     fn llm(&mut self) -> Result<&OpenedLlm> {
         if self.llm.is_none() {
             let section = &self.config.llm;
-            let (chat, context_tokens): (Box<dyn Chat>, Option<usize>) =
-                match (&section.gguf, &section.base_url, &section.model) {
-                    (Some(path), _, _) => {
-                        let local = LocalChat::load(path)?;
-                        let context = local.context_tokens();
-                        (Box::new(local), Some(context))
-                    }
-                    (None, Some(url), Some(model)) => {
-                        let mut openai =
-                            OpenAiConfig::new(url.clone(), model.clone()).with_key_from_env();
-                        openai.concurrency = section.concurrency;
-                        openai.timeout = Duration::from_secs_f64(section.timeout_seconds);
-                        openai.max_retries = section.max_retries;
-                        (Box::new(OpenAiChat::new(openai)?), None)
-                    }
-                    _ => return Err(Error::invalid("llm", "no backend configured")),
-                };
+            let backend = section.backend().open()?;
             let cache_path = section
                 .cache
                 .clone()
                 .unwrap_or_else(|| self.path(layout::LLM_CACHE));
             let cache = ResponseCache::open(&cache_path)?;
             self.llm = Some(OpenedLlm {
-                llm: Llm::new(chat, Some(cache)),
-                context_tokens,
+                llm: Llm::new(backend.chat, Some(cache)),
+                context_tokens: backend.context_tokens,
             });
         }
         self.llm

@@ -95,6 +95,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
         llm: LlmSection {
             gguf: Some(gguf),
             base_url: None,
+            base_urls: Vec::new(),
             model: None,
             concurrency: 1,
             timeout_seconds: 300.0,
