@@ -860,3 +860,99 @@ fn local_gguf_generates_and_the_stages_cope() {
         "rerun served from the cache"
     );
 }
+
+/// What `scripts/gen_tiny_gguf.py` recorded from `transformers` for a tiny random model.
+#[derive(serde::Deserialize)]
+struct GgufReference {
+    messages: Vec<HashMap<String, String>>,
+    prompt: String,
+    prompt_ids: Vec<u32>,
+    greedy_ids: Vec<u32>,
+    greedy_text: String,
+    first_logits: Vec<f32>,
+}
+
+/// Loads `tests/fixtures/gguf/tiny-{arch}.gguf` and checks the chat template, tokenisation,
+/// first-step logits and greedy continuation against `transformers`.
+fn check_tiny_gguf(arch: &str, format: freshstack::llm::ChatFormat) {
+    use freshstack::llm::{Chat, ChatParams, LocalChat, Message};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf");
+    let chat = LocalChat::load(dir.join(format!("tiny-{arch}.gguf"))).unwrap();
+    let reference: GgufReference = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("tiny-{arch}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(chat.format(), format);
+    let messages: Vec<Message> = reference
+        .messages
+        .iter()
+        .map(|m| match m["role"].as_str() {
+            "system" => Message::system(m["content"].clone()),
+            _ => Message::user(m["content"].clone()),
+        })
+        .collect();
+    assert_eq!(
+        format.render(&messages),
+        reference.prompt,
+        "{arch} template"
+    );
+    let ids = chat.encode(&reference.prompt).unwrap();
+    assert_eq!(ids, reference.prompt_ids, "{arch} tokenisation");
+
+    let logits = chat.next_logits(&ids).unwrap();
+    assert_eq!(logits.len(), reference.first_logits.len());
+    let max_diff = logits
+        .iter()
+        .zip(&reference.first_logits)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let max_abs = reference
+        .first_logits
+        .iter()
+        .fold(0f32, |m, v| m.max(v.abs()));
+    eprintln!("{arch}: largest first-step logit difference {max_diff:e} (logits up to {max_abs})");
+    assert!(max_diff < 2e-4 * max_abs.max(1.0), "{arch}: {max_diff}");
+
+    let params = ChatParams {
+        temperature: 0.0,
+        max_tokens: 16,
+        seed: None,
+    };
+    assert_eq!(
+        chat.generate_ids(&ids, &params).unwrap(),
+        reference.greedy_ids,
+        "{arch} greedy tokens"
+    );
+    assert_eq!(
+        chat.chat(&messages, &params).unwrap(),
+        reference.greedy_text
+    );
+}
+
+#[test]
+fn tiny_qwen3_gguf_matches_transformers() {
+    check_tiny_gguf("qwen3", freshstack::llm::ChatFormat::ChatMlNoThinking);
+}
+
+#[test]
+fn tiny_gemma3_gguf_matches_transformers() {
+    check_tiny_gguf("gemma3", freshstack::llm::ChatFormat::Gemma);
+}
+
+#[test]
+fn unsupported_gguf_architecture_lists_the_supported_ones() {
+    use candle_core::quantized::gguf_file;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("phi.gguf");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let arch = gguf_file::Value::String("phi3".into());
+    gguf_file::write(&mut file, &[("general.architecture", &arch)], &[]).unwrap();
+    drop(file);
+    let err = match freshstack::llm::LocalChat::load(&path) {
+        Ok(_) => panic!("phi3 loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("\"phi3\""), "{err}");
+    assert!(err.contains("llama, qwen2, qwen3, gemma3"), "{err}");
+    assert!(err.contains("phi.gguf"), "{err}");
+}

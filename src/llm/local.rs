@@ -1,9 +1,12 @@
-//! Native generation from a GGUF file through candle (quantized llama and qwen2 families), so a
-//! build can run with no server at all. The tokenizer is rebuilt from the GGUF metadata (gpt2
-//! byte-level BPE: `tokenizer.ggml.tokens` / `merges`); the chat format is chosen from the
-//! `tokenizer.chat_template` metadata (ChatML, Llama 3, Llama 2, Gemma markers), falling back to
-//! ChatML when the vocabulary has `<|im_start|>`, else Llama 2. Greedy at temperature 0, else
-//! seeded sampling. One generation at a time (the model holds a KV cache); CPU.
+//! Native generation from a GGUF file through candle, so a build can run with no server at all.
+//! Architectures: `llama`, `qwen2` and `qwen3` (candle-transformers' quantized models) and
+//! `gemma3` (ours, in `gemma3.rs`: candle's differs from Gemma 3). The tokenizer is rebuilt from
+//! the GGUF metadata (gpt2 byte-level BPE: `tokenizer.ggml.tokens` / `merges`); the chat format
+//! is chosen from the `tokenizer.chat_template` metadata (ChatML, Llama 3, Llama 2, Gemma
+//! markers), falling back to ChatML when the vocabulary has `<|im_start|>`, else Llama 2.
+//! Templates that know `<think>` (Qwen3) get Qwen3's non-thinking prompt, and a complete think
+//! block the model writes anyway is cut from the answer. Greedy at temperature 0, else seeded
+//! sampling. One generation at a time (the model holds a KV cache); CPU.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,11 +15,12 @@ use std::sync::Mutex;
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::LogitsProcessor;
-use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
+use super::gemma3::Gemma3;
 use super::{Chat, ChatParams, Message, Role};
 use crate::error::{Error, Result};
 
@@ -25,11 +29,14 @@ use crate::error::{Error, Result};
 pub enum ChatFormat {
     /// `<|im_start|>role\n...<|im_end|>` (Qwen, SmolLM).
     ChatMl,
+    /// ChatML whose answer opens with an empty `<think>\n\n</think>\n\n` block: Qwen3's
+    /// non-thinking mode (its template's `enable_thinking=false`).
+    ChatMlNoThinking,
     /// `<|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>`.
     Llama3,
     /// `[INST] <<SYS>>...<</SYS>> ... [/INST]`.
     Llama2,
-    /// `<start_of_turn>user\n...<end_of_turn>` (system folded into the first user turn).
+    /// `<bos><start_of_turn>user\n...<end_of_turn>` (system folded into the first user turn).
     Gemma,
 }
 
@@ -37,6 +44,9 @@ impl ChatFormat {
     /// The format a GGUF chat template (Jinja source) uses, recognised by its markers.
     pub fn detect(template: Option<&str>, has_im_start: bool) -> Self {
         match template {
+            Some(t) if t.contains("<|im_start|>") && t.contains("<think>") => {
+                ChatFormat::ChatMlNoThinking
+            }
             Some(t) if t.contains("<|im_start|>") => ChatFormat::ChatMl,
             Some(t) if t.contains("<|start_header_id|>") => ChatFormat::Llama3,
             Some(t) if t.contains("<start_of_turn>") => ChatFormat::Gemma,
@@ -55,7 +65,7 @@ impl ChatFormat {
         };
         let mut out = String::new();
         match self {
-            ChatFormat::ChatMl => {
+            ChatFormat::ChatMl | ChatFormat::ChatMlNoThinking => {
                 for m in messages {
                     out.push_str(&format!(
                         "<|im_start|>{}\n{}<|im_end|>\n",
@@ -64,6 +74,9 @@ impl ChatFormat {
                     ));
                 }
                 out.push_str("<|im_start|>assistant\n");
+                if self == ChatFormat::ChatMlNoThinking {
+                    out.push_str("<think>\n\n</think>\n\n");
+                }
             }
             ChatFormat::Llama3 => {
                 out.push_str("<|begin_of_text|>");
@@ -79,6 +92,9 @@ impl ChatFormat {
             ChatFormat::Gemma | ChatFormat::Llama2 => {
                 // Both lack a system role: fold system text into the next user turn.
                 let mut pending_system = String::new();
+                if self == ChatFormat::Gemma {
+                    out.push_str("<bos>");
+                }
                 for m in messages {
                     match m.role {
                         Role::System => {
@@ -86,7 +102,12 @@ impl ChatFormat {
                             pending_system.push_str("\n\n");
                         }
                         Role::User => {
-                            let content = format!("{pending_system}{}", m.content);
+                            // Gemma's template trims each message.
+                            let text = match self {
+                                ChatFormat::Gemma => m.content.trim(),
+                                _ => m.content.as_str(),
+                            };
+                            let content = format!("{pending_system}{text}");
                             pending_system.clear();
                             if self == ChatFormat::Gemma {
                                 out.push_str(&format!(
@@ -100,7 +121,7 @@ impl ChatFormat {
                             if self == ChatFormat::Gemma {
                                 out.push_str(&format!(
                                     "<start_of_turn>model\n{}<end_of_turn>\n",
-                                    m.content
+                                    m.content.trim()
                                 ));
                             } else {
                                 out.push_str(&format!(" {} </s>", m.content));
@@ -117,22 +138,32 @@ impl ChatFormat {
     }
 }
 
+/// The architectures (`general.architecture`) [`LocalChat`] runs.
+pub const SUPPORTED_ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+
 enum Weights {
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
+    Qwen3(quantized_qwen3::ModelWeights),
+    Gemma3(Gemma3),
 }
 
 impl Weights {
+    /// Logits (1, vocab) of the last position.
     fn forward(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         match self {
             Weights::Llama(m) => m.forward(input, pos),
             Weights::Qwen2(m) => m.forward(input, pos),
+            Weights::Qwen3(m) => m.forward(input, pos),
+            Weights::Gemma3(m) => m.forward(input, pos),
         }
     }
     fn clear(&mut self) {
         match self {
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
+            Weights::Qwen3(m) => m.clear_kv_cache(),
+            Weights::Gemma3(m) => m.clear_kv_cache(),
         }
     }
 }
@@ -174,6 +205,14 @@ fn dequantized_copy(
     Ok((content, buffer))
 }
 
+/// The tokens after the last `think_end` token, when there is one: a complete think block,
+/// empty or not, is not part of the answer.
+fn after_thinking(generated: &[u32], think_end: Option<u32>) -> Option<&[u32]> {
+    let end = think_end?;
+    let i = generated.iter().rposition(|&t| t == end)?;
+    Some(&generated[i + 1..])
+}
+
 /// A GGUF model loaded in memory.
 pub struct LocalChat {
     path: PathBuf,
@@ -181,6 +220,8 @@ pub struct LocalChat {
     format: ChatFormat,
     context_tokens: usize,
     stop_ids: Vec<u32>,
+    /// `</think>`: generated tokens up to it are dropped.
+    think_end: Option<u32>,
     tokenizer: Tokenizer,
     weights: Mutex<Weights>,
     device: Device,
@@ -205,6 +246,15 @@ impl LocalChat {
         let get_str = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
         let get_u32 = |k: &str| md.get(k).and_then(|v| v.to_u32().ok());
         let arch = get_str("general.architecture").unwrap_or_default();
+        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+            return Err(gguf_error(
+                &path,
+                format!(
+                    "architecture {arch:?} is not supported (supported: {})",
+                    SUPPORTED_ARCHITECTURES.join(", ")
+                ),
+            ));
+        }
         let name = get_str("general.name").unwrap_or_else(|| arch.clone());
         let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
         let tokenizer_model = get_str("tokenizer.ggml.model").unwrap_or_default();
@@ -308,6 +358,14 @@ impl LocalChat {
         } else {
             (content, Box::new(file))
         };
+        let mut content = content;
+        if arch == "qwen3" {
+            // candle builds Qwen3's RoPE tables in `general.dtype` (f16 when absent: angles of
+            // late positions lose whole hundredths of a radian); ask for f32.
+            content
+                .metadata
+                .insert("general.dtype".into(), gguf_file::Value::U32(0));
+        }
         let weights = match arch.as_str() {
             "llama" => Weights::Llama(
                 quantized_llama::ModelWeights::from_gguf(content, &mut reader, &device)
@@ -317,10 +375,21 @@ impl LocalChat {
                 quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &device)
                     .map_err(|e| gguf_error(&path, e))?,
             ),
+            "qwen3" => Weights::Qwen3(
+                quantized_qwen3::ModelWeights::from_gguf(content, &mut reader, &device)
+                    .map_err(|e| gguf_error(&path, e))?,
+            ),
+            "gemma3" => Weights::Gemma3(
+                Gemma3::from_gguf(&content, &mut reader, &device)
+                    .map_err(|e| gguf_error(&path, e))?,
+            ),
             other => {
                 return Err(gguf_error(
                     &path,
-                    format!("architecture {other:?} is not supported (supported: llama, qwen2)"),
+                    format!(
+                        "architecture {other:?} is not supported (supported: {})",
+                        SUPPORTED_ARCHITECTURES.join(", ")
+                    ),
                 ));
             }
         };
@@ -334,6 +403,7 @@ impl LocalChat {
             format,
             context_tokens,
             stop_ids,
+            think_end: vocab.get("</think>").copied(),
             tokenizer,
             weights: Mutex::new(weights),
             device,
@@ -359,10 +429,27 @@ impl LocalChat {
     }
 
     /// Generates up to `params.max_tokens` tokens after `prompt`; returns the text and the
-    /// number of tokens generated.
+    /// number of tokens generated. A complete `<think>...</think>` block (empty or not) is cut
+    /// from the text; an unfinished one is kept, for the parsers to reject.
     pub fn generate(&self, prompt: &str, params: &ChatParams) -> Result<(String, usize)> {
-        let fail = |e: candle_core::Error| gguf_error(&self.path, e);
         let prompt_ids = self.encode(prompt)?;
+        let generated = self.generate_ids(&prompt_ids, params)?;
+        let after = after_thinking(&generated, self.think_end);
+        let text = self
+            .tokenizer
+            .decode(after.unwrap_or(&generated), true)
+            .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))?;
+        // Decoding drops the (special) think markers, so the block is cut here, by token.
+        let text = match after {
+            Some(_) => text.trim_start().to_string(),
+            None => text,
+        };
+        Ok((text, generated.len()))
+    }
+
+    /// The tokens generated after `prompt_ids` (stop token excluded).
+    pub fn generate_ids(&self, prompt_ids: &[u32], params: &ChatParams) -> Result<Vec<u32>> {
+        let fail = |e: candle_core::Error| gguf_error(&self.path, e);
         let budget = params.max_tokens as usize;
         if prompt_ids.len() + budget > self.context_tokens {
             return Err(gguf_error(
@@ -384,17 +471,10 @@ impl LocalChat {
             .map_err(|_| gguf_error(&self.path, "model lock poisoned"))?;
         weights.clear();
         let mut generated: Vec<u32> = Vec::new();
-        let mut input = prompt_ids.clone();
+        let mut input = prompt_ids.to_vec();
         let mut pos = 0;
         while generated.len() < budget {
-            let x = Tensor::new(input.as_slice(), &self.device)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(fail)?;
-            let logits = weights
-                .forward(&x, pos)
-                .and_then(|l| l.squeeze(0))
-                .and_then(|l| l.to_dtype(candle_core::DType::F32))
-                .map_err(fail)?;
+            let logits = self.step(&mut weights, &input, pos).map_err(fail)?;
             pos += input.len();
             let next = sampler.sample(&logits).map_err(fail)?;
             if self.stop_ids.contains(&next) {
@@ -403,11 +483,33 @@ impl LocalChat {
             generated.push(next);
             input = vec![next];
         }
-        let text = self
-            .tokenizer
-            .decode(&generated, true)
-            .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))?;
-        Ok((text, generated.len()))
+        Ok(generated)
+    }
+
+    /// The logits the model gives the token after `prompt_ids`.
+    pub fn next_logits(&self, prompt_ids: &[u32]) -> Result<Vec<f32>> {
+        let mut weights = self
+            .weights
+            .lock()
+            .map_err(|_| gguf_error(&self.path, "model lock poisoned"))?;
+        weights.clear();
+        self.step(&mut weights, prompt_ids, 0)
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(|e| gguf_error(&self.path, e))
+    }
+
+    /// One forward pass over `input` starting at `pos`: the last position's f32 logits.
+    fn step(
+        &self,
+        weights: &mut Weights,
+        input: &[u32],
+        pos: usize,
+    ) -> candle_core::Result<Tensor> {
+        let x = Tensor::new(input, &self.device)?.unsqueeze(0)?;
+        weights
+            .forward(&x, pos)?
+            .squeeze(0)?
+            .to_dtype(candle_core::DType::F32)
     }
 }
 
@@ -452,8 +554,24 @@ mod tests {
             ChatFormat::detect(Some("<start_of_turn>"), false),
             ChatFormat::Gemma
         );
+        assert_eq!(
+            ChatFormat::detect(Some("'<|im_start|>' ... '<think>\\n\\n</think>'"), false),
+            ChatFormat::ChatMlNoThinking
+        );
         assert_eq!(ChatFormat::detect(None, true), ChatFormat::ChatMl);
         assert_eq!(ChatFormat::detect(None, false), ChatFormat::Llama2);
+    }
+
+    #[test]
+    fn think_blocks_are_cut_by_token() {
+        assert_eq!(
+            after_thinking(&[3, 9, 4, 7, 8], Some(4)),
+            Some(&[7u32, 8][..])
+        );
+        assert_eq!(after_thinking(&[3, 4, 5], Some(4)), Some(&[5u32][..]));
+        // Unfinished thinking stays, for the parsers to reject; so does everything without one.
+        assert_eq!(after_thinking(&[3, 9, 9], Some(4)), None);
+        assert_eq!(after_thinking(&[7, 8], None), None);
     }
 
     #[test]
@@ -465,8 +583,13 @@ mod tests {
         );
         assert_eq!(
             ChatFormat::Gemma.render(&msgs),
-            "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n"
+            "<bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n"
         );
         assert_eq!(ChatFormat::Llama2.render(&msgs), "<s>[INST] S\n\nU [/INST]");
+        assert!(
+            ChatFormat::ChatMlNoThinking
+                .render(&msgs)
+                .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        );
     }
 }

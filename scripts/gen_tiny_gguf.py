@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Builds tiny random-weight Gemma-3 and Qwen3 causal language models with Hugging Face
+`transformers`, writes each as a GGUF file (F32 tensors, llama.cpp's tensor names and metadata
+keys, a gpt2 byte-level BPE tokenizer and a chat template in the metadata) under
+tests/fixtures/gguf/, and records what `transformers` computes for a fixed chat prompt: the
+rendered prompt, its token ids, the logits of the first generated position and the greedy
+continuation (stopped at the same stop tokens as `LocalChat`). The Rust tests in tests/llm.rs
+load the GGUF files with `LocalChat` and compare.
+
+The configs keep each family's quirks: Qwen3 q/k norms, an explicit head_dim and grouped-query
+attention, an untied output head; Gemma-3 (1 + w) norms (written as w + 1, as llama.cpp's
+converter does), the sqrt(hidden) embedding scale, post-attention and post-feed-forward norms,
+GELU (tanh) feed-forward, five sliding-window layers with a local RoPE base then one global
+layer with linear RoPE scaling (as Gemma-3 4B and larger), tied embeddings. The sliding window
+(32) is shorter than the prompt, so it matters while reading the prompt and while generating.
+
+    /work/venv-enc/bin/pip install gguf
+    /work/venv-enc/bin/python scripts/gen_tiny_gguf.py
+"""
+import json
+import pathlib
+
+import jinja2
+import numpy as np
+import torch
+from gguf import GGUFWriter, GGMLQuantizationType
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures" / "gguf"
+CONTEXT = 256
+MAX_NEW = 16
+
+CORPUS = [
+    "How do I define a route with a parameter in Laravel?",
+    "Eloquent relationships: hasMany, belongsTo and many-to-many pivot tables.",
+    "The queue worker stops after processing jobs; use Supervisor to keep it running.",
+    'Answer with JSON: {"nuggets": ["a fact", "another fact"]}',
+    "SELECT id, name FROM users WHERE email LIKE '%@example.com';",
+    "You are a careful assistant. Write the key facts of the answer.",
+]
+MESSAGES = [
+    {"role": "system", "content": "You are a careful assistant."},
+    {"role": "user", "content": "How do I keep the queue worker running? Answer with JSON."},
+]
+
+# Minimal transcriptions of the families' chat templates (the parts our renderer relies on).
+QWEN3_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
+)
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
+)
+# The markers LocalChat stops at (besides tokenizer.ggml.eos_token_id).
+STOP_MARKERS = ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>", "</s>"]
+
+
+def train_tokenizer(specials: list[str]) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    return tok
+
+
+def randomise(model: torch.nn.Module, gemma: bool) -> None:
+    gen = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            # Gemma: wide norm weights so that the layers outweigh the tied, scaled embedding
+            # (else the greedy answer just repeats a token).
+            if "norm" in name:
+                p.copy_(noise * 3.0 if gemma else 1.0 + noise * 0.1)
+            else:
+                p.copy_(noise * (0.1 if gemma else 0.5))
+
+
+def greedy(model, prompt_ids: list[int], stop_ids: set[int]):
+    ids = list(prompt_ids)
+    first_logits = None
+    out = []
+    margins = []
+    with torch.no_grad():
+        for _ in range(MAX_NEW):
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            if first_logits is None:
+                first_logits = logits.tolist()
+            top = torch.topk(logits, 2).values
+            margins.append(float(top[0] - top[1]))
+            nxt = int(torch.argmax(logits))
+            if nxt in stop_ids:
+                break
+            out.append(nxt)
+            ids.append(nxt)
+    print(f"  smallest top-1/top-2 logit margin along the greedy path: {min(margins):.4f}")
+    return out, first_logits
+
+
+def write_gguf(path, arch, name, tok, template, eos, meta, tensors):
+    w = GGUFWriter(str(path), arch)
+    w.add_string("general.name", name)
+    for key, (kind, value) in meta.items():
+        getattr(w, f"add_{kind}")(f"{arch}.{key}", value)
+    vocab = tok.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    specials = {t.content for t in tok.get_added_tokens_decoder().values()}
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.merges", [" ".join(m) if isinstance(m, list) else m for m in merges])
+    w.add_array("tokenizer.ggml.token_type", [3 if t in specials else 1 for t in tokens])
+    w.add_uint32("tokenizer.ggml.eos_token_id", eos)
+    w.add_string("tokenizer.chat_template", template)
+    for tname, t in tensors:
+        w.add_tensor(tname, t.detach().to(torch.float32).numpy().astype(np.float32), raw_dtype=GGMLQuantizationType.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def layer_tensors(sd, n_layers, names, norm_shift):
+    out = []
+    for i in range(n_layers):
+        for hf, gg in names:
+            t = sd[f"model.layers.{i}.{hf}.weight"]
+            if gg.endswith("norm"):
+                t = t + norm_shift
+            out.append((f"blk.{i}.{gg}.weight", t))
+    return out
+
+
+def finish(arch, tok, model, template_src, render_kwargs, bos_token, gguf_path):
+    prompt = jinja2.Environment().from_string(template_src).render(
+        messages=MESSAGES, add_generation_prompt=True, bos_token=bos_token, **render_kwargs
+    )
+    prompt_ids = tok.encode(prompt).ids
+    vocab = tok.get_vocab()
+    stop_ids = {vocab[m] for m in STOP_MARKERS if m in vocab}
+    tokens, logits = greedy(model, prompt_ids, stop_ids)
+    reference = {
+        "messages": MESSAGES,
+        "prompt": prompt,
+        "prompt_ids": prompt_ids,
+        "greedy_ids": tokens,
+        "greedy_text": tok.decode(tokens, skip_special_tokens=True),
+        "first_logits": logits,
+    }
+    (OUT / f"tiny-{arch}.json").write_text(json.dumps(reference) + "\n")
+    print(f"{gguf_path.name}: {gguf_path.stat().st_size} bytes, prompt {len(prompt_ids)} tokens, greedy {tokens}")
+
+
+def qwen3() -> None:
+    tok = train_tokenizer(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"])
+    vocab = tok.get_vocab()
+    cfg = Qwen3Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=CONTEXT,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+        eos_token_id=vocab["<|im_end|>"],
+    )
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(cfg).eval()
+    randomise(model, gemma=False)
+    sd = model.state_dict()
+    names = [
+        ("input_layernorm", "attn_norm"),
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("self_attn.q_norm", "attn_q_norm"),
+        ("self_attn.k_norm", "attn_k_norm"),
+        ("post_attention_layernorm", "ffn_norm"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+    ]
+    tensors = [("token_embd.weight", sd["model.embed_tokens.weight"])]
+    tensors += layer_tensors(sd, cfg.num_hidden_layers, names, 0.0)
+    tensors += [("output_norm.weight", sd["model.norm.weight"]), ("output.weight", sd["lm_head.weight"])]
+    meta = {
+        "context_length": ("uint32", CONTEXT),
+        "embedding_length": ("uint32", cfg.hidden_size),
+        "block_count": ("uint32", cfg.num_hidden_layers),
+        "feed_forward_length": ("uint32", cfg.intermediate_size),
+        "attention.head_count": ("uint32", cfg.num_attention_heads),
+        "attention.head_count_kv": ("uint32", cfg.num_key_value_heads),
+        "attention.key_length": ("uint32", cfg.head_dim),
+        "attention.value_length": ("uint32", cfg.head_dim),
+        "attention.layer_norm_rms_epsilon": ("float32", cfg.rms_norm_eps),
+        "rope.freq_base": ("float32", 1e6),
+    }
+    path = OUT / "tiny-qwen3.gguf"
+    write_gguf(path, "qwen3", "tiny-qwen3", tok, QWEN3_TEMPLATE, vocab["<|im_end|>"], meta, tensors)
+    finish("qwen3", tok, model, QWEN3_TEMPLATE, {"enable_thinking": False}, "", path)
+
+
+def gemma3() -> None:
+    tok = train_tokenizer(["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"])
+    vocab = tok.get_vocab()
+    layers = 6
+    cfg = Gemma3TextConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=CONTEXT,
+        sliding_window=32,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        },
+        hidden_activation="gelu_pytorch_tanh",
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+        tie_word_embeddings=True,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=vocab["<eos>"],
+        bos_token_id=vocab["<bos>"],
+    )
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(cfg).eval()
+    randomise(model, gemma=True)
+    sd = model.state_dict()
+    names = [
+        ("input_layernorm", "attn_norm"),
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("self_attn.q_norm", "attn_q_norm"),
+        ("self_attn.k_norm", "attn_k_norm"),
+        ("post_attention_layernorm", "post_attention_norm"),
+        ("pre_feedforward_layernorm", "ffn_norm"),
+        ("post_feedforward_layernorm", "post_ffw_norm"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+    ]
+    tensors = [("token_embd.weight", sd["model.embed_tokens.weight"])]
+    tensors += layer_tensors(sd, layers, names, 1.0)
+    tensors += [("output_norm.weight", sd["model.norm.weight"] + 1.0)]
+    meta = {
+        "context_length": ("uint32", CONTEXT),
+        "embedding_length": ("uint32", cfg.hidden_size),
+        "block_count": ("uint32", layers),
+        "feed_forward_length": ("uint32", cfg.intermediate_size),
+        "attention.head_count": ("uint32", cfg.num_attention_heads),
+        "attention.head_count_kv": ("uint32", cfg.num_key_value_heads),
+        "attention.key_length": ("uint32", cfg.head_dim),
+        "attention.value_length": ("uint32", cfg.head_dim),
+        "attention.layer_norm_rms_epsilon": ("float32", cfg.rms_norm_eps),
+        "attention.sliding_window": ("uint32", cfg.sliding_window),
+        "rope.freq_base": ("float32", 1e6),
+        "rope.scaling.type": ("string", "linear"),
+        "rope.scaling.factor": ("float32", 8.0),
+    }
+    path = OUT / "tiny-gemma3.gguf"
+    write_gguf(path, "gemma3", "tiny-gemma3", tok, GEMMA3_TEMPLATE, vocab["<eos>"], meta, tensors)
+    finish("gemma3", tok, model, GEMMA3_TEMPLATE, {}, "<bos>", path)
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    qwen3()
+    gemma3()
+
+
+if __name__ == "__main__":
+    main()
