@@ -956,3 +956,107 @@ fn unsupported_gguf_architecture_lists_the_supported_ones() {
     assert!(err.contains("llama, qwen2, qwen3, gemma3"), "{err}");
     assert!(err.contains("phi.gguf"), "{err}");
 }
+
+/// `freshstack nuggets` against `server`, one call at a time, writing `out`.
+fn nuggets_command(server: &MockServer, questions: &Path, out: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"));
+    command
+        .args(["nuggets", "--questions"])
+        .arg(questions)
+        .arg("--out")
+        .arg(out)
+        .args([
+            "--llm-base-url",
+            &server.url,
+            "--llm-model",
+            "mock-model",
+            "--llm-concurrency",
+            "1",
+        ])
+        .env_remove("RUST_LOG");
+    command
+}
+
+#[test]
+fn ctrl_c_mid_stage_keeps_completed_calls_and_the_rerun_finishes_them() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let questions = questions_file(dir.path());
+
+    // Reference: one uninterrupted run.
+    let reference_server = MockServer::start(false);
+    let reference_out = dir.path().join("reference/nuggets.jsonl");
+    let done = nuggets_command(&reference_server, &questions, &reference_out)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let total = reference_server.requests();
+    assert!(total >= 6, "{total}");
+
+    for completed in [1, total / 2, total - 1] {
+        let server = MockServer::start(false);
+        server.state.hold_after.store(completed, Ordering::SeqCst);
+        let out_dir = dir.path().join(format!("interrupted-{completed}"));
+        let out = out_dir.join("nuggets.jsonl");
+        let mut child = nuggets_command(&server, &questions, &out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        // One call at a time: once call `completed + 1` arrives (and is held), the first
+        // `completed` answers have been received and cached.
+        while server.requests() <= completed {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the stage never got there"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kill = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "Ctrl-C must not look like success");
+        assert_eq!(status.signal(), Some(2), "ended by SIGINT: {status:?}");
+        assert!(!out.exists(), "a partial output was left as the output");
+        let leftovers: Vec<String> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with("llm-cache.sqlite"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+
+        // The rerun makes only the calls that were not answered, and writes the same bytes.
+        server.state.hold_after.store(usize::MAX, Ordering::SeqCst);
+        let before = server.requests();
+        let rerun = nuggets_command(&server, &questions, &out).output().unwrap();
+        assert!(
+            rerun.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rerun.stderr)
+        );
+        assert_eq!(
+            server.requests() - before,
+            total - completed,
+            "interrupted after {completed} calls"
+        );
+        assert_eq!(
+            server.max_answers_per_request(),
+            1,
+            "a call was answered twice"
+        );
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(&reference_out).unwrap(),
+            "interrupted after {completed} calls"
+        );
+    }
+}
