@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """Builds tiny random-weight Gemma-3 and Qwen3 causal language models with Hugging Face
 `transformers`, writes each as a GGUF file (F32 tensors, llama.cpp's tensor names and metadata
-keys, a gpt2 byte-level BPE tokenizer and a chat template in the metadata) under
+keys, a tokenizer and a chat template in the metadata) under
 tests/fixtures/gguf/, and records what `transformers` computes for a fixed chat prompt: the
 rendered prompt, its token ids, the logits of the first generated position and the greedy
 continuation (stopped at the same stop tokens as `LocalChat`). The Rust tests in tests/llm.rs
 load the GGUF files with `LocalChat` and compare.
+
+Tokenizers as the families ship them in GGUF: Qwen3 a gpt2 byte-level BPE (trained here with
+`tokenizers`), Gemma-3 a SentencePiece BPE with byte fallback, no dummy prefix and whitespace
+kept (trained here with `sentencepiece`; written as tokens, scores and token types, llama.cpp's
+`llama` tokenizer model). The Gemma reference also records SentencePiece's ids for a few awkward
+texts (unseen characters, emoji, runs of spaces, newlines) to check our rebuilt tokenizer.
 
 The configs keep each family's quirks: Qwen3 q/k norms, an explicit head_dim and grouped-query
 attention, an untied output head; Gemma-3 (1 + w) norms (written as w + 1, as llama.cpp's
 converter does), the sqrt(hidden) embedding scale, post-attention and post-feed-forward norms,
 GELU (tanh) feed-forward, five sliding-window layers with a local RoPE base then one global
 layer with linear RoPE scaling (as Gemma-3 4B and larger), tied embeddings. The sliding window
-(32) is shorter than the prompt, so it matters while reading the prompt and while generating.
+(16) is shorter than the prompt, so it matters while reading the prompt and while generating.
 
     /work/venv-enc/bin/pip install gguf
     /work/venv-enc/bin/python scripts/gen_tiny_gguf.py
@@ -20,8 +26,11 @@ layer with linear RoPE scaling (as Gemma-3 4B and larger), tied embeddings. The 
 import json
 import pathlib
 
+import io
+
 import jinja2
 import numpy as np
+import sentencepiece as spm
 import torch
 from gguf import GGUFWriter, GGMLQuantizationType
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -84,8 +93,8 @@ def train_tokenizer(specials: list[str]) -> Tokenizer:
     return tok
 
 
-def randomise(model: torch.nn.Module, gemma: bool) -> None:
-    gen = torch.Generator().manual_seed(1234)
+def randomise(model: torch.nn.Module, gemma: bool, seed: int = 1234) -> None:
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
@@ -118,19 +127,26 @@ def greedy(model, prompt_ids: list[int], stop_ids: set[int]):
     return out, first_logits
 
 
-def write_gguf(path, arch, name, tok, template, eos, meta, tensors):
-    w = GGUFWriter(str(path), arch)
-    w.add_string("general.name", name)
-    for key, (kind, value) in meta.items():
-        getattr(w, f"add_{kind}")(f"{arch}.{key}", value)
+def gpt2_metadata(tok: Tokenizer) -> list:
     vocab = tok.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     specials = {t.content for t in tok.get_added_tokens_decoder().values()}
     merges = json.loads(tok.to_str())["model"]["merges"]
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.merges", [" ".join(m) if isinstance(m, list) else m for m in merges])
-    w.add_array("tokenizer.ggml.token_type", [3 if t in specials else 1 for t in tokens])
+    return [
+        ("string", "tokenizer.ggml.model", "gpt2"),
+        ("array", "tokenizer.ggml.tokens", tokens),
+        ("array", "tokenizer.ggml.merges", [" ".join(m) if isinstance(m, list) else m for m in merges]),
+        ("array", "tokenizer.ggml.token_type", [3 if t in specials else 1 for t in tokens]),
+    ]
+
+
+def write_gguf(path, arch, name, tokenizer_meta, template, eos, meta, tensors):
+    w = GGUFWriter(str(path), arch)
+    w.add_string("general.name", name)
+    for key, (kind, value) in meta.items():
+        getattr(w, f"add_{kind}")(f"{arch}.{key}", value)
+    for kind, key, value in tokenizer_meta:
+        getattr(w, f"add_{kind}")(key, value)
     w.add_uint32("tokenizer.ggml.eos_token_id", eos)
     w.add_string("tokenizer.chat_template", template)
     for tname, t in tensors:
@@ -152,12 +168,11 @@ def layer_tensors(sd, n_layers, names, norm_shift):
     return out
 
 
-def finish(arch, tok, model, template_src, render_kwargs, bos_token, gguf_path):
+def finish(arch, encode, decode, vocab, model, template_src, render_kwargs, bos_token, gguf_path, extra=None):
     prompt = jinja2.Environment().from_string(template_src).render(
         messages=MESSAGES, add_generation_prompt=True, bos_token=bos_token, **render_kwargs
     )
-    prompt_ids = tok.encode(prompt).ids
-    vocab = tok.get_vocab()
+    prompt_ids = encode(prompt)
     stop_ids = {vocab[m] for m in STOP_MARKERS if m in vocab}
     tokens, logits = greedy(model, prompt_ids, stop_ids)
     reference = {
@@ -165,8 +180,9 @@ def finish(arch, tok, model, template_src, render_kwargs, bos_token, gguf_path):
         "prompt": prompt,
         "prompt_ids": prompt_ids,
         "greedy_ids": tokens,
-        "greedy_text": tok.decode(tokens, skip_special_tokens=True),
+        "greedy_text": decode(tokens),
         "first_logits": logits,
+        **(extra or {}),
     }
     (OUT / f"tiny-{arch}.json").write_text(json.dumps(reference) + "\n")
     print(f"{gguf_path.name}: {gguf_path.stat().st_size} bytes, prompt {len(prompt_ids)} tokens, greedy {tokens}")
@@ -223,16 +239,114 @@ def qwen3() -> None:
         "rope.freq_base": ("float32", 1e6),
     }
     path = OUT / "tiny-qwen3.gguf"
-    write_gguf(path, "qwen3", "tiny-qwen3", tok, QWEN3_TEMPLATE, vocab["<|im_end|>"], meta, tensors)
-    finish("qwen3", tok, model, QWEN3_TEMPLATE, {"enable_thinking": False}, "", path)
+    write_gguf(path, "qwen3", "tiny-qwen3", gpt2_metadata(tok), QWEN3_TEMPLATE, vocab["<|im_end|>"], meta, tensors)
+    finish(
+        "qwen3",
+        lambda text: tok.encode(text).ids,
+        lambda ids: tok.decode(ids, skip_special_tokens=True),
+        vocab,
+        model,
+        QWEN3_TEMPLATE,
+        {"enable_thinking": False},
+        "",
+        path,
+    )
+
+
+# Chosen so that no greedy step is a near tie (see the margin printed).
+GEMMA_SEED = 1234
+GEMMA_CONTROL = ["<pad>", "<eos>", "<bos>", "<unk>"]
+GEMMA_USER = ["<start_of_turn>", "<end_of_turn>"]
+SPM_TEXTS = [
+    "How do I keep the queue worker running?",
+    "  two leading spaces,   three inside and a trailing one ",
+    "line one\nline two\n\n\tindented",
+    "naïve café Zürich — 東京 🚀 émoji",
+    "1234567890 0.5 -3e10",
+    "<start_of_turn>user\nhi<end_of_turn>\n",
+]
+
+
+def train_spm():
+    """A SentencePiece BPE model the way Gemma's is set up: byte fallback, no dummy prefix,
+    whitespace and characters kept as they are."""
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS * 4 + [MESSAGES[0]["content"], MESSAGES[1]["content"]]),
+        model_writer=buf,
+        model_type="bpe",
+        vocab_size=500,
+        byte_fallback=True,
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        split_digits=True,
+        pad_id=0,
+        eos_id=1,
+        bos_id=2,
+        unk_id=3,
+        pad_piece="<pad>",
+        eos_piece="<eos>",
+        bos_piece="<bos>",
+        unk_piece="<unk>",
+        user_defined_symbols=GEMMA_USER,
+        allow_whitespace_only_pieces=True,
+        minloglevel=2,
+    )
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue())
+
+
+def spm_metadata(sp) -> list:
+    n = sp.get_piece_size()
+    tokens = [sp.id_to_piece(i) for i in range(n)]
+    scores = [float(sp.get_score(i)) for i in range(n)]
+
+    def kind(i):
+        if sp.is_control(i):
+            return 3
+        if sp.is_unknown(i):
+            return 2
+        if sp.is_byte(i):
+            return 6
+        if sp.is_unused(i):
+            return 5
+        if tokens[i] in GEMMA_USER:
+            return 4
+        return 1
+
+    return [
+        ("string", "tokenizer.ggml.model", "llama"),
+        ("array", "tokenizer.ggml.tokens", tokens),
+        ("array", "tokenizer.ggml.scores", scores),
+        ("array", "tokenizer.ggml.token_type", [kind(i) for i in range(n)]),
+        ("bool", "tokenizer.ggml.add_space_prefix", False),
+    ]
+
+
+def spm_encode(sp, text: str) -> list[int]:
+    """SentencePiece ids of `text`, control tokens (`<bos>`...) matched whole as llama.cpp does
+    (SentencePiece itself would spell them out)."""
+    ids = []
+    rest = text
+    while rest:
+        hits = [(rest.find(c), c) for c in GEMMA_CONTROL if c in rest]
+        if not hits:
+            ids += sp.encode(rest)
+            break
+        at, c = min(hits)
+        if at:
+            ids += sp.encode(rest[:at])
+        ids.append(sp.piece_to_id(c))
+        rest = rest[at + len(c):]
+    return ids
 
 
 def gemma3() -> None:
-    tok = train_tokenizer(["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"])
-    vocab = tok.get_vocab()
+    sp = train_spm()
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
     layers = 6
     cfg = Gemma3TextConfig(
-        vocab_size=tok.get_vocab_size(),
+        vocab_size=sp.get_piece_size(),
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=layers,
@@ -242,7 +356,7 @@ def gemma3() -> None:
         query_pre_attn_scalar=16,
         rms_norm_eps=1e-6,
         max_position_embeddings=CONTEXT,
-        sliding_window=32,
+        sliding_window=16,
         rope_parameters={
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
@@ -258,7 +372,7 @@ def gemma3() -> None:
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     model = Gemma3ForCausalLM(cfg).eval()
-    randomise(model, gemma=True)
+    randomise(model, gemma=True, seed=GEMMA_SEED)
     sd = model.state_dict()
     names = [
         ("input_layernorm", "attn_norm"),
@@ -294,8 +408,20 @@ def gemma3() -> None:
         "rope.scaling.factor": ("float32", 8.0),
     }
     path = OUT / "tiny-gemma3.gguf"
-    write_gguf(path, "gemma3", "tiny-gemma3", tok, GEMMA3_TEMPLATE, vocab["<eos>"], meta, tensors)
-    finish("gemma3", tok, model, GEMMA3_TEMPLATE, {}, "<bos>", path)
+    write_gguf(path, "gemma3", "tiny-gemma3", spm_metadata(sp), GEMMA3_TEMPLATE, vocab["<eos>"], meta, tensors)
+    special = {sp.piece_to_id(c) for c in GEMMA_CONTROL + GEMMA_USER}
+    finish(
+        "gemma3",
+        lambda text: spm_encode(sp, text),
+        lambda ids: sp.decode([i for i in ids if i not in special]),
+        vocab,
+        model,
+        GEMMA3_TEMPLATE,
+        {},
+        "<bos>",
+        path,
+        {"tokenize": [[t, spm_encode(sp, t)] for t in SPM_TEXTS]},
+    )
 
 
 def main() -> None:

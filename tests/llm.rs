@@ -870,6 +870,9 @@ struct GgufReference {
     greedy_ids: Vec<u32>,
     greedy_text: String,
     first_logits: Vec<f32>,
+    /// Texts and the reference tokenizer's ids for them.
+    #[serde(default)]
+    tokenize: Vec<(String, Vec<u32>)>,
 }
 
 /// Loads `tests/fixtures/gguf/tiny-{arch}.gguf` and checks the chat template, tokenisation,
@@ -898,6 +901,9 @@ fn check_tiny_gguf(arch: &str, format: freshstack::llm::ChatFormat) {
     );
     let ids = chat.encode(&reference.prompt).unwrap();
     assert_eq!(ids, reference.prompt_ids, "{arch} tokenisation");
+    for (text, expected) in &reference.tokenize {
+        assert_eq!(&chat.encode(text).unwrap(), expected, "{arch}: {text:?}");
+    }
 
     let logits = chat.next_logits(&ids).unwrap();
     assert_eq!(logits.len(), reference.first_logits.len());

@@ -1,7 +1,8 @@
 //! Native generation from a GGUF file through candle, so a build can run with no server at all.
 //! Architectures: `llama`, `qwen2` and `qwen3` (candle-transformers' quantized models) and
 //! `gemma3` (ours, in `gemma3.rs`: candle's differs from Gemma 3). The tokenizer is rebuilt from
-//! the GGUF metadata (gpt2 byte-level BPE: `tokenizer.ggml.tokens` / `merges`); the chat format
+//! the GGUF metadata: gpt2 byte-level BPE (`tokenizer.ggml.tokens` / `merges`) or llama.cpp's
+//! `llama` SentencePiece BPE (tokens / scores / token types, byte fallback); the chat format
 //! is chosen from the `tokenizer.chat_template` metadata (ChatML, Llama 3, Llama 2, Gemma
 //! markers), falling back to ChatML when the vocabulary has `<|im_start|>`, else Llama 2.
 //! Templates that know `<think>` (Qwen3) get Qwen3's non-thinking prompt, and a complete think
@@ -16,7 +17,11 @@ use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::LogitsProcessor;
 use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
@@ -205,6 +210,158 @@ fn dequantized_copy(
     Ok((content, buffer))
 }
 
+type Metadata = HashMap<String, gguf_file::Value>;
+
+/// How a SentencePiece token decodes: its text with `▁` as a space, a raw byte (`<0xNN>`,
+/// type 6), ` ⁇ ` for the unknown piece, or nothing (control, user-defined and unused tokens).
+/// Bytes are joined before UTF-8 decoding and invalid sequences become U+FFFD, as SentencePiece
+/// does, where `tokenizers`' byte fallback would blank a whole run of byte tokens.
+#[derive(Debug, Clone, PartialEq)]
+enum SpmPiece {
+    Text(String),
+    Byte(u8),
+    Skip,
+}
+
+impl SpmPiece {
+    fn of(token: &str, token_type: i64) -> Self {
+        let byte = token
+            .strip_prefix("<0x")
+            .and_then(|h| h.strip_suffix('>'))
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (token_type, byte) {
+            (6, Some(b)) => SpmPiece::Byte(b),
+            (1, _) => SpmPiece::Text(token.replace('\u{2581}', " ")),
+            // SentencePiece writes the unknown piece as " ⁇ ".
+            (2, _) => SpmPiece::Text(" \u{2047} ".into()),
+            _ => SpmPiece::Skip,
+        }
+    }
+}
+
+/// A gpt2 byte-level BPE (`tokenizer.ggml.merges` given) as a `tokenizers` tokenizer.
+fn gpt2_tokenizer(
+    md: &Metadata,
+    vocab: &HashMap<String, u32>,
+) -> std::result::Result<Tokenizer, String> {
+    let merges: Vec<(String, String)> = md
+        .get("tokenizer.ggml.merges")
+        .and_then(|v| v.to_vec().ok())
+        .map(|vs| {
+            vs.iter()
+                .filter_map(|v| v.to_string().ok())
+                .filter_map(|m| m.split_once(' '))
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        })
+        .ok_or("metadata tokenizer.ggml.merges missing")?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(
+            vocab
+                .clone()
+                .into_iter()
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
+        .build()
+        .map_err(|e| format!("tokenizer: {e}"))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    tokenizer.with_decoder(Some(ByteLevel::new(false, true, true)));
+    Ok(tokenizer)
+}
+
+/// A SentencePiece BPE (llama.cpp's `llama` tokenizer model: pieces, scores, token types) as a
+/// `tokenizers` BPE. SentencePiece merges, anywhere in the text, the adjacent pair whose union
+/// is the best-scored piece; the same order as BPE merges is every split of a normal piece into
+/// two normal pieces, ranked by the piece's score (ties by piece id, then by the halves' ids).
+/// Spaces become `▁` (one is prepended when `add_space_prefix`), characters outside the
+/// vocabulary fall back to `<0xXX>` byte pieces, and no pre-tokenizer splits the text.
+fn spm_tokenizer(
+    md: &Metadata,
+    tokens: &[String],
+    types: &[i64],
+    vocab: &HashMap<String, u32>,
+    add_space_prefix: bool,
+) -> std::result::Result<Tokenizer, String> {
+    let scores: Vec<f32> = md
+        .get("tokenizer.ggml.scores")
+        .and_then(|v| v.to_vec().ok())
+        .map(|vs| vs.iter().map(|v| v.to_f32().unwrap_or(0.0)).collect())
+        .ok_or("metadata tokenizer.ggml.scores missing")?;
+    if scores.len() != tokens.len() {
+        return Err(format!(
+            "metadata tokenizer.ggml.scores has {} entries for {} tokens",
+            scores.len(),
+            tokens.len()
+        ));
+    }
+    // Type 1 is a normal piece (absent types count as normal).
+    let normal = |id: usize| types.get(id).is_none_or(|&t| t == 1);
+    let pieces: HashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(id, _)| normal(*id))
+        .map(|(id, t)| (t.as_str(), id))
+        .collect();
+    let mut ranked: Vec<(f32, usize, usize, usize)> = Vec::new();
+    for (id, piece) in tokens.iter().enumerate().filter(|(id, _)| normal(*id)) {
+        for (at, _) in piece.char_indices().skip(1) {
+            if let (Some(&left), Some(&right)) =
+                (pieces.get(&piece[..at]), pieces.get(&piece[at..]))
+            {
+                ranked.push((scores[id], id, left, right));
+            }
+        }
+    }
+    ranked.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    });
+    let merges = ranked
+        .into_iter()
+        .map(|(_, _, l, r)| (tokens[l].clone(), tokens[r].clone()))
+        .collect();
+    let mut builder = BPE::builder()
+        .vocab_and_merges(
+            vocab
+                .clone()
+                .into_iter()
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(unk) = tokens
+        .iter()
+        .enumerate()
+        .find(|(id, _)| types.get(*id) == Some(&2))
+    {
+        builder = builder.unk_token(unk.1.clone());
+    }
+    let bpe = builder.build().map_err(|e| format!("tokenizer: {e}"))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    let space = Replace::new(" ", "\u{2581}").map_err(|e| format!("tokenizer: {e}"))?;
+    if add_space_prefix {
+        tokenizer.with_normalizer(Some(NormalizerSequence::new(vec![
+            Prepend::new("\u{2581}".into()).into(),
+            space.into(),
+        ])))
+    } else {
+        tokenizer.with_normalizer(Some(space))
+    }
+    .map_err(|e| format!("tokenizer: {e}"))?;
+    let unspace = Replace::new("\u{2581}", " ").map_err(|e| format!("tokenizer: {e}"))?;
+    tokenizer.with_decoder(Some(DecoderSequence::new(vec![
+        unspace.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ])));
+    Ok(tokenizer)
+}
+
 /// The tokens after the last `think_end` token, when there is one: a complete think block,
 /// empty or not, is not part of the answer.
 fn after_thinking(generated: &[u32], think_end: Option<u32>) -> Option<&[u32]> {
@@ -223,6 +380,8 @@ pub struct LocalChat {
     /// `</think>`: generated tokens up to it are dropped.
     think_end: Option<u32>,
     tokenizer: Tokenizer,
+    /// SentencePiece vocabularies decode themselves (see [`SpmPiece`]).
+    spm_pieces: Option<Vec<SpmPiece>>,
     weights: Mutex<Weights>,
     device: Device,
 }
@@ -258,11 +417,12 @@ impl LocalChat {
         let name = get_str("general.name").unwrap_or_else(|| arch.clone());
         let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
         let tokenizer_model = get_str("tokenizer.ggml.model").unwrap_or_default();
-        if tokenizer_model != "gpt2" {
+        if tokenizer_model != "gpt2" && tokenizer_model != "llama" {
             return Err(gguf_error(
                 &path,
                 format!(
-                    "tokenizer {tokenizer_model:?} is not supported (supported: gpt2 byte-level BPE)"
+                    "tokenizer {tokenizer_model:?} is not supported (supported: gpt2 byte-level \
+                     BPE, llama SentencePiece BPE)"
                 ),
             ));
         }
@@ -275,17 +435,6 @@ impl LocalChat {
                     .collect()
             })
             .ok_or_else(|| gguf_error(&path, "metadata tokenizer.ggml.tokens missing"))?;
-        let merges: Vec<(String, String)> = md
-            .get("tokenizer.ggml.merges")
-            .and_then(|v| v.to_vec().ok())
-            .map(|vs| {
-                vs.iter()
-                    .filter_map(|v| v.to_string().ok())
-                    .filter_map(|m| m.split_once(' '))
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .collect()
-            })
-            .ok_or_else(|| gguf_error(&path, "metadata tokenizer.ggml.merges missing"))?;
         let token_types: Vec<i64> = md
             .get("tokenizer.ggml.token_type")
             .and_then(|v| v.to_vec().ok())
@@ -300,19 +449,23 @@ impl LocalChat {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(
-                vocab
-                    .iter()
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect::<tokenizers::models::bpe::Vocab>(),
-                merges,
-            )
-            .build()
-            .map_err(|e| gguf_error(&path, format!("tokenizer: {e}")))?;
-        let mut tokenizer = Tokenizer::new(bpe);
-        tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
-        tokenizer.with_decoder(Some(ByteLevel::new(false, true, true)));
+        let spm_pieces = (tokenizer_model == "llama").then(|| {
+            tokens
+                .iter()
+                .enumerate()
+                .map(|(id, t)| SpmPiece::of(t, token_types.get(id).copied().unwrap_or(1)))
+                .collect()
+        });
+        let mut tokenizer = if tokenizer_model == "gpt2" {
+            gpt2_tokenizer(md, &vocab).map_err(|e| gguf_error(&path, e))?
+        } else {
+            let add_space_prefix = md
+                .get("tokenizer.ggml.add_space_prefix")
+                .and_then(|v| v.to_bool().ok())
+                .unwrap_or(true);
+            spm_tokenizer(md, &tokens, &token_types, &vocab, add_space_prefix)
+                .map_err(|e| gguf_error(&path, e))?
+        };
         // Control tokens (type 3) and user-defined ones (type 4) are matched whole.
         let specials: Vec<AddedToken> = tokens
             .iter()
@@ -405,6 +558,7 @@ impl LocalChat {
             stop_ids,
             think_end: vocab.get("</think>").copied(),
             tokenizer,
+            spm_pieces,
             weights: Mutex::new(weights),
             device,
         })
@@ -428,6 +582,25 @@ impl LocalChat {
             .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))
     }
 
+    /// The text of generated `ids`, special tokens left out.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        let Some(pieces) = &self.spm_pieces else {
+            return self
+                .tokenizer
+                .decode(ids, true)
+                .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")));
+        };
+        let mut bytes = Vec::new();
+        for &id in ids {
+            match pieces.get(id as usize) {
+                Some(SpmPiece::Text(t)) => bytes.extend_from_slice(t.as_bytes()),
+                Some(SpmPiece::Byte(b)) => bytes.push(*b),
+                Some(SpmPiece::Skip) | None => {}
+            }
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// Generates up to `params.max_tokens` tokens after `prompt`; returns the text and the
     /// number of tokens generated. A complete `<think>...</think>` block (empty or not) is cut
     /// from the text; an unfinished one is kept, for the parsers to reject.
@@ -435,10 +608,7 @@ impl LocalChat {
         let prompt_ids = self.encode(prompt)?;
         let generated = self.generate_ids(&prompt_ids, params)?;
         let after = after_thinking(&generated, self.think_end);
-        let text = self
-            .tokenizer
-            .decode(after.unwrap_or(&generated), true)
-            .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))?;
+        let text = self.decode(after.unwrap_or(&generated))?;
         // Decoding drops the (special) think markers, so the block is cut here, by token.
         let text = match after {
             Some(_) => text.trim_start().to_string(),
