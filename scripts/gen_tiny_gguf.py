@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds tiny random-weight Gemma-3 and Qwen3 causal language models with Hugging Face
+"""Builds tiny random-weight Qwen3 and Gemma 1, 2 and 3 causal language models with Hugging Face
 `transformers`, writes each as a GGUF file (F32 tensors, llama.cpp's tensor names and metadata
 keys, a tokenizer and a chat template in the metadata) under
 tests/fixtures/gguf/, and records what `transformers` computes for a fixed chat prompt: the
@@ -14,7 +14,9 @@ kept (trained here with `sentencepiece`; written as tokens, scores and token typ
 texts (unseen characters, emoji, runs of spaces, newlines) to check our rebuilt tokenizer.
 
 The configs keep each family's quirks: Qwen3 q/k norms, an explicit head_dim and grouped-query
-attention, an untied output head; Gemma-3 (1 + w) norms (written as w + 1, as llama.cpp's
+attention, an untied output head; Gemma 1 GELU (tanh), (1 + w) norms and the embedding scale;
+Gemma 2 also post-norms, attention and final logit soft-capping (small caps, so they bite) and
+sliding layers alternating with global ones; Gemma-3 (1 + w) norms (written as w + 1, as llama.cpp's
 converter does), the sqrt(hidden) embedding scale, post-attention and post-feed-forward norms,
 GELU (tanh) feed-forward, five sliding-window layers with a local RoPE base then one global
 layer with linear RoPE scaling (as Gemma-3 4B and larger), tied embeddings. The sliding window
@@ -34,7 +36,16 @@ import sentencepiece as spm
 import torch
 from gguf import GGUFWriter, GGMLQuantizationType
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GemmaConfig,
+    GemmaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "gguf"
@@ -341,37 +352,74 @@ def spm_encode(sp, text: str) -> list[int]:
     return ids
 
 
-def gemma3() -> None:
+def gemma(arch: str) -> None:
+    """Gemma 1 (`gemma`), Gemma 2 (`gemma2`) or Gemma 3 (`gemma3`)."""
     sp = train_spm()
     vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
-    layers = 6
-    cfg = Gemma3TextConfig(
+    common = dict(
         vocab_size=sp.get_piece_size(),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=16,
-        query_pre_attn_scalar=16,
         rms_norm_eps=1e-6,
         max_position_embeddings=CONTEXT,
-        sliding_window=16,
-        rope_parameters={
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-        },
         hidden_activation="gelu_pytorch_tanh",
-        final_logit_softcapping=None,
-        attn_logit_softcapping=None,
         tie_word_embeddings=True,
         pad_token_id=vocab["<pad>"],
         eos_token_id=vocab["<eos>"],
         bos_token_id=vocab["<bos>"],
     )
+    meta = {}
+    if arch == "gemma3":
+        layers = 6
+        cfg = Gemma3TextConfig(
+            **common,
+            num_hidden_layers=layers,
+            query_pre_attn_scalar=16,
+            sliding_window=16,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            },
+            final_logit_softcapping=None,
+            attn_logit_softcapping=None,
+        )
+        model_cls = Gemma3ForCausalLM
+        meta = {
+            "attention.sliding_window": ("uint32", 16),
+            "rope.freq_base": ("float32", 1e6),
+            "rope.scaling.type": ("string", "linear"),
+            "rope.scaling.factor": ("float32", 8.0),
+        }
+    elif arch == "gemma2":
+        # Small caps so that soft-capping changes the numbers; even layers slide.
+        layers = 3
+        cfg = Gemma2Config(
+            **common,
+            num_hidden_layers=layers,
+            query_pre_attn_scalar=16,
+            sliding_window=16,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=3.0,
+            rope_theta=10000.0,
+        )
+        model_cls = Gemma2ForCausalLM
+        meta = {
+            "attention.sliding_window": ("uint32", 16),
+            "attn_logit_softcapping": ("float32", 2.0),
+            "final_logit_softcapping": ("float32", 3.0),
+            "rope.freq_base": ("float32", 10000.0),
+        }
+    else:
+        # No RoPE base in the metadata: llama.cpp's Gemma converter writes none (10000).
+        layers = 2
+        cfg = GemmaConfig(**common, num_hidden_layers=layers, rope_theta=10000.0)
+        model_cls = GemmaForCausalLM
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = Gemma3ForCausalLM(cfg).eval()
+    model = model_cls(cfg).eval()
     randomise(model, gemma=True, seed=GEMMA_SEED)
     sd = model.state_dict()
     names = [
@@ -380,15 +428,20 @@ def gemma3() -> None:
         ("self_attn.k_proj", "attn_k"),
         ("self_attn.v_proj", "attn_v"),
         ("self_attn.o_proj", "attn_output"),
-        ("self_attn.q_norm", "attn_q_norm"),
-        ("self_attn.k_norm", "attn_k_norm"),
-        ("post_attention_layernorm", "post_attention_norm"),
-        ("pre_feedforward_layernorm", "ffn_norm"),
-        ("post_feedforward_layernorm", "post_ffw_norm"),
         ("mlp.gate_proj", "ffn_gate"),
         ("mlp.up_proj", "ffn_up"),
         ("mlp.down_proj", "ffn_down"),
     ]
+    if arch == "gemma":
+        names += [("post_attention_layernorm", "ffn_norm")]
+    else:
+        names += [
+            ("post_attention_layernorm", "post_attention_norm"),
+            ("pre_feedforward_layernorm", "ffn_norm"),
+            ("post_feedforward_layernorm", "post_ffw_norm"),
+        ]
+    if arch == "gemma3":
+        names += [("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm")]
     tensors = [("token_embd.weight", sd["model.embed_tokens.weight"])]
     tensors += layer_tensors(sd, layers, names, 1.0)
     tensors += [("output_norm.weight", sd["model.norm.weight"] + 1.0)]
@@ -402,16 +455,13 @@ def gemma3() -> None:
         "attention.key_length": ("uint32", cfg.head_dim),
         "attention.value_length": ("uint32", cfg.head_dim),
         "attention.layer_norm_rms_epsilon": ("float32", cfg.rms_norm_eps),
-        "attention.sliding_window": ("uint32", cfg.sliding_window),
-        "rope.freq_base": ("float32", 1e6),
-        "rope.scaling.type": ("string", "linear"),
-        "rope.scaling.factor": ("float32", 8.0),
+        **meta,
     }
-    path = OUT / "tiny-gemma3.gguf"
-    write_gguf(path, "gemma3", "tiny-gemma3", spm_metadata(sp), GEMMA3_TEMPLATE, vocab["<eos>"], meta, tensors)
+    path = OUT / f"tiny-{arch}.gguf"
+    write_gguf(path, arch, f"tiny-{arch}", spm_metadata(sp), GEMMA3_TEMPLATE, vocab["<eos>"], meta, tensors)
     special = {sp.piece_to_id(c) for c in GEMMA_CONTROL + GEMMA_USER}
     finish(
-        "gemma3",
+        arch,
         lambda text: spm_encode(sp, text),
         lambda ids: sp.decode([i for i in ids if i not in special]),
         vocab,
@@ -427,7 +477,8 @@ def gemma3() -> None:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     qwen3()
-    gemma3()
+    for arch in ["gemma", "gemma2", "gemma3"]:
+        gemma(arch)
 
 
 if __name__ == "__main__":

@@ -941,6 +941,16 @@ fn tiny_qwen3_gguf_matches_transformers() {
 }
 
 #[test]
+fn tiny_gemma_gguf_matches_transformers() {
+    check_tiny_gguf("gemma", freshstack::llm::ChatFormat::Gemma);
+}
+
+#[test]
+fn tiny_gemma2_gguf_matches_transformers() {
+    check_tiny_gguf("gemma2", freshstack::llm::ChatFormat::Gemma);
+}
+
+#[test]
 fn tiny_gemma3_gguf_matches_transformers() {
     check_tiny_gguf("gemma3", freshstack::llm::ChatFormat::Gemma);
 }
@@ -959,7 +969,10 @@ fn unsupported_gguf_architecture_lists_the_supported_ones() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("\"phi3\""), "{err}");
-    assert!(err.contains("llama, qwen2, qwen3, gemma3"), "{err}");
+    assert!(
+        err.contains("llama, qwen2, qwen3, gemma, gemma2, gemma3"),
+        "{err}"
+    );
     assert!(err.contains("phi.gguf"), "{err}");
 }
 

@@ -1,6 +1,6 @@
 //! Native generation from a GGUF file through candle, so a build can run with no server at all.
 //! Architectures: `llama`, `qwen2` and `qwen3` (candle-transformers' quantized models) and
-//! `gemma3` (ours, in `gemma3.rs`: candle's differs from Gemma 3). The tokenizer is rebuilt from
+//! `gemma`, `gemma2`, `gemma3` (ours, in `gemma.rs`: candle's Gemma 3 differs from Gemma 3). The tokenizer is rebuilt from
 //! the GGUF metadata: gpt2 byte-level BPE (`tokenizer.ggml.tokens` / `merges`) or llama.cpp's
 //! `llama` SentencePiece BPE (tokens / scores / token types, byte fallback); the chat format
 //! is chosen from the `tokenizer.chat_template` metadata (ChatML, Llama 3, Llama 2, Gemma
@@ -25,7 +25,7 @@ use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
-use super::gemma3::Gemma3;
+use super::gemma::{Gemma, Generation};
 use super::{Chat, ChatParams, Message, Role};
 use crate::error::{Error, Result};
 
@@ -144,13 +144,14 @@ impl ChatFormat {
 }
 
 /// The architectures (`general.architecture`) [`LocalChat`] runs.
-pub const SUPPORTED_ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+pub const SUPPORTED_ARCHITECTURES: [&str; 6] =
+    ["llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"];
 
 enum Weights {
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
     Qwen3(quantized_qwen3::ModelWeights),
-    Gemma3(Gemma3),
+    Gemma(Gemma),
 }
 
 impl Weights {
@@ -160,7 +161,7 @@ impl Weights {
             Weights::Llama(m) => m.forward(input, pos),
             Weights::Qwen2(m) => m.forward(input, pos),
             Weights::Qwen3(m) => m.forward(input, pos),
-            Weights::Gemma3(m) => m.forward(input, pos),
+            Weights::Gemma(m) => m.forward(input, pos),
         }
     }
     fn clear(&mut self) {
@@ -168,7 +169,7 @@ impl Weights {
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Qwen3(m) => m.clear_kv_cache(),
-            Weights::Gemma3(m) => m.clear_kv_cache(),
+            Weights::Gemma(m) => m.clear_kv_cache(),
         }
     }
 }
@@ -519,24 +520,24 @@ impl LocalChat {
                 .metadata
                 .insert("general.dtype".into(), gguf_file::Value::U32(0));
         }
-        let weights = match arch.as_str() {
-            "llama" => Weights::Llama(
+        let weights = match (arch.as_str(), Generation::of_architecture(&arch)) {
+            (_, Some(generation)) => Weights::Gemma(
+                Gemma::from_gguf(generation, &content, &mut reader, &device)
+                    .map_err(|e| gguf_error(&path, e))?,
+            ),
+            ("llama", _) => Weights::Llama(
                 quantized_llama::ModelWeights::from_gguf(content, &mut reader, &device)
                     .map_err(|e| gguf_error(&path, e))?,
             ),
-            "qwen2" => Weights::Qwen2(
+            ("qwen2", _) => Weights::Qwen2(
                 quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &device)
                     .map_err(|e| gguf_error(&path, e))?,
             ),
-            "qwen3" => Weights::Qwen3(
+            ("qwen3", _) => Weights::Qwen3(
                 quantized_qwen3::ModelWeights::from_gguf(content, &mut reader, &device)
                     .map_err(|e| gguf_error(&path, e))?,
             ),
-            "gemma3" => Weights::Gemma3(
-                Gemma3::from_gguf(&content, &mut reader, &device)
-                    .map_err(|e| gguf_error(&path, e))?,
-            ),
-            other => {
+            (other, None) => {
                 return Err(gguf_error(
                     &path,
                     format!(

@@ -10,7 +10,7 @@
 //! is stored as soon as it arrives. The API key is never logged nor printed by `Debug`.
 
 mod cache;
-mod gemma3;
+mod gemma;
 mod local;
 mod openai;
 pub mod parse;

@@ -1,22 +1,55 @@
-//! The Gemma 3 text decoder over GGUF weights (llama.cpp's tensor names and metadata keys).
+//! The Gemma decoders (Gemma 1, 2 and 3 text models) over GGUF weights, with llama.cpp's tensor
+//! names and metadata keys (`gemma`, `gemma2`, `gemma3` architectures).
 //!
-//! Written here rather than taken from candle-transformers 0.11.1's `quantized_gemma3`, which
+//! Written here rather than taken from candle-transformers 0.11.1, whose `quantized_gemma3`
 //! differs from Gemma 3 (and from `transformers` and llama.cpp) in ways that change the answers:
 //! its feed-forward uses SiLU where Gemma uses GELU (tanh approximation), it ignores the linear
 //! RoPE scaling of the global layers (4B and larger), applies the sliding window to the prompt
 //! only (with one key too many) and never while generating, and scales attention by
-//! 1/sqrt(head_dim) for every size. Here: GELU (tanh), linear RoPE scaling on global layers,
-//! the window `i - j < window` on every step, and llama.cpp's attention scale (27B: 1/sqrt of
-//! hidden/heads, the others 1/sqrt(head_dim), as `query_pre_attn_scalar` says).
-//! Norm weights are read as stored: llama.cpp's converter already wrote Gemma's `1 + w`.
+//! 1/sqrt(head_dim) for every size (candle has no quantized Gemma 1 or 2). Here: GELU (tanh),
+//! linear RoPE scaling on Gemma 3's global layers, the window `i - j < window` on every step,
+//! Gemma 2's attention and final logit soft-capping, and llama.cpp's attention scale (the 27B
+//! models: 1/sqrt of hidden/heads, the others 1/sqrt(head_dim), as `query_pre_attn_scalar`
+//! says). Norm weights are read as stored: llama.cpp's converter already wrote Gemma's `1 + w`.
 
 use candle_core::quantized::{QMatMul, gguf_file};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
 use candle_transformers::utils::repeat_kv;
 
-/// Every sixth layer is global unless the metadata says otherwise (llama.cpp's rule).
-const DEFAULT_SLIDING_PATTERN: usize = 6;
+/// Gemma 3: every sixth layer is global unless the metadata says otherwise (llama.cpp's rule).
+const GEMMA3_SLIDING_PATTERN: usize = 6;
+
+/// Which Gemma.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Gemma 1 (`gemma`): global attention everywhere, no extra norms.
+    One,
+    /// Gemma 2 (`gemma2`): sliding and global layers alternate, post-norms, soft-capping.
+    Two,
+    /// Gemma 3 (`gemma3`): five sliding layers per global one, q/k norms, two RoPE bases.
+    Three,
+}
+
+impl Generation {
+    /// The generation of a GGUF `general.architecture`.
+    pub fn of_architecture(arch: &str) -> Option<Self> {
+        match arch {
+            "gemma" => Some(Generation::One),
+            "gemma2" => Some(Generation::Two),
+            "gemma3" => Some(Generation::Three),
+            _ => None,
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Generation::One => "gemma",
+            Generation::Two => "gemma2",
+            Generation::Three => "gemma3",
+        }
+    }
+}
 
 struct Rope {
     inv_freq: Vec<f32>,
@@ -50,6 +83,7 @@ struct Dims {
     n_kv_head: usize,
     head_dim: usize,
     attn_scale: f64,
+    attn_softcap: Option<f64>,
 }
 
 struct Layer {
@@ -57,12 +91,12 @@ struct Layer {
     k: QMatMul,
     v: QMatMul,
     o: QMatMul,
-    q_norm: RmsNorm,
-    k_norm: RmsNorm,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
     attn_norm: RmsNorm,
-    post_attn_norm: RmsNorm,
+    post_attn_norm: Option<RmsNorm>,
     ffn_norm: RmsNorm,
-    post_ffn_norm: RmsNorm,
+    post_ffn_norm: Option<RmsNorm>,
     gate: QMatMul,
     up: QMatMul,
     down: QMatMul,
@@ -72,8 +106,8 @@ struct Layer {
     cache: Option<(Tensor, Tensor)>,
 }
 
-/// A Gemma 3 model ready to generate (one sequence, KV cache inside).
-pub struct Gemma3 {
+/// A Gemma model ready to generate (one sequence, KV cache inside).
+pub struct Gemma {
     embed: Tensor,
     embed_scale: f64,
     layers: Vec<Layer>,
@@ -85,17 +119,19 @@ pub struct Gemma3 {
     final_softcap: Option<f64>,
 }
 
-impl Gemma3 {
-    /// Reads the weights named as llama.cpp writes Gemma 3 (`blk.N.attn_q.weight`, ...).
+impl Gemma {
+    /// Reads the weights named as llama.cpp writes Gemma (`blk.N.attn_q.weight`, ...).
     pub fn from_gguf<R: std::io::Read + std::io::Seek>(
+        generation: Generation,
         content: &gguf_file::Content,
         reader: &mut R,
         device: &Device,
     ) -> Result<Self> {
         let md = &content.metadata;
+        let prefix = generation.prefix();
         let get = |key: &str| {
-            md.get(&format!("gemma3.{key}"))
-                .ok_or_else(|| candle_core::Error::Msg(format!("metadata gemma3.{key} missing")))
+            md.get(&format!("{prefix}.{key}"))
+                .ok_or_else(|| candle_core::Error::Msg(format!("metadata {prefix}.{key} missing")))
         };
         let get_u32 = |key: &str| get(key).and_then(|v| v.to_u32()).map(|v| v as usize);
         let opt_f32 = |key: &str| get(key).and_then(|v| v.to_f32()).ok();
@@ -105,15 +141,30 @@ impl Gemma3 {
         let hidden = get_u32("embedding_length")?;
         let head_dim = get_u32("attention.key_length")?;
         let eps = f64::from(get("attention.layer_norm_rms_epsilon")?.to_f32()?);
-        let window = get_u32("attention.sliding_window")?;
-        let pattern = get_u32("attention.sliding_window_type").unwrap_or(DEFAULT_SLIDING_PATTERN);
+        let (window, pattern) = match generation {
+            Generation::One => (0, 1),
+            Generation::Two => (get_u32("attention.sliding_window")?, 2),
+            Generation::Three => (
+                get_u32("attention.sliding_window")?,
+                get_u32("attention.sliding_window_type").unwrap_or(GEMMA3_SLIDING_PATTERN),
+            ),
+        };
         if n_kv_head == 0 || n_head % n_kv_head != 0 || pattern == 0 {
-            candle_core::bail!("gemma3 metadata: inconsistent head counts or window pattern");
+            candle_core::bail!("{prefix} metadata: inconsistent head counts or window pattern");
         }
-        let base_global = opt_f32("rope.freq_base").unwrap_or(1_000_000.0);
-        let base_local = opt_f32("rope.freq_base_swa")
-            .or_else(|| opt_f32("rope.local_freq_base"))
-            .unwrap_or(10_000.0);
+        // Gemma 1 and 2 use one RoPE base; Gemma 3 a local one and a global one.
+        let (base_global, base_local) = match generation {
+            Generation::Three => (
+                opt_f32("rope.freq_base").unwrap_or(1_000_000.0),
+                opt_f32("rope.freq_base_swa")
+                    .or_else(|| opt_f32("rope.local_freq_base"))
+                    .unwrap_or(10_000.0),
+            ),
+            _ => {
+                let base = opt_f32("rope.freq_base").unwrap_or(10_000.0);
+                (base, base)
+            }
+        };
         let linear = get("rope.scaling.type")
             .and_then(|v| v.to_string().cloned())
             .is_ok_and(|t| t == "linear");
@@ -122,13 +173,19 @@ impl Gemma3 {
         } else {
             1.0
         };
-        // llama.cpp: Gemma 3 27B (62 layers) scales by hidden/heads, the others by head_dim.
-        let attn_scale = if n_layer == 62 {
+        // llama.cpp: the 27B models (Gemma 2: 46 layers, Gemma 3: 62) scale by hidden/heads,
+        // the others by head_dim.
+        let big = matches!(
+            (generation, n_layer),
+            (Generation::Two, 46) | (Generation::Three, 62)
+        );
+        let attn_scale = if big {
             1.0 / ((hidden / n_head) as f64).sqrt()
         } else {
             1.0 / (head_dim as f64).sqrt()
         };
         let final_softcap = opt_f32("final_logit_softcapping").map(f64::from);
+        let attn_softcap = opt_f32("attn_logit_softcapping").map(f64::from);
 
         let mut tensor = |name: &str| content.tensor(reader, name, device);
         let embed_q = tensor("token_embd.weight")?;
@@ -157,22 +214,25 @@ impl Gemma3 {
                     .tensor(reader, &format!("blk.{i}.{n}.weight"), device)
                     .and_then(|t| RmsNorm::from_qtensor(t, eps))
             };
+            let three = generation == Generation::Three;
+            let post = generation != Generation::One;
+            // Gemma 2: even layers slide; Gemma 3: all but every `pattern`-th; Gemma 1: none.
             let global = (i + 1) % pattern == 0;
             layers.push(Layer {
                 q,
                 k,
                 v,
                 o,
-                q_norm: rms("attn_q_norm")?,
-                k_norm: rms("attn_k_norm")?,
+                q_norm: three.then(|| rms("attn_q_norm")).transpose()?,
+                k_norm: three.then(|| rms("attn_k_norm")).transpose()?,
                 attn_norm: rms("attn_norm")?,
-                post_attn_norm: rms("post_attention_norm")?,
+                post_attn_norm: post.then(|| rms("post_attention_norm")).transpose()?,
                 ffn_norm: rms("ffn_norm")?,
-                post_ffn_norm: rms("post_ffw_norm")?,
+                post_ffn_norm: post.then(|| rms("post_ffw_norm")).transpose()?,
                 gate,
                 up,
                 down,
-                window: (!global).then_some(window),
+                window: (!global && window > 0).then_some(window),
                 global,
                 cache: None,
             });
@@ -188,6 +248,7 @@ impl Gemma3 {
                 n_kv_head,
                 head_dim,
                 attn_scale,
+                attn_softcap,
             },
             rope_local: Rope::new(head_dim, base_local, 1.0),
             rope_global: Rope::new(head_dim, base_global, scale_global),
@@ -214,12 +275,20 @@ impl Gemma3 {
             let (cos, sin) = if layer.global { &global } else { &local };
             let h = layer.attn_norm.forward(&x)?;
             let h = attention(self.dims, layer, &h, offset, cos, sin)?;
-            x = (x + layer.post_attn_norm.forward(&h)?)?;
+            let h = match &layer.post_attn_norm {
+                Some(norm) => norm.forward(&h)?,
+                None => h,
+            };
+            x = (x + h)?;
             let h = layer.ffn_norm.forward(&x)?;
             let h = layer
                 .down
                 .forward(&(layer.gate.forward(&h)?.gelu()? * layer.up.forward(&h)?)?)?;
-            x = (x + layer.post_ffn_norm.forward(&h)?)?;
+            let h = match &layer.post_ffn_norm {
+                Some(norm) => norm.forward(&h)?,
+                None => h,
+            };
+            x = (x + h)?;
         }
         let last = self.norm.forward(&x.narrow(1, len - 1, 1)?.squeeze(1)?)?;
         let logits = self.output.forward(&last)?;
@@ -240,12 +309,12 @@ fn attention(
 ) -> Result<Tensor> {
     let (b, len, _) = x.dims3()?;
     let heads = |t: Tensor, n: usize| t.reshape((b, len, n, dims.head_dim));
-    let q = layer
-        .q_norm
-        .forward(&heads(layer.q.forward(x)?, dims.n_head)?)?;
-    let k = layer
-        .k_norm
-        .forward(&heads(layer.k.forward(x)?, dims.n_kv_head)?)?;
+    let norm = |t: Tensor, norm: &Option<RmsNorm>| match norm {
+        Some(n) => n.forward(&t),
+        None => Ok(t),
+    };
+    let q = norm(heads(layer.q.forward(x)?, dims.n_head)?, &layer.q_norm)?;
+    let k = norm(heads(layer.k.forward(x)?, dims.n_kv_head)?, &layer.k_norm)?;
     let v = heads(layer.v.forward(x)?, dims.n_kv_head)?.transpose(1, 2)?;
     let q = candle_nn::rotary_emb::rope(&q.transpose(1, 2)?.contiguous()?, cos, sin)?;
     let k = candle_nn::rotary_emb::rope(&k.transpose(1, 2)?.contiguous()?, cos, sin)?;
@@ -268,6 +337,9 @@ fn attention(
     let k = repeat_kv(k, group)?.contiguous()?;
     let v = repeat_kv(v, group)?.contiguous()?;
     let mut scores = (q.matmul(&k.t()?)? * dims.attn_scale)?;
+    if let Some(cap) = dims.attn_softcap {
+        scores = ((scores / cap)?.tanh()? * cap)?;
+    }
     if len > 1 {
         // Query i (absolute offset + i) sees key j (absolute first + j) when j <= i and,
         // in a sliding layer, i - j < window.
