@@ -397,6 +397,16 @@ fn gguf_error(path: &Path, message: impl std::fmt::Display) -> Error {
 impl LocalChat {
     /// Loads the model and its tokenizer from `path` (on the CPU).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        Self::load_with(path, true)
+    }
+
+    /// Like [`LocalChat::load`], but quantized weights stay quantized whatever the model's size
+    /// (as they do above [`DEQUANTIZE_MAX_BYTES`]).
+    pub fn load_quantized(path: impl AsRef<Path>) -> Result<Self> {
+        Self::load_with(path, false)
+    }
+
+    fn load_with(path: impl AsRef<Path>, may_dequantize: bool) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let mut file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -504,7 +514,7 @@ impl LocalChat {
             .values()
             .map(|t| t.shape.elem_count() as u64 * 4)
             .sum();
-        let dequantize = f32_bytes <= DEQUANTIZE_MAX_BYTES;
+        let dequantize = may_dequantize && f32_bytes <= DEQUANTIZE_MAX_BYTES;
         let (content, mut reader): (gguf_file::Content, Box<dyn ReadSeek>) = if dequantize {
             let (content, buffer) =
                 dequantized_copy(&content, &mut file).map_err(|e| gguf_error(&path, e))?;
