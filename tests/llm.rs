@@ -1009,9 +1009,9 @@ fn check_tiny_gguf_q8(arch: &str) {
 
 #[test]
 fn tiny_gguf_quantized_q8_0_stays_close_to_transformers() {
-    // Not the Gemma 3 fixture: its wide random norms make it chaotic (rounding its weights to
-    // Q8_0 alone, computed in f32, moves its logits by 49% in L2); its matrices go through the same
-    // quantized products as Gemma 1 and 2 here.
+    // Not the Gemma 3 fixture: its wide random norms make it chaotic (rounding its weights
+    // to Q8_0 alone, computed in f32, moves its logits by 49% in L2); its matrices go through
+    // the same quantized products as Gemma 1 and 2 here.
     for arch in ["qwen3", "gemma", "gemma2"] {
         check_tiny_gguf_q8(arch);
     }
