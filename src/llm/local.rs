@@ -1,13 +1,15 @@
 //! Native generation from a GGUF file through candle, so a build can run with no server at all.
 //! Architectures: `llama`, `qwen2` and `qwen3` (candle-transformers' quantized models) and
-//! `gemma`, `gemma2`, `gemma3` (ours, in `gemma.rs`: candle's Gemma 3 differs from Gemma 3). The tokenizer is rebuilt from
-//! the GGUF metadata: gpt2 byte-level BPE (`tokenizer.ggml.tokens` / `merges`) or llama.cpp's
-//! `llama` SentencePiece BPE (tokens / scores / token types, byte fallback); the chat format
-//! is chosen from the `tokenizer.chat_template` metadata (ChatML, Llama 3, Llama 2, Gemma
-//! markers), falling back to ChatML when the vocabulary has `<|im_start|>`, else Llama 2.
-//! Templates that know `<think>` (Qwen3) get Qwen3's non-thinking prompt, and a complete think
-//! block the model writes anyway is cut from the answer. Greedy at temperature 0, else seeded
-//! sampling. One generation at a time (the model holds a KV cache); CPU.
+//! `gemma`, `gemma2`, `gemma3` (ours, in `gemma.rs`: candle's Gemma 3 differs from Gemma 3).
+//! The tokenizer is rebuilt from the GGUF metadata: gpt2 byte-level BPE (`tokenizer.ggml.tokens`
+//! / `merges`) or llama.cpp's `llama` SentencePiece BPE (tokens / scores / token types, byte
+//! fallback); the chat format is chosen from the `tokenizer.chat_template` metadata (ChatML,
+//! Llama 3, Llama 2, Gemma markers), falling back to ChatML when the vocabulary has
+//! `<|im_start|>`, else Llama 2.
+//! Templates that know `<think>` (Qwen3) get Qwen3's non-thinking prompt, and a think block the
+//! model writes anyway is cut from the answer (an unfinished one with all that follows). Greedy
+//! at temperature 0, else seeded sampling. One generation at a time (the model holds a KV
+//! cache); CPU.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -363,12 +365,16 @@ fn spm_tokenizer(
     Ok(tokenizer)
 }
 
-/// The tokens after the last `think_end` token, when there is one: a complete think block,
-/// empty or not, is not part of the answer.
-fn after_thinking(generated: &[u32], think_end: Option<u32>) -> Option<&[u32]> {
-    let end = think_end?;
-    let i = generated.iter().rposition(|&t| t == end)?;
-    Some(&generated[i + 1..])
+/// The answer part of `generated` when it has think markers (`(<think>, </think>)` ids): what
+/// follows the last `</think>` (a complete block, empty or not, is not the answer), else what
+/// precedes an unclosed `<think>` (cut off while thinking: no answer). `None`: no markers.
+fn after_thinking(generated: &[u32], think: Option<(u32, u32)>) -> Option<&[u32]> {
+    let (start, end) = think?;
+    if let Some(i) = generated.iter().rposition(|&t| t == end) {
+        return Some(&generated[i + 1..]);
+    }
+    let i = generated.iter().position(|&t| t == start)?;
+    Some(&generated[..i])
 }
 
 /// A GGUF model loaded in memory.
@@ -378,8 +384,8 @@ pub struct LocalChat {
     format: ChatFormat,
     context_tokens: usize,
     stop_ids: Vec<u32>,
-    /// `</think>`: generated tokens up to it are dropped.
-    think_end: Option<u32>,
+    /// `<think>` and `</think>`, when the vocabulary has them (see [`after_thinking`]).
+    think: Option<(u32, u32)>,
     tokenizer: Tokenizer,
     /// SentencePiece vocabularies decode themselves (see [`SpmPiece`]).
     spm_pieces: Option<Vec<SpmPiece>>,
@@ -567,7 +573,10 @@ impl LocalChat {
             format,
             context_tokens,
             stop_ids,
-            think_end: vocab.get("</think>").copied(),
+            think: vocab
+                .get("<think>")
+                .copied()
+                .zip(vocab.get("</think>").copied()),
             tokenizer,
             spm_pieces,
             weights: Mutex::new(weights),
@@ -614,11 +623,11 @@ impl LocalChat {
 
     /// Generates up to `params.max_tokens` tokens after `prompt`; returns the text and the
     /// number of tokens generated. A complete `<think>...</think>` block (empty or not) is cut
-    /// from the text; an unfinished one is kept, for the parsers to reject.
+    /// from the text, and so is an unfinished one (with all that follows it: no answer).
     pub fn generate(&self, prompt: &str, params: &ChatParams) -> Result<(String, usize)> {
         let prompt_ids = self.encode(prompt)?;
         let generated = self.generate_ids(&prompt_ids, params)?;
-        let after = after_thinking(&generated, self.think_end);
+        let after = after_thinking(&generated, self.think);
         let text = self.decode(after.unwrap_or(&generated))?;
         // Decoding drops the (special) think markers, so the block is cut here, by token.
         let text = match after {
@@ -745,14 +754,16 @@ mod tests {
 
     #[test]
     fn think_blocks_are_cut_by_token() {
+        let think = Some((3, 4));
         assert_eq!(
-            after_thinking(&[3, 9, 4, 7, 8], Some(4)),
+            after_thinking(&[3, 9, 4, 7, 8], think),
             Some(&[7u32, 8][..])
         );
-        assert_eq!(after_thinking(&[3, 4, 5], Some(4)), Some(&[5u32][..]));
-        // Unfinished thinking stays, for the parsers to reject; so does everything without one.
-        assert_eq!(after_thinking(&[3, 9, 9], Some(4)), None);
-        assert_eq!(after_thinking(&[7, 8], None), None);
+        assert_eq!(after_thinking(&[3, 4, 5], think), Some(&[5u32][..]));
+        // Cut off while thinking: no answer.
+        assert_eq!(after_thinking(&[3, 9, 9], think), Some(&[][..]));
+        assert_eq!(after_thinking(&[7, 8], think), None);
+        assert_eq!(after_thinking(&[3, 7, 4, 8], None), None);
     }
 
     #[test]
