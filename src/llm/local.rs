@@ -1,9 +1,15 @@
-//! Native generation from a GGUF file through candle (quantized llama and qwen2 families), so a
-//! build can run with no server at all. The tokenizer is rebuilt from the GGUF metadata (gpt2
-//! byte-level BPE: `tokenizer.ggml.tokens` / `merges`); the chat format is chosen from the
-//! `tokenizer.chat_template` metadata (ChatML, Llama 3, Llama 2, Gemma markers), falling back to
-//! ChatML when the vocabulary has `<|im_start|>`, else Llama 2. Greedy at temperature 0, else
-//! seeded sampling. One generation at a time (the model holds a KV cache); CPU.
+//! Native generation from a GGUF file through candle, so a build can run with no server at all.
+//! Architectures: `llama`, `qwen2` and `qwen3` (candle-transformers' quantized models) and
+//! `gemma`, `gemma2`, `gemma3` (ours, in `gemma.rs`: candle's Gemma 3 differs from Gemma 3).
+//! The tokenizer is rebuilt from the GGUF metadata: gpt2 byte-level BPE (`tokenizer.ggml.tokens`
+//! / `merges`) or llama.cpp's `llama` SentencePiece BPE (tokens / scores / token types, byte
+//! fallback); the chat format is chosen from the `tokenizer.chat_template` metadata (ChatML,
+//! Llama 3, Llama 2, Gemma markers), falling back to ChatML when the vocabulary has
+//! `<|im_start|>`, else Llama 2.
+//! Templates that know `<think>` (Qwen3) get Qwen3's non-thinking prompt, and a think block the
+//! model writes anyway is cut from the answer (an unfinished one with all that follows). Greedy
+//! at temperature 0, else seeded sampling. One generation at a time (the model holds a KV
+//! cache); CPU.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,11 +18,16 @@ use std::sync::Mutex;
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::LogitsProcessor;
-use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
+use super::gemma::{Gemma, Generation};
 use super::{Chat, ChatParams, Message, Role};
 use crate::error::{Error, Result};
 
@@ -25,11 +36,14 @@ use crate::error::{Error, Result};
 pub enum ChatFormat {
     /// `<|im_start|>role\n...<|im_end|>` (Qwen, SmolLM).
     ChatMl,
+    /// ChatML whose answer opens with an empty `<think>\n\n</think>\n\n` block: Qwen3's
+    /// non-thinking mode (its template's `enable_thinking=false`).
+    ChatMlNoThinking,
     /// `<|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>`.
     Llama3,
     /// `[INST] <<SYS>>...<</SYS>> ... [/INST]`.
     Llama2,
-    /// `<start_of_turn>user\n...<end_of_turn>` (system folded into the first user turn).
+    /// `<bos><start_of_turn>user\n...<end_of_turn>` (system folded into the first user turn).
     Gemma,
 }
 
@@ -37,6 +51,9 @@ impl ChatFormat {
     /// The format a GGUF chat template (Jinja source) uses, recognised by its markers.
     pub fn detect(template: Option<&str>, has_im_start: bool) -> Self {
         match template {
+            Some(t) if t.contains("<|im_start|>") && t.contains("<think>") => {
+                ChatFormat::ChatMlNoThinking
+            }
             Some(t) if t.contains("<|im_start|>") => ChatFormat::ChatMl,
             Some(t) if t.contains("<|start_header_id|>") => ChatFormat::Llama3,
             Some(t) if t.contains("<start_of_turn>") => ChatFormat::Gemma,
@@ -55,7 +72,7 @@ impl ChatFormat {
         };
         let mut out = String::new();
         match self {
-            ChatFormat::ChatMl => {
+            ChatFormat::ChatMl | ChatFormat::ChatMlNoThinking => {
                 for m in messages {
                     out.push_str(&format!(
                         "<|im_start|>{}\n{}<|im_end|>\n",
@@ -64,6 +81,9 @@ impl ChatFormat {
                     ));
                 }
                 out.push_str("<|im_start|>assistant\n");
+                if self == ChatFormat::ChatMlNoThinking {
+                    out.push_str("<think>\n\n</think>\n\n");
+                }
             }
             ChatFormat::Llama3 => {
                 out.push_str("<|begin_of_text|>");
@@ -79,6 +99,9 @@ impl ChatFormat {
             ChatFormat::Gemma | ChatFormat::Llama2 => {
                 // Both lack a system role: fold system text into the next user turn.
                 let mut pending_system = String::new();
+                if self == ChatFormat::Gemma {
+                    out.push_str("<bos>");
+                }
                 for m in messages {
                     match m.role {
                         Role::System => {
@@ -86,7 +109,12 @@ impl ChatFormat {
                             pending_system.push_str("\n\n");
                         }
                         Role::User => {
-                            let content = format!("{pending_system}{}", m.content);
+                            // Gemma's template trims each message.
+                            let text = match self {
+                                ChatFormat::Gemma => m.content.trim(),
+                                _ => m.content.as_str(),
+                            };
+                            let content = format!("{pending_system}{text}");
                             pending_system.clear();
                             if self == ChatFormat::Gemma {
                                 out.push_str(&format!(
@@ -100,7 +128,7 @@ impl ChatFormat {
                             if self == ChatFormat::Gemma {
                                 out.push_str(&format!(
                                     "<start_of_turn>model\n{}<end_of_turn>\n",
-                                    m.content
+                                    m.content.trim()
                                 ));
                             } else {
                                 out.push_str(&format!(" {} </s>", m.content));
@@ -117,22 +145,33 @@ impl ChatFormat {
     }
 }
 
+/// The architectures (`general.architecture`) [`LocalChat`] runs.
+pub const SUPPORTED_ARCHITECTURES: [&str; 6] =
+    ["llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"];
+
 enum Weights {
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
+    Qwen3(quantized_qwen3::ModelWeights),
+    Gemma(Gemma),
 }
 
 impl Weights {
+    /// Logits (1, vocab) of the last position.
     fn forward(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
         match self {
             Weights::Llama(m) => m.forward(input, pos),
             Weights::Qwen2(m) => m.forward(input, pos),
+            Weights::Qwen3(m) => m.forward(input, pos),
+            Weights::Gemma(m) => m.forward(input, pos),
         }
     }
     fn clear(&mut self) {
         match self {
             Weights::Llama(m) => m.clear_kv_cache(),
             Weights::Qwen2(m) => m.clear_kv_cache(),
+            Weights::Qwen3(m) => m.clear_kv_cache(),
+            Weights::Gemma(m) => m.clear_kv_cache(),
         }
     }
 }
@@ -174,6 +213,170 @@ fn dequantized_copy(
     Ok((content, buffer))
 }
 
+type Metadata = HashMap<String, gguf_file::Value>;
+
+/// How a SentencePiece token decodes: its text with `▁` as a space, a raw byte (`<0xNN>`,
+/// type 6), ` ⁇ ` for the unknown piece, or nothing (control, user-defined and unused tokens).
+/// Bytes are joined before UTF-8 decoding and invalid sequences become U+FFFD, as SentencePiece
+/// does, where `tokenizers`' byte fallback would blank a whole run of byte tokens.
+#[derive(Debug, Clone, PartialEq)]
+enum SpmPiece {
+    Text(String),
+    Byte(u8),
+    Skip,
+}
+
+impl SpmPiece {
+    fn of(token: &str, token_type: i64) -> Self {
+        let byte = token
+            .strip_prefix("<0x")
+            .and_then(|h| h.strip_suffix('>'))
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (token_type, byte) {
+            (6, Some(b)) => SpmPiece::Byte(b),
+            (1, _) => SpmPiece::Text(token.replace('\u{2581}', " ")),
+            // SentencePiece writes the unknown piece as " ⁇ ".
+            (2, _) => SpmPiece::Text(" \u{2047} ".into()),
+            _ => SpmPiece::Skip,
+        }
+    }
+}
+
+/// A gpt2 byte-level BPE (`tokenizer.ggml.merges` given) as a `tokenizers` tokenizer.
+fn gpt2_tokenizer(
+    md: &Metadata,
+    vocab: &HashMap<String, u32>,
+) -> std::result::Result<Tokenizer, String> {
+    let merges: Vec<(String, String)> = md
+        .get("tokenizer.ggml.merges")
+        .and_then(|v| v.to_vec().ok())
+        .map(|vs| {
+            vs.iter()
+                .filter_map(|v| v.to_string().ok())
+                .filter_map(|m| m.split_once(' '))
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        })
+        .ok_or("metadata tokenizer.ggml.merges missing")?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(
+            vocab
+                .clone()
+                .into_iter()
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
+        .build()
+        .map_err(|e| format!("tokenizer: {e}"))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    tokenizer.with_decoder(Some(ByteLevel::new(false, true, true)));
+    Ok(tokenizer)
+}
+
+/// A SentencePiece BPE (llama.cpp's `llama` tokenizer model: pieces, scores, token types) as a
+/// `tokenizers` BPE. SentencePiece merges, anywhere in the text, the adjacent pair whose union
+/// is the best-scored piece; the same order as BPE merges is every split of a normal piece into
+/// two normal pieces, ranked by the piece's score (ties by piece id, then by the halves' ids).
+/// Spaces become `▁` (one is prepended when `add_space_prefix`), characters outside the
+/// vocabulary fall back to `<0xXX>` byte pieces, and no pre-tokenizer splits the text.
+fn spm_tokenizer(
+    md: &Metadata,
+    tokens: &[String],
+    types: &[i64],
+    vocab: &HashMap<String, u32>,
+    add_space_prefix: bool,
+) -> std::result::Result<Tokenizer, String> {
+    let scores: Vec<f32> = md
+        .get("tokenizer.ggml.scores")
+        .and_then(|v| v.to_vec().ok())
+        .map(|vs| vs.iter().map(|v| v.to_f32().unwrap_or(0.0)).collect())
+        .ok_or("metadata tokenizer.ggml.scores missing")?;
+    if scores.len() != tokens.len() {
+        return Err(format!(
+            "metadata tokenizer.ggml.scores has {} entries for {} tokens",
+            scores.len(),
+            tokens.len()
+        ));
+    }
+    // Type 1 is a normal piece (absent types count as normal).
+    let normal = |id: usize| types.get(id).is_none_or(|&t| t == 1);
+    let pieces: HashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(id, _)| normal(*id))
+        .map(|(id, t)| (t.as_str(), id))
+        .collect();
+    let mut ranked: Vec<(f32, usize, usize, usize)> = Vec::new();
+    for (id, piece) in tokens.iter().enumerate().filter(|(id, _)| normal(*id)) {
+        for (at, _) in piece.char_indices().skip(1) {
+            if let (Some(&left), Some(&right)) =
+                (pieces.get(&piece[..at]), pieces.get(&piece[at..]))
+            {
+                ranked.push((scores[id], id, left, right));
+            }
+        }
+    }
+    ranked.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    });
+    let merges = ranked
+        .into_iter()
+        .map(|(_, _, l, r)| (tokens[l].clone(), tokens[r].clone()))
+        .collect();
+    let mut builder = BPE::builder()
+        .vocab_and_merges(
+            vocab
+                .clone()
+                .into_iter()
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(unk) = tokens
+        .iter()
+        .enumerate()
+        .find(|(id, _)| types.get(*id) == Some(&2))
+    {
+        builder = builder.unk_token(unk.1.clone());
+    }
+    let bpe = builder.build().map_err(|e| format!("tokenizer: {e}"))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    let space = Replace::new(" ", "\u{2581}").map_err(|e| format!("tokenizer: {e}"))?;
+    if add_space_prefix {
+        tokenizer.with_normalizer(Some(NormalizerSequence::new(vec![
+            Prepend::new("\u{2581}".into()).into(),
+            space.into(),
+        ])))
+    } else {
+        tokenizer.with_normalizer(Some(space))
+    }
+    .map_err(|e| format!("tokenizer: {e}"))?;
+    let unspace = Replace::new("\u{2581}", " ").map_err(|e| format!("tokenizer: {e}"))?;
+    tokenizer.with_decoder(Some(DecoderSequence::new(vec![
+        unspace.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ])));
+    Ok(tokenizer)
+}
+
+/// The answer part of `generated` when it has think markers (`(<think>, </think>)` ids): what
+/// follows the last `</think>` (a complete block, empty or not, is not the answer), else what
+/// precedes an unclosed `<think>` (cut off while thinking: no answer). `None`: no markers.
+fn after_thinking(generated: &[u32], think: Option<(u32, u32)>) -> Option<&[u32]> {
+    let (start, end) = think?;
+    if let Some(i) = generated.iter().rposition(|&t| t == end) {
+        return Some(&generated[i + 1..]);
+    }
+    let i = generated.iter().position(|&t| t == start)?;
+    Some(&generated[..i])
+}
+
 /// A GGUF model loaded in memory.
 pub struct LocalChat {
     path: PathBuf,
@@ -181,7 +384,11 @@ pub struct LocalChat {
     format: ChatFormat,
     context_tokens: usize,
     stop_ids: Vec<u32>,
+    /// `<think>` and `</think>`, when the vocabulary has them (see [`after_thinking`]).
+    think: Option<(u32, u32)>,
     tokenizer: Tokenizer,
+    /// SentencePiece vocabularies decode themselves (see [`SpmPiece`]).
+    spm_pieces: Option<Vec<SpmPiece>>,
     weights: Mutex<Weights>,
     device: Device,
 }
@@ -196,6 +403,16 @@ fn gguf_error(path: &Path, message: impl std::fmt::Display) -> Error {
 impl LocalChat {
     /// Loads the model and its tokenizer from `path` (on the CPU).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        Self::load_with(path, true)
+    }
+
+    /// Like [`LocalChat::load`], but quantized weights stay quantized whatever the model's size
+    /// (as they do above [`DEQUANTIZE_MAX_BYTES`]).
+    pub fn load_quantized(path: impl AsRef<Path>) -> Result<Self> {
+        Self::load_with(path, false)
+    }
+
+    fn load_with(path: impl AsRef<Path>, may_dequantize: bool) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let mut file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -205,14 +422,24 @@ impl LocalChat {
         let get_str = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
         let get_u32 = |k: &str| md.get(k).and_then(|v| v.to_u32().ok());
         let arch = get_str("general.architecture").unwrap_or_default();
-        let name = get_str("general.name").unwrap_or_else(|| arch.clone());
-        let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
-        let tokenizer_model = get_str("tokenizer.ggml.model").unwrap_or_default();
-        if tokenizer_model != "gpt2" {
+        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(gguf_error(
                 &path,
                 format!(
-                    "tokenizer {tokenizer_model:?} is not supported (supported: gpt2 byte-level BPE)"
+                    "architecture {arch:?} is not supported (supported: {})",
+                    SUPPORTED_ARCHITECTURES.join(", ")
+                ),
+            ));
+        }
+        let name = get_str("general.name").unwrap_or_else(|| arch.clone());
+        let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
+        let tokenizer_model = get_str("tokenizer.ggml.model").unwrap_or_default();
+        if tokenizer_model != "gpt2" && tokenizer_model != "llama" {
+            return Err(gguf_error(
+                &path,
+                format!(
+                    "tokenizer {tokenizer_model:?} is not supported (supported: gpt2 byte-level \
+                     BPE, llama SentencePiece BPE)"
                 ),
             ));
         }
@@ -225,17 +452,6 @@ impl LocalChat {
                     .collect()
             })
             .ok_or_else(|| gguf_error(&path, "metadata tokenizer.ggml.tokens missing"))?;
-        let merges: Vec<(String, String)> = md
-            .get("tokenizer.ggml.merges")
-            .and_then(|v| v.to_vec().ok())
-            .map(|vs| {
-                vs.iter()
-                    .filter_map(|v| v.to_string().ok())
-                    .filter_map(|m| m.split_once(' '))
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .collect()
-            })
-            .ok_or_else(|| gguf_error(&path, "metadata tokenizer.ggml.merges missing"))?;
         let token_types: Vec<i64> = md
             .get("tokenizer.ggml.token_type")
             .and_then(|v| v.to_vec().ok())
@@ -250,19 +466,23 @@ impl LocalChat {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(
-                vocab
-                    .iter()
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect::<tokenizers::models::bpe::Vocab>(),
-                merges,
-            )
-            .build()
-            .map_err(|e| gguf_error(&path, format!("tokenizer: {e}")))?;
-        let mut tokenizer = Tokenizer::new(bpe);
-        tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
-        tokenizer.with_decoder(Some(ByteLevel::new(false, true, true)));
+        let spm_pieces = (tokenizer_model == "llama").then(|| {
+            tokens
+                .iter()
+                .enumerate()
+                .map(|(id, t)| SpmPiece::of(t, token_types.get(id).copied().unwrap_or(1)))
+                .collect()
+        });
+        let mut tokenizer = if tokenizer_model == "gpt2" {
+            gpt2_tokenizer(md, &vocab).map_err(|e| gguf_error(&path, e))?
+        } else {
+            let add_space_prefix = md
+                .get("tokenizer.ggml.add_space_prefix")
+                .and_then(|v| v.to_bool().ok())
+                .unwrap_or(true);
+            spm_tokenizer(md, &tokens, &token_types, &vocab, add_space_prefix)
+                .map_err(|e| gguf_error(&path, e))?
+        };
         // Control tokens (type 3) and user-defined ones (type 4) are matched whole.
         let specials: Vec<AddedToken> = tokens
             .iter()
@@ -300,7 +520,7 @@ impl LocalChat {
             .values()
             .map(|t| t.shape.elem_count() as u64 * 4)
             .sum();
-        let dequantize = f32_bytes <= DEQUANTIZE_MAX_BYTES;
+        let dequantize = may_dequantize && f32_bytes <= DEQUANTIZE_MAX_BYTES;
         let (content, mut reader): (gguf_file::Content, Box<dyn ReadSeek>) = if dequantize {
             let (content, buffer) =
                 dequantized_copy(&content, &mut file).map_err(|e| gguf_error(&path, e))?;
@@ -308,19 +528,38 @@ impl LocalChat {
         } else {
             (content, Box::new(file))
         };
-        let weights = match arch.as_str() {
-            "llama" => Weights::Llama(
+        let mut content = content;
+        if arch == "qwen3" {
+            // candle builds Qwen3's RoPE tables in `general.dtype` (f16 when absent: angles of
+            // late positions lose whole hundredths of a radian); ask for f32.
+            content
+                .metadata
+                .insert("general.dtype".into(), gguf_file::Value::U32(0));
+        }
+        let weights = match (arch.as_str(), Generation::of_architecture(&arch)) {
+            (_, Some(generation)) => Weights::Gemma(
+                Gemma::from_gguf(generation, &content, &mut reader, &device)
+                    .map_err(|e| gguf_error(&path, e))?,
+            ),
+            ("llama", _) => Weights::Llama(
                 quantized_llama::ModelWeights::from_gguf(content, &mut reader, &device)
                     .map_err(|e| gguf_error(&path, e))?,
             ),
-            "qwen2" => Weights::Qwen2(
+            ("qwen2", _) => Weights::Qwen2(
                 quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &device)
                     .map_err(|e| gguf_error(&path, e))?,
             ),
-            other => {
+            ("qwen3", _) => Weights::Qwen3(
+                quantized_qwen3::ModelWeights::from_gguf(content, &mut reader, &device)
+                    .map_err(|e| gguf_error(&path, e))?,
+            ),
+            (other, None) => {
                 return Err(gguf_error(
                     &path,
-                    format!("architecture {other:?} is not supported (supported: llama, qwen2)"),
+                    format!(
+                        "architecture {other:?} is not supported (supported: {})",
+                        SUPPORTED_ARCHITECTURES.join(", ")
+                    ),
                 ));
             }
         };
@@ -334,7 +573,12 @@ impl LocalChat {
             format,
             context_tokens,
             stop_ids,
+            think: vocab
+                .get("<think>")
+                .copied()
+                .zip(vocab.get("</think>").copied()),
             tokenizer,
+            spm_pieces,
             weights: Mutex::new(weights),
             device,
         })
@@ -358,11 +602,44 @@ impl LocalChat {
             .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))
     }
 
+    /// The text of generated `ids`, special tokens left out.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        let Some(pieces) = &self.spm_pieces else {
+            return self
+                .tokenizer
+                .decode(ids, true)
+                .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")));
+        };
+        let mut bytes = Vec::new();
+        for &id in ids {
+            match pieces.get(id as usize) {
+                Some(SpmPiece::Text(t)) => bytes.extend_from_slice(t.as_bytes()),
+                Some(SpmPiece::Byte(b)) => bytes.push(*b),
+                Some(SpmPiece::Skip) | None => {}
+            }
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// Generates up to `params.max_tokens` tokens after `prompt`; returns the text and the
-    /// number of tokens generated.
+    /// number of tokens generated. A complete `<think>...</think>` block (empty or not) is cut
+    /// from the text, and so is an unfinished one (with all that follows it: no answer).
     pub fn generate(&self, prompt: &str, params: &ChatParams) -> Result<(String, usize)> {
-        let fail = |e: candle_core::Error| gguf_error(&self.path, e);
         let prompt_ids = self.encode(prompt)?;
+        let generated = self.generate_ids(&prompt_ids, params)?;
+        let after = after_thinking(&generated, self.think);
+        let text = self.decode(after.unwrap_or(&generated))?;
+        // Decoding drops the (special) think markers, so the block is cut here, by token.
+        let text = match after {
+            Some(_) => text.trim_start().to_string(),
+            None => text,
+        };
+        Ok((text, generated.len()))
+    }
+
+    /// The tokens generated after `prompt_ids` (stop token excluded).
+    pub fn generate_ids(&self, prompt_ids: &[u32], params: &ChatParams) -> Result<Vec<u32>> {
+        let fail = |e: candle_core::Error| gguf_error(&self.path, e);
         let budget = params.max_tokens as usize;
         if prompt_ids.len() + budget > self.context_tokens {
             return Err(gguf_error(
@@ -384,17 +661,10 @@ impl LocalChat {
             .map_err(|_| gguf_error(&self.path, "model lock poisoned"))?;
         weights.clear();
         let mut generated: Vec<u32> = Vec::new();
-        let mut input = prompt_ids.clone();
+        let mut input = prompt_ids.to_vec();
         let mut pos = 0;
         while generated.len() < budget {
-            let x = Tensor::new(input.as_slice(), &self.device)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(fail)?;
-            let logits = weights
-                .forward(&x, pos)
-                .and_then(|l| l.squeeze(0))
-                .and_then(|l| l.to_dtype(candle_core::DType::F32))
-                .map_err(fail)?;
+            let logits = self.step(&mut weights, &input, pos).map_err(fail)?;
             pos += input.len();
             let next = sampler.sample(&logits).map_err(fail)?;
             if self.stop_ids.contains(&next) {
@@ -403,11 +673,33 @@ impl LocalChat {
             generated.push(next);
             input = vec![next];
         }
-        let text = self
-            .tokenizer
-            .decode(&generated, true)
-            .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))?;
-        Ok((text, generated.len()))
+        Ok(generated)
+    }
+
+    /// The logits the model gives the token after `prompt_ids`.
+    pub fn next_logits(&self, prompt_ids: &[u32]) -> Result<Vec<f32>> {
+        let mut weights = self
+            .weights
+            .lock()
+            .map_err(|_| gguf_error(&self.path, "model lock poisoned"))?;
+        weights.clear();
+        self.step(&mut weights, prompt_ids, 0)
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(|e| gguf_error(&self.path, e))
+    }
+
+    /// One forward pass over `input` starting at `pos`: the last position's f32 logits.
+    fn step(
+        &self,
+        weights: &mut Weights,
+        input: &[u32],
+        pos: usize,
+    ) -> candle_core::Result<Tensor> {
+        let x = Tensor::new(input, &self.device)?.unsqueeze(0)?;
+        weights
+            .forward(&x, pos)?
+            .squeeze(0)?
+            .to_dtype(candle_core::DType::F32)
     }
 }
 
@@ -452,8 +744,26 @@ mod tests {
             ChatFormat::detect(Some("<start_of_turn>"), false),
             ChatFormat::Gemma
         );
+        assert_eq!(
+            ChatFormat::detect(Some("'<|im_start|>' ... '<think>\\n\\n</think>'"), false),
+            ChatFormat::ChatMlNoThinking
+        );
         assert_eq!(ChatFormat::detect(None, true), ChatFormat::ChatMl);
         assert_eq!(ChatFormat::detect(None, false), ChatFormat::Llama2);
+    }
+
+    #[test]
+    fn think_blocks_are_cut_by_token() {
+        let think = Some((3, 4));
+        assert_eq!(
+            after_thinking(&[3, 9, 4, 7, 8], think),
+            Some(&[7u32, 8][..])
+        );
+        assert_eq!(after_thinking(&[3, 4, 5], think), Some(&[5u32][..]));
+        // Cut off while thinking: no answer.
+        assert_eq!(after_thinking(&[3, 9, 9], think), Some(&[][..]));
+        assert_eq!(after_thinking(&[7, 8], think), None);
+        assert_eq!(after_thinking(&[3, 7, 4, 8], None), None);
     }
 
     #[test]
@@ -465,8 +775,13 @@ mod tests {
         );
         assert_eq!(
             ChatFormat::Gemma.render(&msgs),
-            "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n"
+            "<bos><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n"
         );
         assert_eq!(ChatFormat::Llama2.render(&msgs), "<s>[INST] S\n\nU [/INST]");
+        assert!(
+            ChatFormat::ChatMlNoThinking
+                .render(&msgs)
+                .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        );
     }
 }

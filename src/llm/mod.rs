@@ -11,6 +11,7 @@
 
 mod backend;
 mod cache;
+mod gemma;
 mod local;
 mod openai;
 pub mod parse;

@@ -5,10 +5,15 @@
 
 use serde_json::Value;
 
-/// Removes `<think>...</think>` blocks (reasoning models), keeping what follows.
+/// Removes `<think>...</think>` blocks (reasoning models), keeping what follows the last one.
+/// An unfinished block (`<think>` never closed: the answer was cut off while thinking) is not
+/// an answer: only what precedes it is kept, so drafts inside it are never taken for the answer.
 pub fn strip_thinking(text: &str) -> &str {
-    match text.rfind("</think>") {
-        Some(end) => &text[end + "</think>".len()..],
+    if let Some(end) = text.rfind("</think>") {
+        return &text[end + "</think>".len()..];
+    }
+    match text.find("<think>") {
+        Some(start) => &text[..start],
         None => text,
     }
 }
@@ -364,6 +369,11 @@ mod tests {
         assert_eq!(v["a"][1], 2);
         let v = extract_json("The answer is {\"a\": \"x}\"} and more {\"b\":1}").unwrap();
         assert_eq!(v["a"], "x}");
+        assert_eq!(extract_json("<think>draft {\"a\": 0} and more"), None);
+        assert_eq!(
+            strip_thinking("<think>\n\n</think>\n\nanswer"),
+            "\n\nanswer"
+        );
         let v = extract_json("<think>maybe {\"a\":0}</think>\n{\"a\": 1}").unwrap();
         assert_eq!(v["a"], 1);
         assert!(extract_json("no json here [at all").is_none());

@@ -485,7 +485,9 @@ pub fn judge(
         }
     }
 
-    let mut writer = AtomicWriter::create(out)?;
+    // An unwritable output fails before any call, but no temporary file is held while the
+    // calls run: Ctrl-C ends the process without destructors and would leave it behind.
+    drop(AtomicWriter::create(out)?);
     progress.begin("judging", Some(batches.len() as u64));
     let results = run_items(
         &batches,
@@ -495,6 +497,7 @@ pub fn judge(
     );
     progress.finish();
     let results = results?;
+    let mut writer = AtomicWriter::create(out)?;
 
     summary.stage.prompt = JUDGE.id.to_string();
     summary.stage.items = results.len() as u64;

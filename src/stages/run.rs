@@ -219,7 +219,9 @@ pub(crate) fn run_question_stage<R: StageRecord>(
         label_stage(label),
         settings,
     );
-    let mut writer = AtomicWriter::create(out)?;
+    // An unwritable output fails before any call, but no temporary file is held while the
+    // calls run: Ctrl-C ends the process without destructors and would leave it behind.
+    drop(AtomicWriter::create(out)?);
     progress.begin(label, Some(questions.len() as u64));
     let results = run_items(
         &questions,
@@ -229,6 +231,7 @@ pub(crate) fn run_question_stage<R: StageRecord>(
     );
     progress.finish();
     let results = results?;
+    let mut writer = AtomicWriter::create(out)?;
     let mut summary = StageSummary {
         prompt: prompt_id.to_string(),
         items: results.len() as u64,
