@@ -19,7 +19,8 @@ pub struct LlmArgs {
     /// Model name as the server knows it.
     #[arg(long, value_name = "NAME")]
     llm_model: Option<String>,
-    /// Generate natively from this GGUF file (llama, qwen2, qwen3, gemma, gemma2, gemma3; CPU) instead of a server.
+    /// Generate natively from this GGUF file (llama, qwen2, qwen3, gemma, gemma2, gemma3
+    /// families; CPU) instead of a server.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["llm_base_url", "llm_model"])]
     llm_gguf: Option<PathBuf>,
     /// Requests in flight at once, per server.
