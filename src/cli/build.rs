@@ -81,8 +81,13 @@ fn run(config: &BuildConfig, out: PathBuf) -> anyhow::Result<BuildSummary> {
             stage.detail
         );
     };
-    let summary = build(config, &out, &bars, &mut report)
-        .with_context(|| format!("build into {} stopped (rerun to resume)", out.display()))?;
+    let summary = build(config, &out, &bars, &mut report).with_context(|| {
+        format!(
+            "build into {} stopped (finished stages and LLM answers are kept: fix the cause, \
+                 then rerun)",
+            out.display()
+        )
+    })?;
     eprintln!("done in {:.1}s", start.elapsed().as_secs_f64());
     Ok(summary)
 }
