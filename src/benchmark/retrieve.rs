@@ -55,11 +55,11 @@ impl RetrieverKind {
     pub fn dense(model: &str, options: &EncoderOptions) -> Result<Self> {
         let spec = DenseModelSpec::parse(model)?;
         let files = resolve_model(&spec.model)?;
+        // The same model fingerprint the index manifest records.
         let identity = format!(
-            "{} config={} tokenizer={} dtype={:?} max_length={:?} pooling={:?}",
+            "{} files={} dtype={:?} max_length={:?} pooling={:?}",
             spec.model,
-            fnv1a64_file(&files.config)?,
-            fnv1a64_file(&files.tokenizer)?,
+            crate::search::model_fingerprint(&files)?,
             options.dtype,
             options.max_length,
             options.pooling
