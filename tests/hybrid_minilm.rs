@@ -229,3 +229,97 @@ fn minilm_cli_index_and_fusion_retrieve() {
         "{out}"
     );
 }
+
+/// `index --refresh` on an index with a `--dense` model: the removed repository's documents
+/// are gone from every retriever, the added ones are embedded with the recorded model, and the
+/// refreshed index answers exactly like one built from scratch over the same documents.
+#[test]
+fn refresh_embeds_added_documents_like_a_fresh_build() {
+    let Some(model) = minilm_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let line = |id: &str, text: &str| {
+        serde_json::json!({"_id": id, "title": "", "text": text}).to_string() + "\n"
+    };
+    let mut kept = String::new();
+    let mut old_php = String::new();
+    for (id, text) in DOCS {
+        if id.starts_with("php/doc/") {
+            old_php.push_str(&line(id, text));
+        } else {
+            kept.push_str(&line(id, text));
+        }
+    }
+    let new_php = line(
+        "php/doc/array.md_0_20",
+        "array_filter keeps the elements of an array for which a callback returns true.",
+    ) + &line(
+        "php/doc/json.md_0_10",
+        "json_decode turns a JSON string into PHP arrays or objects.",
+    );
+    let initial = write(dir.path(), "initial.jsonl", format!("{kept}{old_php}"));
+    let added = write(dir.path(), "added.jsonl", &new_php);
+    let whole = write(dir.path(), "whole.jsonl", format!("{kept}{new_php}"));
+    let (refreshed, rebuilt) = (dir.path().join("refreshed"), dir.path().join("rebuilt"));
+    let run = |args: &[&str]| {
+        let out = freshstack(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let model = model.to_str().unwrap();
+    for (corpus, index) in [(&initial, &refreshed), (&whole, &rebuilt)] {
+        run(&[
+            "index",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--index",
+            index.to_str().unwrap(),
+            "--bm25",
+            "--dense",
+            model,
+        ]);
+    }
+    let stderr = run(&[
+        "index",
+        "--refresh",
+        "--index",
+        refreshed.to_str().unwrap(),
+        "--corpus",
+        added.to_str().unwrap(),
+        "--remove-repo",
+        "php/doc",
+    ]);
+    assert!(stderr.contains("added 2"), "{stderr}");
+    let a = Engine::open_with_encoders(&refreshed, &QueryEncoderOptions::default()).unwrap();
+    let b = Engine::open_with_encoders(&rebuilt, &QueryEncoderOptions::default()).unwrap();
+    for query in [
+        "keep array elements with a callback",
+        "decode json",
+        "send an email",
+    ] {
+        for (retriever, ann) in [
+            ("dense", Ann::Exact),
+            ("dense", Ann::Hnsw),
+            ("fusion", Ann::Exact),
+        ] {
+            let k = 20;
+            let opts = SearchOptions {
+                ann,
+                ..options(retriever, k)
+            };
+            let (x, y) = (
+                a.search(query, &opts).unwrap(),
+                b.search(query, &opts).unwrap(),
+            );
+            assert!(x.iter().all(|h| !h.id.contains("str_contains")), "{x:?}");
+            let ids = |hits: &[Hit]| hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+            assert_eq!(ids(&x), ids(&y), "{retriever} {ann:?} {query}");
+            for (p, q) in x.iter().zip(&y) {
+                assert!((p.score - q.score).abs() < 1e-6, "{p:?} vs {q:?}");
+            }
+        }
+    }
+}

@@ -7,9 +7,11 @@ use clap::Args;
 use freshstack::embed::{DeviceSpec, EncoderOptions, ModelDType};
 use freshstack::index::{
     AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1, Dtype, HnswSettings, RefreshConfig,
-    VectorSource, refresh_index,
+    VectorSource,
 };
-use freshstack::search::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
+use freshstack::search::{
+    DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index,
+};
 
 use super::progress::Bars;
 
@@ -68,8 +70,9 @@ pub struct IndexArgs {
     /// Keep exact search only (no HNSW graph).
     #[arg(long)]
     no_hnsw: bool,
-    /// Change an existing (BM25-only) index in place instead of building: remove the
-    /// --remove-repo repositories' documents, then add the --corpus documents.
+    /// Change an existing index in place instead of building: remove the --remove-repo
+    /// repositories' documents, then add the --corpus documents (BM25, and every dense model
+    /// the index recorded embeds only the added ones; graphs are rebuilt).
     #[arg(long)]
     refresh: bool,
     /// With --refresh: a repository (OWNER/NAME) whose documents are removed. Repeatable.
@@ -83,7 +86,14 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             add: args.corpus,
             remove_repos: args.remove_repos,
         };
-        let summary = refresh_index(&config, &args.index, &Bars::new())?;
+        // Dense models the index recorded embed the added documents on --device.
+        let summary = refresh_hybrid_index(
+            &config,
+            &args.index,
+            DeviceSpec::parse(&args.device)?,
+            args.max_batch_tokens,
+            &Bars::new(),
+        )?;
         eprintln!(
             "refreshed {}: removed {}, added {}, {} documents now",
             args.index.display(),

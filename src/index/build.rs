@@ -377,6 +377,34 @@ fn add_encoded(
     hnsw: Option<&HnswSettings>,
     progress: &dyn Progress,
 ) -> Result<DenseInfo> {
+    let encoded = checked_vectors(encoder, texts, progress)?;
+    let name = encoder.name();
+    let dim = encoded.dim;
+    let stored = StoredModel {
+        name,
+        rows: texts.len(),
+        dim,
+        dtype: encoder.storage_dtype(),
+    };
+    stored.write(tmp, corpus_hash, hnsw, progress, |i, row| {
+        row.copy_from_slice(&encoded.data[i * dim..(i + 1) * dim])
+    })?;
+    Ok(DenseInfo {
+        name: name.to_string(),
+        dim,
+        dtype: stored.dtype.name().to_string(),
+        source: encoded.source,
+        hnsw: hnsw.copied(),
+        model: encoded.model,
+    })
+}
+
+/// `encoder`'s vectors for `texts`, checked: one finite row of a non-zero dimension per text.
+pub(crate) fn checked_vectors(
+    encoder: &dyn DocumentEncoder,
+    texts: &[&str],
+    progress: &dyn Progress,
+) -> Result<EncodedVectors> {
     let encoded = encoder.encode_documents(texts, progress)?;
     let name = encoder.name();
     if encoded.dim == 0 || encoded.data.len() != texts.len() * encoded.dim {
@@ -400,38 +428,21 @@ fn add_encoded(
             format!("{name}: the vector of document {row} has NaN or infinite values"),
         ));
     }
-    let dim = encoded.dim;
-    let stored = StoredModel {
-        name,
-        rows: texts.len(),
-        dim,
-        dtype: encoder.storage_dtype(),
-    };
-    stored.write(tmp, corpus_hash, hnsw, progress, |i, row| {
-        row.copy_from_slice(&encoded.data[i * dim..(i + 1) * dim])
-    })?;
-    Ok(DenseInfo {
-        name: name.to_string(),
-        dim,
-        dtype: stored.dtype.name().to_string(),
-        source: encoded.source,
-        hnsw: hnsw.copied(),
-        model: encoded.model,
-    })
+    Ok(encoded)
 }
 
 /// One dense model's files inside the staging directory.
-struct StoredModel<'a> {
-    name: &'a str,
-    rows: usize,
-    dim: usize,
-    dtype: Dtype,
+pub(crate) struct StoredModel<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) rows: usize,
+    pub(crate) dim: usize,
+    pub(crate) dtype: Dtype,
 }
 
 impl StoredModel<'_> {
     /// Writes `dense/NAME/vectors.npy` from `row` (row `i` in corpus order) and, with `hnsw`,
     /// builds and saves the graph.
-    fn write(
+    pub(crate) fn write(
         &self,
         tmp: &Path,
         corpus_hash: &str,

@@ -108,6 +108,11 @@ impl DocIds {
         Self::with_removed(self.ids)
     }
 
+    /// Whether ordinal `ord` was removed by a refresh (or does not exist).
+    pub fn is_removed(&self, ord: u32) -> bool {
+        self.ids.get(ord as usize).is_none_or(String::is_empty)
+    }
+
     /// Ordinals that are not removed.
     pub fn num_live(&self) -> usize {
         self.ids.iter().filter(|id| !id.is_empty()).count()
@@ -162,9 +167,9 @@ impl<'a> TopK<'a> {
             .then_with(|| self.ids.rank(a.0).cmp(&self.ids.rank(b.0)))
     }
 
-    /// Offers one candidate.
+    /// Offers one candidate (a removed ordinal is ignored).
     pub fn push(&mut self, ord: u32, score: f32) {
-        if self.k == 0 {
+        if self.k == 0 || self.ids.is_removed(ord) {
             return;
         }
         self.items.push((ord, score));

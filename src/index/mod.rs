@@ -39,7 +39,7 @@ pub use manifest::{
     CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE,
     Manifest, fnv1a64, fnv1a64_file,
 };
-pub use refresh::{RefreshConfig, RefreshSummary, refresh_index};
+pub use refresh::{RefreshConfig, RefreshSummary, refresh_index, refresh_index_with_encoders};
 pub use vectors::{Dtype, VectorMatrix, ids_path, read_ids, write_npy};
 
 /// File and directory names inside an index directory.

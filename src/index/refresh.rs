@@ -2,10 +2,12 @@
 //! documents of a new corpus file (e.g. a re-chunked repository) without rebuilding the index.
 //!
 //! Removed documents are deleted from tantivy and their ordinals become empty lines of
-//! `ids.txt`; added documents get new ordinals at the end. The index is copied to a temporary
+//! `ids.txt` (searches skip them, BM25 and dense alike); added documents get new ordinals at the
+//! end. Dense models keep every stored row and append the added documents' vectors, computed by
+//! a [`DocumentEncoder`] per model (the search layer loads the recorded model; models given as
+//! precomputed `--vectors` have none, so adding to them is refused); their HNSW graph is rebuilt
+//! over the new matrix. Only the added documents are encoded. The index is copied to a temporary
 //! sibling, changed there and renamed into place, so a failed refresh leaves the old index.
-//! Dense models cannot be refreshed yet (their vectors would need the new documents' vectors):
-//! such an index is refused with an error that says to rebuild.
 
 use std::path::{Path, PathBuf};
 
@@ -13,10 +15,13 @@ use rustc_hash::FxHashSet;
 
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
-use crate::index::build::{install, read_corpus};
+use crate::index::build::{
+    DocumentEncoder, StoredModel, checked_vectors, document_text, install, read_corpus,
+};
 use crate::index::docids::DocIds;
 use crate::index::layout;
 use crate::index::manifest::{Manifest, fnv1a64_file};
+use crate::index::vectors::{Dtype, VectorMatrix};
 use crate::progress::Progress;
 
 /// What to change.
@@ -40,26 +45,43 @@ pub struct RefreshSummary {
     pub num_live: usize,
 }
 
-/// Applies `config` to the index in `dir`.
+/// Applies `config` to the index in `dir` (an index without dense models, or one whose dense
+/// models gain no documents; see [`refresh_index_with_encoders`]).
 pub fn refresh_index(
     config: &RefreshConfig,
     dir: &Path,
     progress: &dyn Progress,
 ) -> Result<RefreshSummary> {
+    refresh_index_with_encoders(config, &[], dir, progress)
+}
+
+/// Applies `config` to the index in `dir`; `encoders` embed the added documents for the dense
+/// models of the same names (every dense model needs one when documents are added).
+pub fn refresh_index_with_encoders(
+    config: &RefreshConfig,
+    encoders: &[&dyn DocumentEncoder],
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<RefreshSummary> {
     let mut manifest = Manifest::read(dir)?;
-    if !manifest.dense.is_empty() {
-        return Err(Error::index(
-            dir,
-            "has dense models, which cannot be refreshed yet; rebuild it with `freshstack index`",
-        ));
-    }
-    let settings = manifest
-        .bm25
-        .ok_or_else(|| Error::index(dir, "has no BM25 index to refresh"))?;
     let added_docs = match &config.add {
         Some(path) => read_corpus(path)?,
         None => Vec::new(),
     };
+    if !added_docs.is_empty()
+        && let Some(model) = manifest
+            .dense
+            .iter()
+            .find(|d| !encoders.iter().any(|e| e.name() == d.name))
+    {
+        return Err(Error::index(
+            dir,
+            format!(
+                "dense model {:?} has no encoder for the added documents (its vectors were                      precomputed); rebuild the index with `freshstack index`",
+                model.name
+            ),
+        ));
+    }
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -74,7 +96,11 @@ pub fn refresh_index(
     progress.finish();
 
     let mut ids = DocIds::read(&tmp.join(layout::IDS_FILE))?;
-    let mut writer = Bm25Writer::open(&tmp.join(layout::BM25_DIR), &settings)?;
+    let old_rows = ids.len();
+    let mut writer = match manifest.bm25 {
+        Some(settings) => Some(Bm25Writer::open(&tmp.join(layout::BM25_DIR), &settings)?),
+        None => None,
+    };
     let mut removed = 0;
     for repo in &config.remove_repos {
         let prefix = format!("{}/", repo.trim_end_matches('/'));
@@ -82,7 +108,9 @@ pub fn refresh_index(
             .filter(|&ord| ids.id(ord).starts_with(&prefix))
             .collect();
         for ord in ords {
-            writer.delete(ord);
+            if let Some(writer) = writer.as_mut() {
+                writer.delete(ord);
+            }
             ids.remove(ord);
             removed += 1;
         }
@@ -105,10 +133,14 @@ pub fn refresh_index(
     progress.begin("bm25 refresh", Some(added_docs.len() as u64));
     for doc in &added_docs {
         let ord = ids.push(doc.id.clone());
-        writer.add(ord, doc)?;
+        if let Some(writer) = writer.as_mut() {
+            writer.add(ord, doc)?;
+        }
     }
     progress.finish();
-    writer.finish(progress)?;
+    if let Some(writer) = writer {
+        writer.finish(progress)?;
+    }
     let ids = ids.reindexed()?;
     ids.write(&tmp.join(layout::IDS_FILE))?;
 
@@ -116,6 +148,67 @@ pub fn refresh_index(
     if let Some(path) = &config.add {
         manifest.corpus.path = format!("{} + {}", manifest.corpus.path, path.display());
         manifest.corpus.fnv1a64 = format!("{}+{}", manifest.corpus.fnv1a64, fnv1a64_file(path)?);
+    }
+    if !added_docs.is_empty() {
+        let texts: Vec<std::borrow::Cow<'_, str>> = added_docs.iter().map(document_text).collect();
+        let texts: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
+        for info in &manifest.dense {
+            let Some(encoder) = encoders.iter().find(|e| e.name() == info.name) else {
+                continue;
+            };
+            let encoded = checked_vectors(*encoder, &texts, progress)?;
+            if encoded.dim != info.dim {
+                return Err(Error::index(
+                    dir,
+                    format!(
+                        "dense model {:?}: the encoder gives dimension {}, the index has {}",
+                        info.name, encoded.dim, info.dim
+                    ),
+                ));
+            }
+            let model_dir = dir.join(layout::DENSE_DIR).join(&info.name);
+            let old = VectorMatrix::open(&model_dir.join(layout::VECTORS_FILE))?;
+            if old.rows() != old_rows || old.dim() != info.dim {
+                return Err(Error::index(
+                    dir,
+                    format!(
+                        "dense model {:?}: {} rows of dimension {} for {old_rows} documents",
+                        info.name,
+                        old.rows(),
+                        old.dim()
+                    ),
+                ));
+            }
+            // The old graph's dump is replaced by one over the new matrix.
+            let staged_graph = tmp
+                .join(layout::DENSE_DIR)
+                .join(&info.name)
+                .join(layout::HNSW_DIR);
+            if staged_graph.exists() {
+                std::fs::remove_dir_all(&staged_graph).map_err(|e| Error::io(&staged_graph, e))?;
+            }
+            let dim = info.dim;
+            let stored = StoredModel {
+                name: &info.name,
+                rows: ids.len(),
+                dim,
+                dtype: Dtype::parse(&info.dtype)?,
+            };
+            stored.write(
+                tmp,
+                &manifest.corpus.fnv1a64,
+                info.hnsw.as_ref(),
+                progress,
+                |i, row| {
+                    if i < old_rows {
+                        old.row_into(i, row);
+                    } else {
+                        let at = (i - old_rows) * dim;
+                        row.copy_from_slice(&encoded.data[at..at + dim]);
+                    }
+                },
+            )?;
+        }
     }
     manifest.record_files(tmp)?;
     manifest.write(tmp)?;

@@ -4,20 +4,24 @@
 //! each [`DenseModelSpec`] loads the encoder, embeds every document with the model's document
 //! template (length-sorted token-budget batches), drops the model, and stores the vectors, the
 //! HNSW graph and the model reference ([`DenseModelRef`]) the engine later loads to encode
-//! queries with the query template.
+//! queries with the query template. [`refresh_hybrid_index`] does the same for the documents a
+//! refresh adds, with the models and settings the index recorded.
 
 use std::path::{Path, PathBuf};
 
-use crate::embed::{Encoder, ModelManifest};
 use crate::embed::{
-    EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, TextKind, resolve_model,
+    DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, TextKind,
+    resolve_model,
 };
+use crate::embed::{Encoder, ModelManifest};
 use crate::error::{Error, Result};
 use crate::index::{
     Bm25Settings, DenseModelRef, DocumentEncoder, Dtype, EncodedVectors, HnswSettings, IndexConfig,
-    IndexSummary, VectorSource, build_index_with_encoders, fnv1a64_file, validate_model_name,
+    IndexSummary, Manifest, RefreshConfig, RefreshSummary, VectorSource, build_index_with_encoders,
+    fnv1a64_file, refresh_index_with_encoders, validate_model_name,
 };
 use crate::progress::Progress;
+use crate::search::encoders::{recorded_options, resolve_recorded_model};
 
 /// One dense model to encode the corpus with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +135,36 @@ pub fn build_hybrid_index(
     let refs: Vec<&dyn DocumentEncoder> =
         encoders.iter().map(|e| e as &dyn DocumentEncoder).collect();
     build_index_with_encoders(&index_config, &refs, dir, progress)
+}
+
+/// Refreshes the index `dir` ([`refresh_index_with_encoders`]): removed repositories' documents
+/// go, added documents are indexed by BM25 and embedded by every dense model the index recorded,
+/// loaded with the settings it was built with (on `device`, `max_batch_tokens` per batch).
+/// Models are loaded only when there are documents to add.
+pub fn refresh_hybrid_index(
+    config: &RefreshConfig,
+    dir: &Path,
+    device: DeviceSpec,
+    max_batch_tokens: Option<usize>,
+    progress: &dyn Progress,
+) -> Result<RefreshSummary> {
+    let manifest = Manifest::read(dir)?;
+    let mut encoders = Vec::new();
+    if config.add.is_some() {
+        for info in &manifest.dense {
+            let Some(model) = &info.model else { continue };
+            encoders.push(ModelDocumentEncoder {
+                name: info.name.clone(),
+                reference: model.reference.clone(),
+                files: resolve_recorded_model(&info.name, model, None)?,
+                options: recorded_options(model, device, None, max_batch_tokens)?,
+                dtype: Dtype::parse(&info.dtype)?,
+            });
+        }
+    }
+    let refs: Vec<&dyn DocumentEncoder> =
+        encoders.iter().map(|e| e as &dyn DocumentEncoder).collect();
+    refresh_index_with_encoders(config, &refs, dir, progress)
 }
 
 /// A [`DocumentEncoder`] backed by an `embed` model, loaded only while it encodes.

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::embed::{
-    DeviceSpec, Encoder, EncoderOptions, ModelDType, Pooling, TextEncoder, TextKind, resolve_model,
+    DeviceSpec, Encoder, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, TextKind,
+    resolve_model,
 };
 use crate::error::{Error, Result};
 use crate::index::DenseModelRef;
@@ -48,46 +49,73 @@ impl ModelQueryEncoder {
         override_model: Option<&str>,
         options: &QueryEncoderOptions,
     ) -> Result<Self> {
-        let files = match override_model {
-            Some(path) => resolve_model(path)?,
-            None => resolve_model(&model.reference)
-                .or_else(|first| resolve_model(&model.dir).map_err(|_| first))
-                .map_err(|e| {
-                    Error::model(
-                        format!("dense:{name}"),
-                        format!(
-                            "cannot load the query encoder ({e}; also tried {}); name the model \
-                             with --model {name}=DIR",
-                            model.dir
-                        ),
-                    )
-                })?,
-        };
-        match fingerprint(&files) {
-            Ok(found) if found != model.fingerprint => tracing::warn!(
-                "dense:{name}: {} differs from the model the index was built with \
-                 (config/tokenizer fingerprint {found}, recorded {})",
-                files.dir.display(),
-                model.fingerprint
-            ),
-            _ => {}
-        }
-        let encoder_options = EncoderOptions {
-            device: options.device,
-            dtype: Some(match options.dtype {
-                Some(dtype) => dtype,
-                None => ModelDType::parse(&model.model_dtype)?,
-            }),
-            max_length: Some(model.max_length),
-            max_batch_tokens: options.max_batch_tokens,
-            pooling: Some(Pooling::parse(&model.pooling)?),
-            query_template: Some(model.query_template.clone()),
-            document_template: Some(model.document_template.clone()),
-            task: Some(model.task.clone()),
-            manifest: None,
-        };
+        let files = resolve_recorded_model(name, model, override_model)?;
+        let encoder_options = recorded_options(
+            model,
+            options.device,
+            options.dtype,
+            options.max_batch_tokens,
+        )?;
         Ok(Self::new(TextEncoder::load(&files, &encoder_options)?))
     }
+}
+
+/// The files of the model an index recorded for `dense:NAME` (by its reference as given, else
+/// its resolved directory), or of `override_model`; warns when they are not the recorded ones.
+pub(crate) fn resolve_recorded_model(
+    name: &str,
+    model: &DenseModelRef,
+    override_model: Option<&str>,
+) -> Result<ModelFiles> {
+    let files = match override_model {
+        Some(path) => resolve_model(path)?,
+        None => resolve_model(&model.reference)
+            .or_else(|first| resolve_model(&model.dir).map_err(|_| first))
+            .map_err(|e| {
+                Error::model(
+                    format!("dense:{name}"),
+                    format!(
+                        "cannot load the encoder ({e}; also tried {}); name the model with \
+                         --model {name}=DIR",
+                        model.dir
+                    ),
+                )
+            })?,
+    };
+    match fingerprint(&files) {
+        Ok(found) if found != model.fingerprint => tracing::warn!(
+            "dense:{name}: {} differs from the model the index was built with \
+             (config/tokenizer fingerprint {found}, recorded {})",
+            files.dir.display(),
+            model.fingerprint
+        ),
+        _ => {}
+    }
+    Ok(files)
+}
+
+/// Encoder options reproducing the recorded settings (dtype unless overridden, max length,
+/// pooling, templates, task) on `device`.
+pub(crate) fn recorded_options(
+    model: &DenseModelRef,
+    device: DeviceSpec,
+    dtype: Option<ModelDType>,
+    max_batch_tokens: Option<usize>,
+) -> Result<EncoderOptions> {
+    Ok(EncoderOptions {
+        device,
+        dtype: Some(match dtype {
+            Some(dtype) => dtype,
+            None => ModelDType::parse(&model.model_dtype)?,
+        }),
+        max_length: Some(model.max_length),
+        max_batch_tokens,
+        pooling: Some(Pooling::parse(&model.pooling)?),
+        query_template: Some(model.query_template.clone()),
+        document_template: Some(model.document_template.clone()),
+        task: Some(model.task.clone()),
+        manifest: None,
+    })
 }
 
 impl QueryEncoder for ModelQueryEncoder {

@@ -17,8 +17,8 @@ pub mod fusion;
 mod queries;
 mod trec;
 
-pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
 pub(crate) use build::fingerprint as model_fingerprint;
+pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index};
 pub use encoders::{ModelQueryEncoder, QueryEncoderOptions};
 pub use engine::{Engine, EngineInfo, EngineRetriever};
 pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};
