@@ -109,7 +109,7 @@ run() {
 
     echo "== gpu tests"
     local tests_rc=0
-    (cd "$root" && "$bin/gpu" --test-threads 1 --nocapture) 2>&1 | tee "$out/tests.log" || tests_rc=$?
+    (cd "$root" && FRESHSTACK_REQUIRE_GPU=1 "$bin/gpu" --test-threads 1 --nocapture) 2>&1 | tee "$out/tests.log" || tests_rc=$?
     {
         echo "tests: $(grep -E '^test result' "$out/tests.log" | tail -n1) (rc $tests_rc)"
         grep -E 'SKIPPED' "$out/tests.log" || true

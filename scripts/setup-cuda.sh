@@ -39,6 +39,14 @@ _fs_setup_cuda() {
             "nvidia-cuda-cccl==13.0.85" || return 1
     fi
     local home
+    # A build-only machine short of disk may replace cuBLAS/cuRAND (~700 MB) by link-time stubs
+    # (they only need the symbols to link); restore the real ones unless FRESHSTACK_CUDA_STUBS_OK=1.
+    local lt
+    lt="$("$py" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13/lib/libcublasLt.so.13"))')"
+    if [[ "${FRESHSTACK_CUDA_STUBS_OK:-}" != 1 && ( ! -s "$lt" || $(stat -c %s "$lt") -lt 1000000 ) ]]; then
+        "$py" -m pip install --quiet --force-reinstall --no-deps \
+            "nvidia-cublas==13.0.2.14" "nvidia-curand==10.4.0.35" || return 1
+    fi
     home="$("$py" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')" || return 1
     if [[ ! -x "$home/bin/nvcc" ]]; then
         echo "setup-cuda: no nvcc under $home" >&2
