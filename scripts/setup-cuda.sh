@@ -85,7 +85,7 @@ _fs_setup_cuda() {
     if ldconfig -p 2>/dev/null | grep -q 'libcuda.so.1 '; then
         have_driver=1
     fi
-    for dir in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu; do
+    for dir in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }} /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu; do
         if [[ -e "$dir/libcuda.so.1" && "$dir" != "$stubs" ]]; then
             have_driver=1
         fi

@@ -329,6 +329,8 @@ impl GpuFlat {
                 .launch(select_cfg)
                 .map_err(driver("fs_select"))?;
         }
+        // A fault in either kernel surfaces here.
+        s.synchronize().map_err(driver("kernels"))?;
         let counts = s.clone_dtoh(&counts).map_err(driver("download"))?;
         let cands = s.clone_dtoh(&cands).map_err(driver("download"))?;
         let mut buf = vec![0f32; self.dim];
