@@ -6,8 +6,11 @@
 //! `GpuFlat::search` (kernels, candidate download and the exact CPU rescoring: what `retrieve
 //! --ann exact --device cuda` pays) for batches of 16 to 1024 queries, best of 5. The bound:
 //! a batch reads the f16 matrix at least once, so it takes at least matrix bytes / bandwidth
-//! (`FRESHSTACK_GPU_BW` bytes/s, default 4.8e12, the H200's HBM3e peak). Checks a few queries
-//! against the CPU flat search. Prints "SKIPPED" and exits 0 without a CUDA device.
+//! (`FRESHSTACK_GPU_BW` bytes/s, default 4.8e12, the H200's HBM3e peak). Large batches are
+//! bound by f32 arithmetic instead: rows x dim fused multiply-adds per query
+//! (`FRESHSTACK_GPU_FMA` per second, default 3.35e13, an H100/H200 SXM's 67 TFLOP/s FP32),
+//! also printed. Checks a few queries against the CPU flat search. Prints "SKIPPED" and exits 0
+//! without a CUDA device.
 
 use std::time::Instant;
 
@@ -37,6 +40,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4.8e12);
+    let fma_rate: f64 = std::env::var("FRESHSTACK_GPU_FMA")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3.35e13);
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("m.npy");
     let started = Instant::now();
@@ -85,12 +92,15 @@ fn main() {
         // The first run (compilation caches, allocations) is included in the best-of-6.
         let qps = batch as f64 / best;
         let bound_qps = batch as f64 * bandwidth / matrix_bytes;
+        let fma_qps = fma_rate / (rows * dim) as f64;
         println!(
             "gpu_topk: batch {batch:5}: {:9.2} ms, {qps:10.0} queries/s, matrix read at \
-             {:7.1} GB/s; bandwidth bound {bound_qps:10.0} queries/s ({:5.1}% of it)",
+             {:7.1} GB/s; bandwidth bound {bound_qps:10.0} queries/s ({:5.1}% of it), \
+             FP32 bound {fma_qps:8.0} queries/s ({:5.1}%)",
             best * 1e3,
             matrix_bytes / best / 1e9,
-            100.0 * qps / bound_qps
+            100.0 * qps / bound_qps,
+            100.0 * qps / fma_qps
         );
         for q in [0, batch - 1] {
             let want = flat_search(&matrix, &ids, &queries[q], k);
