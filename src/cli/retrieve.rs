@@ -11,7 +11,6 @@ use freshstack::search::{
     Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, Engine, FusionMethod, Hit, QueryEncoderOptions,
     QueryField, SearchOptions, read_queries, write_trec,
 };
-use rayon::prelude::*;
 
 use super::progress::Bars;
 use super::rerank::RerankStageArgs;
@@ -137,7 +136,8 @@ pub struct RetrieveArgs {
     /// Query text: question (title + body), answer or nuggets (oracles), or text (BEIR).
     #[arg(long, default_value = "question")]
     field: String,
-    /// hnsw (default when the model has a graph) or exact (ground truth).
+    /// hnsw (default when the model has a graph) or exact (ground truth). With `--device
+    /// cuda[:N]` in a `--features cuda` build, exact dense search runs on that GPU (same results).
     #[arg(long, default_value = "hnsw")]
     ann: String,
     /// HNSW search width.
@@ -178,6 +178,13 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     let field = QueryField::parse(&args.field)?;
     let mut engine = Engine::open(&args.index)?;
     let retriever = engine.resolve(&args.retriever)?;
+    // `--ann exact --device cuda[:N]`: dense exact search on that GPU too (same results).
+    #[cfg(feature = "cuda")]
+    if let (Ann::Exact, DeviceSpec::Cuda(ordinal)) =
+        (options.ann, DeviceSpec::parse(args.encoders.device())?)
+    {
+        engine.use_gpu_exact(ordinal)?;
+    }
     let queries = read_queries(&args.queries, field)?;
     // Loaded before retrieval, so a bad model or corpus fails at once.
     let reranker =
@@ -212,16 +219,18 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
             .enumerate()
             .map(|(i, id)| (id.as_str(), i))
             .collect();
-        queries
-            .par_iter()
+        let vectors = queries
+            .iter()
             .map(|q| {
                 let row = *row_of.get(q.id.as_str()).with_context(|| {
                     format!("{} has no vector for query {:?}", path.display(), q.id)
                 })?;
-                let hits = engine.search_vector(model, &matrix.row(row), &options)?;
-                Ok((q.id.clone(), hits))
+                Ok(matrix.row(row))
             })
-            .collect::<anyhow::Result<_>>()?
+            .collect::<anyhow::Result<Vec<Vec<f32>>>>()?;
+        let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+        let hits = engine.search_vectors(model, &refs, &options)?;
+        queries.iter().map(|q| q.id.clone()).zip(hits).collect()
     } else {
         if args.query_vectors.is_some() {
             bail!("--query-vectors is for a single dense retriever, not {retriever}");

@@ -19,6 +19,8 @@ mod bm25;
 mod build;
 mod docids;
 mod flat;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod hnsw;
 mod manifest;
 mod refresh;
@@ -34,6 +36,8 @@ pub use build::{
 };
 pub use docids::{DocIds, TopK};
 pub use flat::{dot, search as flat_search};
+#[cfg(feature = "cuda")]
+pub use gpu::{GpuFlat, KERNEL_SOURCE, compile_kernels};
 pub use hnsw::{ClampedDot, HnswGraph, cache_key};
 pub use manifest::{
     CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE,

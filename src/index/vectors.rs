@@ -180,7 +180,8 @@ impl VectorMatrix {
         &self.path
     }
 
-    fn row_bytes(&self, row: usize) -> &[u8] {
+    /// Row `row`'s stored bytes (little-endian `dim` values of the matrix's dtype).
+    pub(crate) fn row_bytes(&self, row: usize) -> &[u8] {
         let width = self.dim * self.dtype.bytes();
         let start = self.offset + row * width;
         &self.map[start..start + width]

@@ -57,6 +57,17 @@ impl Engine {
             k: depth,
             ..options.clone()
         };
+        // Exact dense searches the GPU takes (feature `cuda`), all queries at once.
+        let mut on_gpu: Vec<Option<Vec<Vec<Hit>>>> = Vec::with_capacity(components.len());
+        for (component, vectors) in components.iter().zip(&vectors) {
+            on_gpu.push(match (component.strip_prefix("dense:"), vectors) {
+                (Some(model), Some(vectors)) => {
+                    let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+                    self.search_vectors_gpu(model, &refs, &single)?
+                }
+                _ => None,
+            });
+        }
         let fusion = FusionOptions {
             method: options.fusion_method,
             depth,
@@ -69,8 +80,12 @@ impl Engine {
                 let lists = components
                     .iter()
                     .zip(&vectors)
-                    .map(
-                        |(component, vectors)| match (component.strip_prefix("dense:"), vectors) {
+                    .zip(&on_gpu)
+                    .map(|((component, vectors), on_gpu)| {
+                        match (component.strip_prefix("dense:"), vectors) {
+                            _ if on_gpu.is_some() => {
+                                Ok(on_gpu.as_ref().map(|l| l[q].clone()).unwrap_or_default())
+                            }
                             (Some(model), Some(vectors)) => {
                                 self.search_vector(model, &vectors[q], &single)
                             }
@@ -81,8 +96,8 @@ impl Engine {
                                     Ok(Vec::new())
                                 }
                             }
-                        },
-                    )
+                        }
+                    })
                     .collect::<Result<Vec<Vec<Hit>>>>()?;
                 if fused {
                     fuse_hits(&components, &lists, &fusion, options.k)

@@ -27,6 +27,9 @@ pub struct Engine {
     bm25: Option<Bm25Index>,
     dense: BTreeMap<String, DenseModel>,
     encoders: BTreeMap<String, Arc<dyn QueryEncoder>>,
+    /// Dense models uploaded for exact search on a GPU ([`Engine::use_gpu_exact`]).
+    #[cfg(feature = "cuda")]
+    gpu: BTreeMap<String, crate::index::GpuFlat>,
 }
 
 /// What an open index holds (for `freshstack search --info` and logs).
@@ -94,6 +97,8 @@ impl Engine {
             bm25,
             dense,
             encoders: BTreeMap::new(),
+            #[cfg(feature = "cuda")]
+            gpu: BTreeMap::new(),
         })
     }
 
@@ -305,20 +310,7 @@ impl Engine {
         options: &SearchOptions,
     ) -> Result<Vec<Hit>> {
         let model = self.dense_model((!name.is_empty()).then_some(name))?;
-        if vector.len() != model.info.dim {
-            return Err(Error::invalid(
-                "query vector",
-                format!(
-                    "dimension {} for model {:?} of dimension {}",
-                    vector.len(),
-                    model.info.name,
-                    model.info.dim
-                ),
-            ));
-        }
-        if vector.iter().any(|v| !v.is_finite()) {
-            return Err(Error::invalid("query vector", "contains NaN or infinity"));
-        }
+        check_vector(model, vector)?;
         let k = options.k;
         let graph = match options.ann {
             Ann::Exact => None,
@@ -346,6 +338,76 @@ impl Engine {
             }
         };
         Ok(self.hits(scored))
+    }
+
+    /// Dense top `options.k` for many query vectors of model `name`, in order: exact search of
+    /// the whole batch on the GPU after [`Engine::use_gpu_exact`] (feature `cuda`; the same
+    /// results), else [`Engine::search_vector`] per query, in parallel.
+    pub fn search_vectors(
+        &self,
+        name: &str,
+        vectors: &[&[f32]],
+        options: &SearchOptions,
+    ) -> Result<Vec<Vec<Hit>>> {
+        use rayon::prelude::*;
+        if let Some(hits) = self.search_vectors_gpu(name, vectors, options)? {
+            return Ok(hits);
+        }
+        vectors
+            .par_iter()
+            .map(|vector| self.search_vector(name, vector, options))
+            .collect()
+    }
+
+    /// Uploads every f16 dense matrix to CUDA device `ordinal` (NVRTC compiles the kernels for
+    /// it): exact dense searches of [`Engine::search_batch`] and [`Engine::search_vectors`] then
+    /// run there, with the same results. An f32 matrix stays on the CPU (with a warning).
+    #[cfg(feature = "cuda")]
+    pub fn use_gpu_exact(&mut self, ordinal: usize) -> Result<()> {
+        for (name, model) in &self.dense {
+            if model.matrix.dtype() != crate::index::Dtype::F16 {
+                tracing::warn!("dense:{name}: f32 vectors; exact search stays on the CPU");
+                continue;
+            }
+            let gpu = crate::index::GpuFlat::new(&model.matrix, ordinal)?;
+            tracing::info!(
+                "dense:{name}: {} x {} on {}",
+                model.matrix.rows(),
+                model.matrix.dim(),
+                gpu.device()
+            );
+            self.gpu.insert(name.clone(), gpu);
+        }
+        Ok(())
+    }
+
+    /// The GPU's hits for a batch of exact searches, `None` when this search is not for it.
+    pub(super) fn search_vectors_gpu(
+        &self,
+        name: &str,
+        vectors: &[&[f32]],
+        options: &SearchOptions,
+    ) -> Result<Option<Vec<Vec<Hit>>>> {
+        #[cfg(feature = "cuda")]
+        {
+            if options.ann != Ann::Exact || self.gpu.is_empty() {
+                return Ok(None);
+            }
+            let model = self.dense_model((!name.is_empty()).then_some(name))?;
+            let Some(gpu) = self.gpu.get(&model.info.name) else {
+                return Ok(None);
+            };
+            for vector in vectors {
+                check_vector(model, vector)?;
+            }
+            let scored = gpu.search(&model.matrix, &self.ids, vectors, options.k)?;
+            Ok(Some(scored.into_iter().map(|s| self.hits(s)).collect()))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (name, vectors, options);
+            Ok(None)
+        }
     }
 
     fn graph<'a>(&'a self, model: &'a DenseModel) -> std::result::Result<&'a HnswGraph, String> {
@@ -414,6 +476,25 @@ impl Engine {
             },
         })
     }
+}
+
+/// A query vector must have the model's dimension and finite values.
+fn check_vector(model: &DenseModel, vector: &[f32]) -> Result<()> {
+    if vector.len() != model.info.dim {
+        return Err(Error::invalid(
+            "query vector",
+            format!(
+                "dimension {} for model {:?} of dimension {}",
+                vector.len(),
+                model.info.name,
+                model.info.dim
+            ),
+        ));
+    }
+    if vector.iter().any(|v| !v.is_finite()) {
+        return Err(Error::invalid("query vector", "contains NaN or infinity"));
+    }
+    Ok(())
 }
 
 /// One retriever of an [`Engine`], as a [`Retriever`].
