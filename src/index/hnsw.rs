@@ -76,7 +76,7 @@ struct UpperLayer {
 pub struct HnswGraph {
     dim: usize,
     /// Row-major f32 copy of the matrix (`rows * dim`).
-    vectors: Vec<f32>,
+    vectors: Rows,
     entry: u32,
     /// Layer 0: every row.
     base: Adjacency,
@@ -92,14 +92,31 @@ pub fn cache_key(corpus_hash: &str, model: &str, rows: usize, settings: &HnswSet
     )
 }
 
-/// The matrix as one row-major f32 array (rows converted in parallel).
-fn to_f32(matrix: &VectorMatrix) -> Vec<f32> {
+/// Row-major f32 vectors whose first row starts on a 64-byte boundary (so, when the dimension is
+/// a multiple of 16, loads never straddle two cache lines).
+struct Rows {
+    data: Vec<f32>,
+    start: usize,
+    len: usize,
+}
+
+impl Rows {
+    fn as_slice(&self) -> &[f32] {
+        &self.data[self.start..self.start + self.len]
+    }
+}
+
+/// The matrix as [`Rows`] (rows converted in parallel).
+fn to_f32(matrix: &VectorMatrix) -> Rows {
     let dim = matrix.dim();
-    let mut out = vec![0f32; matrix.rows() * dim];
-    out.par_chunks_mut(dim)
+    let len = matrix.rows() * dim;
+    let mut data = vec![0f32; len + 15];
+    let start = data.as_ptr().align_offset(64).min(15);
+    data[start..start + len]
+        .par_chunks_mut(dim)
         .enumerate()
         .for_each(|(row, slot)| matrix.row_into(row, slot));
-    out
+    Rows { data, start, len }
 }
 
 impl HnswGraph {
@@ -137,7 +154,7 @@ impl HnswGraph {
         );
         progress.begin("hnsw", Some(rows as u64));
         const STEP: usize = 1024;
-        for (start, chunk) in vectors.chunks(dim * STEP).enumerate() {
+        for (start, chunk) in vectors.as_slice().chunks(dim * STEP).enumerate() {
             for (i, v) in chunk.chunks_exact(dim).enumerate() {
                 hnsw.insert_slice((v, start * STEP + i));
             }
@@ -148,8 +165,8 @@ impl HnswGraph {
     }
 
     /// The compact form of hnsw_rs's graph.
-    fn freeze(hnsw: &Hnsw<'_, f32, ClampedDot>, dim: usize, vectors: Vec<f32>) -> Self {
-        let rows = vectors.len() / dim.max(1);
+    fn freeze(hnsw: &Hnsw<'_, f32, ClampedDot>, dim: usize, vectors: Rows) -> Self {
+        let rows = vectors.len / dim.max(1);
         // Per row: its level and its neighbours on each layer up to it.
         let mut levels = vec![0u8; rows];
         let mut lists: Vec<Vec<Vec<u32>>> = vec![Vec::new(); rows];
@@ -295,8 +312,8 @@ impl HnswGraph {
 
     #[inline]
     fn vector(&self, row: u32) -> &[f32] {
-        let start = row as usize * self.dim;
-        &self.vectors[start..start + self.dim]
+        let at = self.vectors.start + row as usize * self.dim;
+        &self.vectors.data[at..at + self.dim]
     }
 
     /// The approximate `k` nearest rows to `query` with search width `ef` (>= k), best first
