@@ -1,9 +1,10 @@
 //! Approximate nearest-neighbour search with an HNSW graph over unit vectors.
 //!
 //! hnsw_rs builds the graph; it is then frozen into a compact form ([`HnswGraph`]: per layer, the
-//! neighbour rows as `u32` in one array with offsets) beside a contiguous f32 copy of the vectors,
+//! neighbour rows as `u32` in one array with offsets) beside a contiguous f16 copy of the vectors,
 //! and searched by our own code (greedy descent through the upper layers, then a beam of width
-//! `ef` on layer 0, a per-thread visited array with generation stamps, AVX2 dot products).
+//! `ef` on layer 0, a per-thread visited array with generation stamps, AVX2 + F16C dot products
+//! against the f32 query). The caller rescores the results exactly.
 //!
 //! Reproducible: the points are inserted one at a time in row order, and hnsw_rs draws their
 //! levels from a seeded generator, so the graph (and every search on it) is the same whatever
@@ -75,7 +76,7 @@ struct UpperLayer {
 /// A frozen HNSW graph over the rows of a matrix (row index = data id), with the vectors.
 pub struct HnswGraph {
     dim: usize,
-    /// Row-major f32 copy of the matrix (`rows * dim`).
+    /// Row-major f16 copy of the matrix (`rows * dim`).
     vectors: Rows,
     entry: u32,
     /// Layer 0: every row.
@@ -92,30 +93,38 @@ pub fn cache_key(corpus_hash: &str, model: &str, rows: usize, settings: &HnswSet
     )
 }
 
-/// Row-major f32 vectors whose first row starts on a 64-byte boundary (so, when the dimension is
-/// a multiple of 16, loads never straddle two cache lines).
+/// Row-major vectors as f16 bits, the first row on a 64-byte boundary (so, when the dimension is
+/// a multiple of 32, loads never straddle two cache lines). The traversal reads these: half the
+/// memory traffic of f32; the stored f16 matrices (the default) convert back exactly.
 struct Rows {
-    data: Vec<f32>,
+    data: Vec<u16>,
     start: usize,
     len: usize,
 }
 
-impl Rows {
-    fn as_slice(&self) -> &[f32] {
-        &self.data[self.start..self.start + self.len]
-    }
-}
-
-/// The matrix as [`Rows`] (rows converted in parallel).
-fn to_f32(matrix: &VectorMatrix) -> Rows {
+/// The matrix as f32, row-major (rows converted in parallel): what hnsw_rs builds from.
+fn to_f32(matrix: &VectorMatrix) -> Vec<f32> {
     let dim = matrix.dim();
-    let len = matrix.rows() * dim;
-    let mut data = vec![0f32; len + 15];
-    let start = data.as_ptr().align_offset(64).min(15);
-    data[start..start + len]
-        .par_chunks_mut(dim)
+    let mut out = vec![0f32; matrix.rows() * dim];
+    out.par_chunks_mut(dim)
         .enumerate()
         .for_each(|(row, slot)| matrix.row_into(row, slot));
+    out
+}
+
+/// `vectors` (row-major, `dim` wide) as [`Rows`] (rounded to nearest f16).
+fn to_half(vectors: &[f32], dim: usize) -> Rows {
+    let len = vectors.len();
+    let mut data = vec![0u16; len + 31];
+    let start = data.as_ptr().align_offset(64).min(31);
+    data[start..start + len]
+        .par_chunks_mut(dim.max(1))
+        .zip(vectors.par_chunks(dim.max(1)))
+        .for_each(|(out, row)| {
+            for (o, v) in out.iter_mut().zip(row) {
+                *o = half::f16::from_f32(*v).to_bits();
+            }
+        });
     Rows { data, start, len }
 }
 
@@ -154,13 +163,14 @@ impl HnswGraph {
         );
         progress.begin("hnsw", Some(rows as u64));
         const STEP: usize = 1024;
-        for (start, chunk) in vectors.as_slice().chunks(dim * STEP).enumerate() {
+        for (start, chunk) in vectors.chunks(dim * STEP).enumerate() {
             for (i, v) in chunk.chunks_exact(dim).enumerate() {
                 hnsw.insert_slice((v, start * STEP + i));
             }
             progress.advance((chunk.len() / dim) as u64);
         }
         progress.finish();
+        let vectors = to_half(&vectors, dim);
         Ok(Self::freeze(&hnsw, dim, vectors))
     }
 
@@ -281,7 +291,7 @@ impl HnswGraph {
         match parse(&bytes, matrix.rows()) {
             Ok((entry, base, upper)) => Ok(Some(Self {
                 dim: matrix.dim(),
-                vectors: to_f32(matrix),
+                vectors: to_half(&to_f32(matrix), matrix.dim()),
                 entry,
                 base,
                 upper,
@@ -311,7 +321,7 @@ impl HnswGraph {
     }
 
     #[inline]
-    fn vector(&self, row: u32) -> &[f32] {
+    fn vector(&self, row: u32) -> &[u16] {
         let at = self.vectors.start + row as usize * self.dim;
         &self.vectors.data[at..at + self.dim]
     }
@@ -325,8 +335,10 @@ impl HnswGraph {
         let ef = ef.max(k);
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (checked just above; the check is cached).
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                // SAFETY: the CPU supports AVX2 and F16C (checked just above; cached).
                 return unsafe { self.search_avx2(query, k, ef) };
             }
         }
@@ -336,7 +348,7 @@ impl HnswGraph {
     /// [`HnswGraph::search_with`] compiled for AVX2, with [`traversal_dot_avx2`] inlined (the
     /// same arithmetic as [`traversal_dot`], so the same results).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     fn search_avx2(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
         self.search_with::<true>(query, k, ef)
     }
@@ -446,7 +458,7 @@ impl HnswGraph {
 /// no FMA, so every CPU computes the same bits. The reported scores come from the exact
 /// rescoring with [`dot`], not from this.
 #[inline(always)]
-fn traversal_dot(a: &[f32], b: &[f32]) -> f32 {
+fn traversal_dot(a: &[f32], b: &[u16]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0f32; 32];
@@ -454,12 +466,12 @@ fn traversal_dot(a: &[f32], b: &[f32]) -> f32 {
     let (rest_a, rest_b) = (wide_a.remainder(), wide_b.remainder());
     for (x, y) in wide_a.zip(wide_b) {
         for i in 0..32 {
-            acc[i] += x[i] * y[i];
+            acc[i] += x[i] * half::f16::from_bits(y[i]).to_f32();
         }
     }
     let mut tail = 0f32;
     for (x, y) in rest_a.iter().zip(rest_b) {
-        tail += x * y;
+        tail += x * half::f16::from_bits(*y).to_f32();
     }
     let mut lanes = [0f32; 8];
     for (i, lane) in lanes.iter_mut().enumerate() {
@@ -470,14 +482,16 @@ fn traversal_dot(a: &[f32], b: &[f32]) -> f32 {
         + tail
 }
 
-/// [`traversal_dot`] with AVX2 intrinsics: register `j` holds accumulators `8j..8j + 8`, and
-/// products and sums are rounded one by one (no FMA), so the bits are the same.
+/// [`traversal_dot`] with AVX2 and F16C intrinsics: register `j` holds accumulators
+/// `8j..8j + 8`, f16 converts to f32 exactly, and products and sums are rounded one by one (no
+/// FMA), so the bits are the same.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn traversal_dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+fn traversal_dot_avx2(a: &[f32], b: &[u16]) -> f32 {
     use std::arch::x86_64::{
-        __m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+        __m128i, __m256, _mm_loadu_si128, _mm256_add_ps, _mm256_cvtph_ps, _mm256_loadu_ps,
+        _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
@@ -486,11 +500,11 @@ fn traversal_dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     let mut i = 0;
     while i < wide {
         for (j, sum) in acc.iter_mut().enumerate() {
-            // SAFETY: i + 8j + 8 <= wide <= n = a.len() = b.len(): the eight floats are in bounds.
+            // SAFETY: i + 8j + 8 <= wide <= n = a.len() = b.len(): the eight values are in bounds.
             let (x, y) = unsafe {
                 (
                     _mm256_loadu_ps(a.as_ptr().add(i + 8 * j)),
-                    _mm256_loadu_ps(b.as_ptr().add(i + 8 * j)),
+                    _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(i + 8 * j).cast::<__m128i>())),
                 )
             };
             *sum = _mm256_add_ps(*sum, _mm256_mul_ps(x, y));
@@ -503,7 +517,7 @@ fn traversal_dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), folded) };
     let mut tail = 0f32;
     for (x, y) in a[wide..].iter().zip(&b[wide..]) {
-        tail += x * y;
+        tail += x * half::f16::from_bits(*y).to_f32();
     }
     ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
         + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
@@ -512,15 +526,15 @@ fn traversal_dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 
 /// Hints the CPU to start loading the first cache lines of `v`.
 #[inline(always)]
-fn prefetch(v: &[f32]) {
+fn prefetch(v: &[u16]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: SSE is part of x86-64; a prefetch never faults, whatever the address.
         unsafe {
             _mm_prefetch::<_MM_HINT_T0>(v.as_ptr().cast::<i8>());
-            if v.len() >= 16 {
-                _mm_prefetch::<_MM_HINT_T0>(v[16..].as_ptr().cast::<i8>());
+            if v.len() >= 32 {
+                _mm_prefetch::<_MM_HINT_T0>(v[32..].as_ptr().cast::<i8>());
             }
         }
     }
@@ -720,12 +734,19 @@ mod tests {
     fn traversal_dots_agree_bit_for_bit() {
         let rows = unit_rows(2, 1100, 9);
         for len in [0, 1, 7, 31, 32, 33, 384, 1027] {
-            let (a, b) = (&rows[0][..len], &rows[1][..len]);
-            let naive: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-            assert!((traversal_dot(a, b) - naive).abs() < 1e-4, "{len}");
+            let a = &rows[0][..len];
+            let b: Vec<u16> = rows[1][..len]
+                .iter()
+                .map(|v| half::f16::from_f32(*v).to_bits())
+                .collect();
+            let b = &b[..];
+            let naive: f32 = a.iter().zip(&rows[1]).map(|(x, y)| x * y).sum();
+            assert!((traversal_dot(a, b) - naive).abs() < 1e-2, "{len}");
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2.
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                // SAFETY: the CPU has AVX2 and F16C.
                 let wide = unsafe { traversal_dot_avx2(a, b) };
                 assert_eq!(wide.to_bits(), traversal_dot(a, b).to_bits(), "{len}");
             }
