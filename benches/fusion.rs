@@ -1,9 +1,11 @@
 //! Fusion throughput: 1,000 questions x 4 runs x 100 documents (the size), normalized
-//! sum and RRF. Run: `cargo bench --bench fusion`.
+//! sum and RRF over owned [`Run`]s, and normalized sum over [`RunFile`]s (what `freshstack fuse`
+//! uses: ids are spans into the loaded files). Run: `cargo bench --bench fusion`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use freshstack::Run;
-use freshstack::search::{FusionMethod, FusionOptions, fuse};
+use freshstack::dataset::RunFile;
+use freshstack::search::{FusionMethod, FusionOptions, fuse, fuse_rankings};
 
 /// A deterministic pseudo-random generator (SplitMix64): no extra dependency.
 struct SplitMix(u64);
@@ -49,6 +51,35 @@ fn fusion(c: &mut Criterion) {
     };
     group.bench_function("rrf", |b| {
         b.iter(|| fuse(&refs, &rrf, "f").map(|r| r.len()))
+    });
+    // The shape of `benches/compare/fusion_vs_reference.py`: 100 distinct documents of 400 per
+    // question, ranked by score.
+    let mut rng = SplitMix(7);
+    let files: Vec<RunFile> = (0..4)
+        .map(|r| {
+            let mut text = String::new();
+            for q in 0..1000 {
+                let mut pool: Vec<u64> = (0..400).collect();
+                for rank in 1..=100u64 {
+                    let pick = rank as usize - 1 + (rng.next() % (401 - rank)) as usize;
+                    pool.swap(rank as usize - 1, pick);
+                    let score = 100.0 - rank as f64 + (rng.next() % 1_000_000) as f64 / 1e6;
+                    text.push_str(&format!(
+                        "q{q} Q0 repo/file{}.md_0_100 {rank} {score:.6} r{r}\n",
+                        pool[rank as usize - 1]
+                    ));
+                }
+            }
+            RunFile::parse(format!("run{r}"), text).unwrap()
+        })
+        .collect();
+    let file_refs: Vec<&RunFile> = files.iter().collect();
+    let rounded = FusionOptions {
+        round_digits: Some(3),
+        ..FusionOptions::default()
+    };
+    group.bench_function("normalized_sum_run_files_round3", |b| {
+        b.iter(|| fuse_rankings(&file_refs, &rounded, "f").map(|r| r.len()))
     });
     group.finish();
 }

@@ -1,4 +1,5 @@
-//! Dense search: one HNSW query (hnsw_rs, M 16, ef_construction 200, ef 128, rescored exactly)
+//! Dense search: one HNSW query (graph built by hnsw_rs and frozen, our search; M 16,
+//! ef_construction 200, ef 128; the engine rescores exactly)
 //! against exact flat search, and the graph build, on seeded random unit vectors (the hardest
 //! case for HNSW; real embeddings cluster). Prints recall@10 of HNSW against exact once. Then
 //! the engine's `fusion` retriever over a batch of queries (BM25 + HNSW, top 100 each, fused):

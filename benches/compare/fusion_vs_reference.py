@@ -4,8 +4,8 @@
 Python timing `util.fusion` on loaded dicts; freshstack reporting its own fusion step), the whole
 process times (loading and writing included), and the ratios; checks the fused rankings agree.
 
-usage: source ~/.cache/freshstack-refenv/env.sh && python benches/compare/fusion_vs_reference.py
-       (builds the release binary first)
+usage: source ~/.cache/freshstack-refenv/env.sh && python benches/compare/fusion_vs_reference.py [REPEAT]
+       (builds the release binary first; best of REPEAT runs on each side, default 3)
 """
 import random
 import re
@@ -20,6 +20,7 @@ from freshstack.util import fusion
 root = Path(__file__).resolve().parents[2]
 subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=root, check=True)
 binary = root / "target" / "release" / "freshstack"
+repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 rng = random.Random(7)
 tmp = Path(tempfile.mkdtemp())
 files = []
@@ -46,7 +47,7 @@ start = time.perf_counter()
 runs = [load(p) for p in files]
 fused = None
 best = float("inf")
-for _ in range(3):
+for _ in range(repeat):
     t = time.perf_counter()
     fused = fusion(runs, method="normalized_sum", depth=100)
     best = min(best, time.perf_counter() - t)
@@ -56,7 +57,7 @@ ref_ms = best * 1e3
 out = tmp / "fused.trec"
 ours_ms = float("inf")
 ours_whole = float("inf")
-for _ in range(3):
+for _ in range(repeat):
     t = time.perf_counter()
     p = subprocess.run([binary, "fuse", *map(str, files), "--out", str(out), "--depth", "100",
                         "--round", "3"], capture_output=True, text=True, check=True)
@@ -72,6 +73,6 @@ with open(out) as f:
 for qid, ranking in fused.items():
     agree += list(ranking.items()) == ours.get(qid)
 print(f"fusion step:   reference {ref_ms:8.1f} ms   freshstack {ours_ms:8.1f} ms   ratio {ref_ms / ours_ms:6.1f}x")
-print(f"whole process: reference {ref_whole:8.2f} s    freshstack {ours_whole:8.2f} s    (reference: load + 3 fusions)")
+print(f"whole process: reference {ref_whole:8.2f} s    freshstack {ours_whole:8.2f} s    (reference: load + {repeat} fusions)")
 print(f"identical fused rankings (--round 3): {agree}/{len(fused)} questions")
 sys.exit(0 if agree == len(fused) else 1)

@@ -21,6 +21,26 @@ const POW10: [f64; 23] = [
 /// the decimal, as Python returns. Otherwise: Rust's exact fixed-precision formatting (also ties
 /// to even) parsed back.
 pub fn py_round(value: f64, ndigits: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has FMA (checked just above; the check is cached).
+            return unsafe { py_round_fma(value, ndigits) };
+        }
+    }
+    py_round_portable(value, ndigits)
+}
+
+/// [`py_round`] with the hardware fused multiply-add (without it, `mul_add` is a slow library
+/// call); the fma is exact either way, so the results are the same.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn py_round_fma(value: f64, ndigits: usize) -> f64 {
+    py_round_portable(value, ndigits)
+}
+
+#[inline(always)]
+fn py_round_portable(value: f64, ndigits: usize) -> f64 {
     if !value.is_finite() {
         return value;
     }

@@ -221,6 +221,12 @@ impl Rankings for Run {
     fn ranking_docs(&self, index: usize) -> Vec<DocRef<'_>> {
         self.rankings[index].doc_refs()
     }
+    fn extend_ranking_docs<'s>(&'s self, index: usize, out: &mut Vec<DocRef<'s>>) {
+        out.extend(self.rankings[index].docs.iter().map(|d| DocRef {
+            doc_id: &d.doc_id,
+            score: d.score,
+        }));
+    }
     fn find_query(&self, query_id: &str) -> Option<usize> {
         self.by_query.get(query_id).copied()
     }

@@ -1,17 +1,29 @@
-//! Approximate nearest-neighbour search with an HNSW graph (hnsw_rs) over unit vectors.
+//! Approximate nearest-neighbour search with an HNSW graph over unit vectors.
 //!
-//! The graph is a *cache*: it is rebuilt from the vectors whenever it is missing or its key
-//! (corpus hash, model, parameters: see [`cache_key`]) differs, because hnsw_rs's dump format has
-//! changed between versions and writes native-endian integers. Distances: hnsw_rs's `DistDot`
+//! hnsw_rs builds the graph; it is then frozen into a compact form ([`HnswGraph`]: per layer, the
+//! neighbour rows as `u32` in one array with offsets) beside a contiguous f16 copy of the vectors,
+//! and searched by our own code (greedy descent through the upper layers, then a beam of width
+//! `ef` on layer 0, a per-thread visited array with generation stamps, AVX2 + F16C dot products
+//! against the f32 query). The caller rescores the results exactly.
+//!
+//! Reproducible: the points are inserted one at a time in row order, and hnsw_rs draws their
+//! levels from a seeded generator, so the graph (and every search on it) is the same whatever
+//! the thread count. hnsw_rs's parallel insert is not used: its result depends on the thread
+//! interleaving.
+//!
+//! The graph is a *cache* (`graph.bin`, our own little-endian format, without a copy of the
+//! vectors): it is rebuilt whenever it is missing, unreadable or its key (corpus hash, model,
+//! parameters: see [`cache_key`]) differs. Distances during the build: hnsw_rs's `DistDot`
 //! asserts `1 - dot >= 0`, which unit vectors break when their self dot product rounds above 1;
-//! [`ClampedDot`] clamps at 0 instead. hnsw_rs reports errors with anyhow: they are converted to
-//! [`Error::Index`] here, at the boundary.
+//! [`ClampedDot`] clamps at 0 instead.
 
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::Write;
 use std::path::Path;
 
-use hnsw_rs::api::AnnT;
 use hnsw_rs::hnsw::Hnsw;
-use hnsw_rs::hnswio::HnswIo;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -22,10 +34,12 @@ use crate::progress::Progress;
 
 /// Layers of the graph (hnsw_rs caps at 16).
 const MAX_LAYERS: usize = 16;
-/// The dump's base name inside the cache directory.
-const BASENAME: &str = "graph";
+/// The frozen graph inside the cache directory.
+const GRAPH_FILE: &str = "graph.bin";
 /// File holding the key of the cached graph.
 const KEY_FILE: &str = "key";
+/// First bytes of [`GRAPH_FILE`] (format version in the last byte).
+const MAGIC: &[u8; 8] = b"FSHNSW\x00\x01";
 
 /// `1 - dot(a, b)`, clamped at 0 so rounding on unit vectors never makes it negative.
 #[derive(Debug, Clone, Copy, Default)]
@@ -37,26 +51,86 @@ impl hnsw_rs::anndists::dist::Distance<f32> for ClampedDot {
     }
 }
 
-/// An HNSW graph over the rows of a matrix (row index = data id).
+/// Neighbour lists of one layer: `links[offsets[i]..offsets[i + 1]]` for the layer's `i`-th node.
+#[derive(Debug, Default, PartialEq)]
+struct Adjacency {
+    offsets: Vec<u64>,
+    links: Vec<u32>,
+}
+
+impl Adjacency {
+    #[inline]
+    fn of(&self, slot: usize) -> &[u32] {
+        let (start, end) = (self.offsets[slot] as usize, self.offsets[slot + 1] as usize);
+        &self.links[start..end]
+    }
+}
+
+/// An upper layer: its rows (ascending) and their neighbours.
+#[derive(Debug, Default, PartialEq)]
+struct UpperLayer {
+    rows: Vec<u32>,
+    adjacency: Adjacency,
+}
+
+/// A frozen HNSW graph over the rows of a matrix (row index = data id), with the vectors.
 pub struct HnswGraph {
-    hnsw: Hnsw<'static, f32, ClampedDot>,
+    dim: usize,
+    /// Row-major f16 copy of the matrix (`rows * dim`).
+    vectors: Rows,
+    entry: u32,
+    /// Layer 0: every row.
+    base: Adjacency,
+    /// Layers 1.. (index 0 is layer 1).
+    upper: Vec<UpperLayer>,
 }
 
 /// The cache key of a graph: changes whenever the vectors or parameters do.
 pub fn cache_key(corpus_hash: &str, model: &str, rows: usize, settings: &HnswSettings) -> String {
     format!(
-        "v1 corpus={corpus_hash} model={model} rows={rows} m={} ef_construction={}",
+        "v2 corpus={corpus_hash} model={model} rows={rows} m={} ef_construction={}",
         settings.m, settings.ef_construction
     )
 }
 
-fn hnsw_error(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::index(path, format!("hnsw: {e}"))
+/// Row-major vectors as f16 bits, the first row on a 64-byte boundary (so, when the dimension is
+/// a multiple of 32, loads never straddle two cache lines). The traversal reads these: half the
+/// memory traffic of f32; the stored f16 matrices (the default) convert back exactly.
+struct Rows {
+    data: Vec<u16>,
+    start: usize,
+    len: usize,
+}
+
+/// The matrix as f32, row-major (rows converted in parallel): what hnsw_rs builds from.
+fn to_f32(matrix: &VectorMatrix) -> Vec<f32> {
+    let dim = matrix.dim();
+    let mut out = vec![0f32; matrix.rows() * dim];
+    out.par_chunks_mut(dim)
+        .enumerate()
+        .for_each(|(row, slot)| matrix.row_into(row, slot));
+    out
+}
+
+/// `vectors` (row-major, `dim` wide) as [`Rows`] (rounded to nearest f16).
+fn to_half(vectors: &[f32], dim: usize) -> Rows {
+    let len = vectors.len();
+    let mut data = vec![0u16; len + 31];
+    let start = data.as_ptr().align_offset(64).min(31);
+    data[start..start + len]
+        .par_chunks_mut(dim.max(1))
+        .zip(vectors.par_chunks(dim.max(1)))
+        .for_each(|(out, row)| {
+            for (o, v) in out.iter_mut().zip(row) {
+                *o = half::f16::from_f32(*v).to_bits();
+            }
+        });
+    Rows { data, start, len }
 }
 
 impl HnswGraph {
-    /// Builds the graph over every row of `matrix` (in parallel: the graph's shape depends on
-    /// the thread interleaving, its search results barely).
+    /// Builds the graph over every row of `matrix`: points inserted one at a time, in row order,
+    /// so the graph is reproducible (see the module documentation).
     pub fn build(
         matrix: &VectorMatrix,
         settings: &HnswSettings,
@@ -72,7 +146,15 @@ impl HnswGraph {
             ));
         }
         let rows = matrix.rows();
-        let hnsw = Hnsw::new(
+        let dim = matrix.dim();
+        if u32::try_from(rows).is_err() {
+            return Err(Error::invalid(
+                "hnsw",
+                format!("{rows} rows: at most {} are supported", u32::MAX),
+            ));
+        }
+        let vectors = to_f32(matrix);
+        let hnsw = Hnsw::<f32, ClampedDot>::new(
             settings.m,
             rows.max(1),
             MAX_LAYERS,
@@ -80,54 +162,144 @@ impl HnswGraph {
             ClampedDot,
         );
         progress.begin("hnsw", Some(rows as u64));
-        const BATCH: usize = 8192;
-        for start in (0..rows).step_by(BATCH) {
-            let end = (start + BATCH).min(rows);
-            let data: Vec<Vec<f32>> = (start..end)
-                .into_par_iter()
-                .map(|r| matrix.row(r))
-                .collect();
-            let refs: Vec<(&[f32], usize)> = data
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (v.as_slice(), start + i))
-                .collect();
-            hnsw.parallel_insert_slice(&refs);
-            progress.advance((end - start) as u64);
+        const STEP: usize = 1024;
+        for (start, chunk) in vectors.chunks(dim * STEP).enumerate() {
+            for (i, v) in chunk.chunks_exact(dim).enumerate() {
+                hnsw.insert_slice((v, start * STEP + i));
+            }
+            progress.advance((chunk.len() / dim) as u64);
         }
         progress.finish();
-        Ok(Self { hnsw })
+        let vectors = to_half(&vectors, dim);
+        Ok(Self::freeze(&hnsw, dim, vectors))
     }
 
-    /// Writes the graph into `dir` (created; must not hold an older dump) with its `key`.
+    /// The compact form of hnsw_rs's graph.
+    fn freeze(hnsw: &Hnsw<'_, f32, ClampedDot>, dim: usize, vectors: Rows) -> Self {
+        let rows = vectors.len / dim.max(1);
+        // Per row: its level and its neighbours on each layer up to it.
+        let mut levels = vec![0u8; rows];
+        let mut lists: Vec<Vec<Vec<u32>>> = vec![Vec::new(); rows];
+        let mut entry: Option<(u8, u32)> = None;
+        for point in hnsw.get_point_indexation() {
+            let row = point.get_origin_id();
+            if row >= rows {
+                continue;
+            }
+            let level = point.get_point_id().0;
+            levels[row] = level;
+            lists[row] = point
+                .get_neighborhood_id()
+                .into_iter()
+                .take(usize::from(level) + 1)
+                .map(|layer| {
+                    layer
+                        .into_iter()
+                        .filter(|n| n.d_id < rows && n.d_id != row)
+                        .map(|n| n.d_id as u32)
+                        .collect()
+                })
+                .collect();
+            // The entry point: the first row (in row order) of the highest level.
+            let candidate = (level, row as u32);
+            entry = Some(match entry {
+                Some((l, r)) if l > level || (l == level && r < candidate.1) => (l, r),
+                _ => candidate,
+            });
+        }
+        let top = entry.map_or(0, |(l, _)| usize::from(l));
+        let mut base = Adjacency {
+            offsets: Vec::with_capacity(rows + 1),
+            links: Vec::new(),
+        };
+        base.offsets.push(0);
+        for list in &lists {
+            if let Some(l0) = list.first() {
+                base.links.extend_from_slice(l0);
+            }
+            base.offsets.push(base.links.len() as u64);
+        }
+        let mut upper: Vec<UpperLayer> = (1..=top).map(|_| UpperLayer::default()).collect();
+        for layer in &mut upper {
+            layer.adjacency.offsets.push(0);
+        }
+        for (row, list) in lists.iter().enumerate() {
+            for (l, layer) in upper.iter_mut().enumerate().take(usize::from(levels[row])) {
+                layer.rows.push(row as u32);
+                if let Some(links) = list.get(l + 1) {
+                    layer.adjacency.links.extend_from_slice(links);
+                }
+                layer
+                    .adjacency
+                    .offsets
+                    .push(layer.adjacency.links.len() as u64);
+            }
+        }
+        Self {
+            dim,
+            vectors,
+            entry: entry.map_or(0, |(_, r)| r),
+            base,
+            upper,
+        }
+    }
+
+    /// Writes the graph into `dir` (created) with its `key`.
     pub fn save(&self, dir: &Path, key: &str) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let written = self
-            .hnsw
-            .file_dump(dir, BASENAME)
-            .map_err(|e| hnsw_error(dir, e))?;
-        if written != BASENAME {
-            return Err(hnsw_error(dir, "an older dump is in the way"));
+        let path = dir.join(GRAPH_FILE);
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        let put = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
+        put(&mut out, self.rows() as u64);
+        put(&mut out, u64::from(self.entry));
+        put(&mut out, self.upper.len() as u64);
+        let put_adjacency = |out: &mut Vec<u8>, adjacency: &Adjacency| {
+            put(out, adjacency.links.len() as u64);
+            for &o in &adjacency.offsets {
+                put(out, o);
+            }
+            for &l in &adjacency.links {
+                out.extend_from_slice(&l.to_le_bytes());
+            }
+        };
+        put_adjacency(&mut out, &self.base);
+        for layer in &self.upper {
+            put(&mut out, layer.rows.len() as u64);
+            for &r in &layer.rows {
+                out.extend_from_slice(&r.to_le_bytes());
+            }
+            put_adjacency(&mut out, &layer.adjacency);
         }
+        let mut file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+        file.write_all(&out).map_err(|e| Error::io(&path, e))?;
         std::fs::write(dir.join(KEY_FILE), key).map_err(|e| Error::io(dir.join(KEY_FILE), e))
     }
 
-    /// Loads the graph from `dir` when its key equals `key`; `Ok(None)` when there is no
-    /// usable cache (missing, stale, or unreadable: the caller rebuilds).
-    pub fn load(dir: &Path, key: &str) -> Result<Option<Self>> {
+    /// Loads the graph from `dir` when its key equals `key` and it fits `matrix` (whose rows
+    /// become the vectors); `Ok(None)` when there is no usable cache (missing, stale, or
+    /// unreadable: the caller rebuilds).
+    pub fn load(dir: &Path, key: &str, matrix: &VectorMatrix) -> Result<Option<Self>> {
         match std::fs::read_to_string(dir.join(KEY_FILE)) {
             Ok(found) if found == key => {}
             _ => return Ok(None),
         }
-        // hnsw_rs ties the graph's lifetime to its loader; the loader is small and lives as
-        // long as the graph anyway, so it is leaked (once per open index and model).
-        let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(dir, BASENAME)));
-        match io.load_hnsw::<f32, ClampedDot>() {
-            Ok(hnsw) => Ok(Some(Self { hnsw })),
-            Err(e) => {
+        let path = dir.join(GRAPH_FILE);
+        let Ok(bytes) = std::fs::read(&path) else {
+            return Ok(None);
+        };
+        match parse(&bytes, matrix.rows()) {
+            Ok((entry, base, upper)) => Ok(Some(Self {
+                dim: matrix.dim(),
+                vectors: to_half(&to_f32(matrix), matrix.dim()),
+                entry,
+                base,
+                upper,
+            })),
+            Err(why) => {
                 tracing::warn!(
-                    "{}: stale or unreadable HNSW cache ({e}); rebuilding",
-                    dir.display()
+                    "{}: unreadable HNSW cache ({why}); rebuilding",
+                    path.display()
                 );
                 Ok(None)
             }
@@ -136,7 +308,11 @@ impl HnswGraph {
 
     /// Number of points in the graph.
     pub fn len(&self) -> usize {
-        self.hnsw.get_nb_point()
+        self.rows()
+    }
+
+    fn rows(&self) -> usize {
+        self.base.offsets.len().saturating_sub(1)
     }
 
     /// True when the graph is empty.
@@ -144,16 +320,503 @@ impl HnswGraph {
         self.len() == 0
     }
 
-    /// The approximate `k` nearest rows to `query` with search width `ef` (>= k), as rows;
-    /// the caller rescores them exactly.
+    #[inline]
+    fn vector(&self, row: u32) -> &[u16] {
+        let at = self.vectors.start + row as usize * self.dim;
+        &self.vectors.data[at..at + self.dim]
+    }
+
+    /// The approximate `k` nearest rows to `query` with search width `ef` (>= k), best first
+    /// (ties by row); the caller rescores them exactly. Deterministic for a given graph.
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
-        if k == 0 || self.is_empty() {
+        if k == 0 || self.is_empty() || query.len() != self.dim {
             return Vec::new();
         }
-        self.hnsw
-            .search(query, k, ef.max(k))
-            .into_iter()
-            .map(|n| n.d_id as u32)
+        let ef = ef.max(k);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                // SAFETY: the CPU supports AVX2 and F16C (checked just above; cached).
+                return unsafe { self.search_avx2(query, k, ef) };
+            }
+        }
+        self.search_with::<false>(query, k, ef)
+    }
+
+    /// [`HnswGraph::search_with`] compiled for AVX2, with [`traversal_dot_avx2`] inlined (the
+    /// same arithmetic as [`traversal_dot`], so the same results).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,f16c")]
+    fn search_avx2(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
+        self.search_with::<true>(query, k, ef)
+    }
+
+    /// The inner product of the search: [`traversal_dot_avx2`] when `AVX2` (only ever set by
+    /// [`HnswGraph::search_avx2`], on a CPU that has it), else [`traversal_dot`].
+    #[inline(always)]
+    fn score<const AVX2: bool>(&self, query: &[f32], row: u32) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if AVX2 {
+                // SAFETY: `AVX2` is true only under `search_avx2`, called after the CPU check.
+                return unsafe { traversal_dot_avx2(query, self.vector(row)) };
+            }
+        }
+        traversal_dot(query, self.vector(row))
+    }
+
+    #[inline(always)]
+    fn search_with<const AVX2: bool>(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
+        // Greedy descent through the upper layers.
+        let mut current = self.entry;
+        let mut best = self.score::<AVX2>(query, current);
+        for layer in self.upper.iter().rev() {
+            while let Ok(slot) = layer.rows.binary_search(&current) {
+                let mut moved = false;
+                for &n in layer.adjacency.of(slot) {
+                    let score = self.score::<AVX2>(query, n);
+                    if score > best || (score == best && n < current) {
+                        best = score;
+                        current = n;
+                        moved = true;
+                    }
+                }
+                if !moved {
+                    break;
+                }
+            }
+        }
+        // The buffers are taken out of the thread-local slot and put back, so that the search
+        // itself runs here (a closure passed to `with` would not be compiled for AVX2).
+        let mut scratch = SCRATCH.with(|slot| std::mem::take(&mut *slot.borrow_mut()));
+        let found =
+            self.search_base::<AVX2>(&mut scratch, query, Scored::new(best, current), k, ef);
+        SCRATCH.with(|slot| *slot.borrow_mut() = scratch);
+        found
+    }
+
+    /// The beam search on layer 0 from `start`.
+    #[inline(always)]
+    fn search_base<const AVX2: bool>(
+        &self,
+        scratch: &mut Scratch,
+        query: &[f32],
+        start: Scored,
+        k: usize,
+        ef: usize,
+    ) -> Vec<u32> {
+        scratch.begin(self.rows());
+        let Scratch {
+            visited,
+            stamp,
+            candidates,
+            results,
+            fresh,
+        } = scratch;
+        let stamp = *stamp;
+        visited[start.row() as usize] = stamp;
+        candidates.push(start);
+        results.push(Reverse(start));
+        while let Some(c) = candidates.pop() {
+            let worst = results.peek().map_or(0, |w| w.0.score());
+            if results.len() >= ef && c.score() < worst {
+                break;
+            }
+            fresh.clear();
+            for &n in self.base.of(c.row() as usize) {
+                let seen = &mut visited[n as usize];
+                if *seen != stamp {
+                    *seen = stamp;
+                    fresh.push(n);
+                    prefetch(self.vector(n));
+                }
+            }
+            for &n in fresh.iter() {
+                let s = Scored::new(self.score::<AVX2>(query, n), n);
+                let worst = results.peek().map_or(0, |w| w.0.score());
+                if results.len() < ef || s.score() > worst {
+                    candidates.push(s);
+                    results.push(Reverse(s));
+                    if results.len() > ef {
+                        results.pop();
+                    }
+                }
+            }
+        }
+        candidates.clear();
+        let mut found: Vec<Scored> = results.drain().map(|r| r.0).collect();
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        found.truncate(k);
+        found.into_iter().map(Scored::row).collect()
+    }
+}
+
+/// The inner product that guides the search: 32 independent accumulators (four 8-lane
+/// registers under AVX2, so additions do not wait on each other), a fixed summation order and
+/// no FMA, so every CPU computes the same bits. The reported scores come from the exact
+/// rescoring with [`dot`], not from this.
+#[inline(always)]
+fn traversal_dot(a: &[f32], b: &[u16]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 32];
+    let (wide_a, wide_b) = (a.chunks_exact(32), b.chunks_exact(32));
+    let (rest_a, rest_b) = (wide_a.remainder(), wide_b.remainder());
+    for (x, y) in wide_a.zip(wide_b) {
+        for i in 0..32 {
+            acc[i] += x[i] * half::f16::from_bits(y[i]).to_f32();
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in rest_a.iter().zip(rest_b) {
+        tail += x * half::f16::from_bits(*y).to_f32();
+    }
+    let mut lanes = [0f32; 8];
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        *lane = (acc[i] + acc[i + 8]) + (acc[i + 16] + acc[i + 24]);
+    }
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+        + tail
+}
+
+/// [`traversal_dot`] with AVX2 and F16C intrinsics: register `j` holds accumulators
+/// `8j..8j + 8`, f16 converts to f32 exactly, and products and sums are rounded one by one (no
+/// FMA), so the bits are the same.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn traversal_dot_avx2(a: &[f32], b: &[u16]) -> f32 {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm_loadu_si128, _mm256_add_ps, _mm256_cvtph_ps, _mm256_loadu_ps,
+        _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let wide = n / 32 * 32;
+    let mut acc: [__m256; 4] = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i < wide {
+        for (j, sum) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 8j + 8 <= wide <= n = a.len() = b.len(): the eight values are in bounds.
+            let (x, y) = unsafe {
+                (
+                    _mm256_loadu_ps(a.as_ptr().add(i + 8 * j)),
+                    _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(i + 8 * j).cast::<__m128i>())),
+                )
+            };
+            *sum = _mm256_add_ps(*sum, _mm256_mul_ps(x, y));
+        }
+        i += 32;
+    }
+    let folded = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds eight floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), folded) };
+    let mut tail = 0f32;
+    for (x, y) in a[wide..].iter().zip(&b[wide..]) {
+        tail += x * half::f16::from_bits(*y).to_f32();
+    }
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+        + tail
+}
+
+/// Hints the CPU to start loading the first cache lines of `v`.
+#[inline(always)]
+fn prefetch(v: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of x86-64; a prefetch never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(v.as_ptr().cast::<i8>());
+            if v.len() >= 32 {
+                _mm_prefetch::<_MM_HINT_T0>(v[32..].as_ptr().cast::<i8>());
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
+/// A row and its score packed in one integer that orders like the score (`total_cmp`), then
+/// the lower row first (as the greater): the heaps compare plain integers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Scored(u64);
+
+impl Scored {
+    fn new(score: f32, row: u32) -> Self {
+        let bits = score.to_bits();
+        let ordered = if bits >> 31 == 1 {
+            !bits
+        } else {
+            bits | 1 << 31
+        };
+        Self(u64::from(ordered) << 32 | u64::from(u32::MAX - row))
+    }
+
+    /// The score's position in the order (comparing these compares the scores).
+    fn score(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    fn row(self) -> u32 {
+        u32::MAX - self.0 as u32
+    }
+}
+
+/// Per-thread search state, reused across queries.
+#[derive(Default)]
+struct Scratch {
+    /// `visited[row] == stamp` when the row was seen in this search.
+    visited: Vec<u32>,
+    stamp: u32,
+    candidates: BinaryHeap<Scored>,
+    results: BinaryHeap<Reverse<Scored>>,
+    fresh: Vec<u32>,
+}
+
+impl Scratch {
+    /// Starts a search over `rows` rows: a new stamp (clearing the array when it wraps).
+    fn begin(&mut self, rows: usize) {
+        if self.visited.len() < rows {
+            self.visited.resize(rows, 0);
+        }
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.visited.fill(0);
+            self.stamp = 1;
+        }
+        self.candidates.clear();
+        self.results.clear();
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// A cursor over a [`GRAPH_FILE`]'s bytes.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or("truncated")?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn u64(&mut self) -> std::result::Result<u64, String> {
+        let b = self.take(8)?;
+        Ok(u64::from_le_bytes([
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+        ]))
+    }
+
+    fn count(&mut self, limit: usize) -> std::result::Result<usize, String> {
+        let n = self.u64()?;
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= limit)
+            .ok_or_else(|| format!("count {n} out of range"))
+    }
+
+    fn u32s(&mut self, n: usize) -> std::result::Result<Vec<u32>, String> {
+        let bytes = self.take(n.checked_mul(4).ok_or("overflow")?)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// The neighbour lists of `nodes` nodes, every link below `rows`.
+    fn adjacency(&mut self, nodes: usize, rows: usize) -> std::result::Result<Adjacency, String> {
+        let links_len = self.count(self.bytes.len() / 4)?;
+        let offsets = (0..=nodes)
+            .map(|_| self.u64())
+            .collect::<std::result::Result<Vec<u64>, String>>()?;
+        let ordered = offsets.first() == Some(&0)
+            && offsets.last() == Some(&(links_len as u64))
+            && offsets.windows(2).all(|w| w[0] <= w[1]);
+        if !ordered {
+            return Err("bad offsets".into());
+        }
+        let links = self.u32s(links_len)?;
+        if links.iter().any(|&l| l as usize >= rows) {
+            return Err("a link outside the rows".into());
+        }
+        Ok(Adjacency { offsets, links })
+    }
+}
+
+/// Reads a [`GRAPH_FILE`] for a matrix of `rows` rows: (entry, layer 0, upper layers).
+fn parse(
+    bytes: &[u8],
+    rows: usize,
+) -> std::result::Result<(u32, Adjacency, Vec<UpperLayer>), String> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(8)? != MAGIC {
+        return Err("not a freshstack HNSW graph of this version".into());
+    }
+    let found_rows = r.u64()?;
+    if found_rows != rows as u64 {
+        return Err(format!("{found_rows} rows, the vectors have {rows}"));
+    }
+    let entry = r.u64()?;
+    let layers = r.u64()?;
+    if (rows > 0 && entry >= rows as u64) || layers >= MAX_LAYERS as u64 {
+        return Err(format!("entry {entry}, {layers} upper layers"));
+    }
+    // Nothing can have more nodes than the file has bytes.
+    if rows > bytes.len() {
+        return Err("truncated".into());
+    }
+    let base = r.adjacency(rows, rows)?;
+    let mut upper = Vec::new();
+    for _ in 0..layers {
+        let nodes = r.count(rows)?;
+        let layer_rows = r.u32s(nodes)?;
+        let sorted = layer_rows.windows(2).all(|w| w[0] < w[1])
+            && layer_rows.last().is_none_or(|&x| (x as usize) < rows);
+        if !sorted {
+            return Err("bad layer rows".into());
+        }
+        let adjacency = r.adjacency(nodes, rows)?;
+        upper.push(UpperLayer {
+            rows: layer_rows,
+            adjacency,
+        });
+    }
+    if r.at != bytes.len() {
+        return Err("trailing bytes".into());
+    }
+    Ok((entry as u32, base, upper))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::vectors::{Dtype, write_npy};
+    use crate::progress::NoProgress;
+
+    fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        (0..n)
+            .map(|_| {
+                let v: Vec<f32> = (0..dim).map(|_| rng.f32() - 0.5).collect();
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.into_iter().map(|x| x / norm).collect()
+            })
             .collect()
+    }
+
+    fn matrix(dir: &Path, rows: &[Vec<f32>]) -> VectorMatrix {
+        let path = dir.join("v.npy");
+        write_npy(&path, rows.len(), rows[0].len(), Dtype::F32, |i, out| {
+            out.copy_from_slice(&rows[i])
+        })
+        .unwrap();
+        VectorMatrix::open(&path).unwrap()
+    }
+
+    #[test]
+    fn traversal_dots_agree_bit_for_bit() {
+        let rows = unit_rows(2, 1100, 9);
+        for len in [0, 1, 7, 31, 32, 33, 384, 1027] {
+            let a = &rows[0][..len];
+            let b: Vec<u16> = rows[1][..len]
+                .iter()
+                .map(|v| half::f16::from_f32(*v).to_bits())
+                .collect();
+            let b = &b[..];
+            let naive: f32 = a.iter().zip(&rows[1]).map(|(x, y)| x * y).sum();
+            assert!((traversal_dot(a, b) - naive).abs() < 1e-2, "{len}");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                // SAFETY: the CPU has AVX2 and F16C.
+                let wide = unsafe { traversal_dot_avx2(a, b) };
+                assert_eq!(wide.to_bits(), traversal_dot(a, b).to_bits(), "{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn build_is_reproducible_and_saves_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = unit_rows(600, 16, 3);
+        let m = matrix(dir.path(), &rows);
+        let settings = HnswSettings {
+            m: 8,
+            ef_construction: 64,
+        };
+        let a = HnswGraph::build(&m, &settings, &NoProgress).unwrap();
+        let b = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap()
+            .install(|| HnswGraph::build(&m, &settings, &NoProgress).unwrap());
+        assert_eq!(a.base, b.base);
+        assert_eq!(a.upper, b.upper);
+        assert_eq!(a.entry, b.entry);
+        assert!(!a.upper.is_empty());
+        a.save(&dir.path().join("g"), "k").unwrap();
+        let c = HnswGraph::load(&dir.path().join("g"), "k", &m)
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.base, c.base);
+        assert_eq!(a.upper, c.upper);
+        assert_eq!(a.entry, c.entry);
+        assert!(
+            HnswGraph::load(&dir.path().join("g"), "other", &m)
+                .unwrap()
+                .is_none()
+        );
+        // A damaged file is not an error: the caller rebuilds.
+        let file = dir.path().join("g").join(GRAPH_FILE);
+        let bytes = std::fs::read(&file).unwrap();
+        std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
+        assert!(
+            HnswGraph::load(&dir.path().join("g"), "k", &m)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn search_finds_near_neighbours() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = unit_rows(2000, 24, 5);
+        let m = matrix(dir.path(), &rows);
+        let g = HnswGraph::build(&m, &HnswSettings::default(), &NoProgress).unwrap();
+        let mut found = 0;
+        for q in rows.iter().step_by(40) {
+            let mut exact: Vec<(f32, u32)> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (dot(q, r), i as u32))
+                .collect();
+            exact.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let truth: Vec<u32> = exact[..10].iter().map(|e| e.1).collect();
+            let got = g.search(q, 10, 64);
+            assert_eq!(got.len(), 10);
+            assert_eq!(got, g.search(q, 10, 64));
+            found += got.iter().filter(|r| truth.contains(r)).count();
+        }
+        assert!(found >= 490, "{found} of 500");
+        assert!(g.search(&rows[0], 0, 64).is_empty());
+        assert!(g.search(&rows[0][..3], 10, 64).is_empty());
     }
 }

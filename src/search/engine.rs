@@ -330,8 +330,14 @@ impl Engine {
                 let mut buf = vec![0f32; model.info.dim];
                 for row in graph.search(vector, k, options.ef_search.max(k)) {
                     if (row as usize) < model.matrix.rows() {
-                        model.matrix.row_into(row as usize, &mut buf);
-                        top.push(row, dot(&buf, vector));
+                        let score = match model.matrix.row_f32(row as usize) {
+                            Some(stored) => dot(stored, vector),
+                            None => {
+                                model.matrix.row_into(row as usize, &mut buf);
+                                dot(&buf, vector)
+                            }
+                        };
+                        top.push(row, score);
                     }
                 }
                 top.into_sorted()
@@ -429,7 +435,9 @@ impl Engine {
                     self.ids.len(),
                     &settings,
                 );
-                if let Some(graph) = HnswGraph::load(&dir, &key).map_err(|e| e.to_string())? {
+                if let Some(graph) =
+                    HnswGraph::load(&dir, &key, &model.matrix).map_err(|e| e.to_string())?
+                {
                     return Ok(graph);
                 }
                 tracing::warn!("{}: rebuilding the HNSW graph", dir.display());

@@ -183,16 +183,12 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
             }
         }
     }
-    // Questions are independent: fused in parallel, kept in order (deterministic).
+    // Questions are independent: fused in parallel, kept in order (deterministic), each thread
+    // reusing its buffers.
     let queries: Vec<(&'a str, Vec<DocRef<'a>>)> = order
         .par_iter()
-        .map_init(FxHashMap::default, |position, (query_id, at)| {
-            let rankings: Vec<Vec<DocRef<'a>>> = at
-                .iter()
-                .zip(runs)
-                .map(|(i, run)| i.map(|i| run.ranking_docs(i)).unwrap_or_default())
-                .collect();
-            (*query_id, fuse_query(rankings, &weights, options, position))
+        .map_init(Scratch::default, |scratch, (query_id, at)| {
+            (*query_id, fuse_query(runs, at, &weights, options, scratch))
         })
         .collect();
     Ok(Fused {
@@ -201,49 +197,68 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
     })
 }
 
-/// One question: the fused documents in final order. `position` is scratch space.
-fn fuse_query<'a>(
-    rankings: Vec<Vec<DocRef<'a>>>,
+/// Per-thread buffers of [`fuse_query`], reused across questions.
+#[derive(Default)]
+struct Scratch<'a> {
+    top: Vec<DocRef<'a>>,
+    docs: Vec<DocRef<'a>>,
+    keyed: Vec<u128>,
+    position: FxHashMap<&'a str, u32>,
+}
+
+/// One question (ranking `at[r]` of run `r`, if any): the fused documents in final order.
+fn fuse_query<'a, R: Rankings + ?Sized>(
+    runs: &[&'a R],
+    at: &[Option<usize>],
     weights: &[f64],
     options: &FusionOptions,
-    position: &mut FxHashMap<&'a str, u32>,
+    scratch: &mut Scratch<'a>,
 ) -> Vec<DocRef<'a>> {
+    let Scratch {
+        top,
+        docs,
+        keyed,
+        position,
+    } = scratch;
     position.clear();
-    let mut docs: Vec<DocRef<'a>> = Vec::new();
-    let mut contributions: Vec<DocRef<'a>> = Vec::new();
-    for (top, weight) in rankings.into_iter().zip(weights) {
-        let top = top_depth(top, options.depth);
+    docs.clear();
+    for ((index, run), weight) in at.iter().zip(runs).zip(weights) {
+        let Some(index) = *index else { continue };
+        top.clear();
+        run.extend_ranking_docs(index, top);
+        top_depth(top, options.depth);
         let Some(first) = top.first() else { continue };
-        contributions.clear();
         match options.method {
             FusionMethod::NormalizedSum => {
                 let (mut min, mut max) = (first.score, first.score);
-                for doc in &top {
+                for doc in top.iter() {
                     min = min.min(doc.score);
                     max = max.max(doc.score);
                 }
                 let span = max - min + NORMALIZATION_EPSILON;
-                contributions.extend(top.iter().map(|d| DocRef {
-                    doc_id: d.doc_id,
-                    score: (d.score - min) / span,
-                }));
+                for d in top.iter_mut() {
+                    d.score = (d.score - min) / span;
+                }
                 // The reference visits `sorted(zip(scores, ids), reverse=True)`. The top is
-                // already by score, so this mostly reverses runs of tied ids (a near-linear
-                // pass for the stable sort).
-                contributions.sort_by(|a, b| {
-                    score_key(b.score)
-                        .total_cmp(&score_key(a.score))
-                        .then_with(|| b.doc_id.cmp(a.doc_id))
-                });
+                // already by score (and normalising keeps that order), so only runs of tied
+                // scores change: they go by id, descending.
+                if span.is_finite() {
+                    order_ties_by_id_descending(top);
+                } else {
+                    top.sort_by(|a, b| {
+                        score_key(b.score)
+                            .total_cmp(&score_key(a.score))
+                            .then_with(|| b.doc_id.cmp(a.doc_id))
+                    });
+                }
             }
             FusionMethod::Rrf { k } => {
-                contributions.extend(top.iter().enumerate().map(|(rank, d)| DocRef {
-                    doc_id: d.doc_id,
-                    score: 1.0 / (k + rank as f64 + 1.0),
-                }))
+                for (rank, d) in top.iter_mut().enumerate() {
+                    d.score = 1.0 / (k + rank as f64 + 1.0);
+                }
             }
         }
-        for c in &contributions {
+        for c in top.iter() {
             let value = weight * c.score;
             match position.entry(c.doc_id) {
                 std::collections::hash_map::Entry::Occupied(i) => {
@@ -259,27 +274,44 @@ fn fuse_query<'a>(
             }
         }
     }
-    position.clear();
     // Sorted on full precision, then rounded: the reference's order among rounded ties. A
-    // stable sort by score descending, done as an unstable sort of (key, position) pairs.
-    let mut keyed: Vec<(u64, u32)> = docs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (descending_key(d.score), i as u32))
-        .collect();
+    // stable sort by score descending, done as an unstable sort of (key, position) integers.
+    keyed.clear();
+    keyed.extend(
+        docs.iter()
+            .enumerate()
+            .map(|(i, d)| u128::from(descending_key(d.score)) << 64 | i as u128),
+    );
     keyed.sort_unstable();
-    let mut docs: Vec<DocRef<'a>> = keyed.iter().map(|&(_, i)| docs[i as usize]).collect();
+    let mut fused: Vec<DocRef<'a>> = keyed.iter().map(|&k| docs[k as u64 as usize]).collect();
     if let Some(digits) = options.round_digits {
-        for doc in &mut docs {
+        for doc in &mut fused {
             doc.score = py_round(doc.score, digits);
         }
     }
-    docs
+    fused
 }
 
-/// A ranking's top `depth` documents by score (ties: doc id ascending). Input already in that
-/// order (the usual run file) is only cut.
-fn top_depth(mut docs: Vec<DocRef<'_>>, depth: usize) -> Vec<DocRef<'_>> {
+/// Sorts each run of equal scores (`score_key`) of `docs`, a list ordered by score, by doc id
+/// descending.
+fn order_ties_by_id_descending(docs: &mut [DocRef<'_>]) {
+    let mut start = 0;
+    while start < docs.len() {
+        let key = score_key(docs[start].score);
+        let mut end = start + 1;
+        while end < docs.len() && score_key(docs[end].score) == key {
+            end += 1;
+        }
+        if end - start > 1 {
+            docs[start..end].sort_unstable_by(|a, b| b.doc_id.cmp(a.doc_id));
+        }
+        start = end;
+    }
+}
+
+/// Cuts a ranking to its top `depth` documents by score (ties: doc id ascending). Input already
+/// in that order (the usual run file) is only cut.
+fn top_depth(docs: &mut Vec<DocRef<'_>>, depth: usize) {
     let sorted = docs
         .windows(2)
         .all(|w| by_score_then_id(&w[0], &w[1]) != std::cmp::Ordering::Greater);
@@ -291,7 +323,6 @@ fn top_depth(mut docs: Vec<DocRef<'_>>, depth: usize) -> Vec<DocRef<'_>> {
         docs.sort_by(by_score_then_id);
     }
     docs.truncate(depth);
-    docs
 }
 
 /// An integer that sorts ascending as `score_key(score)` sorts descending under `total_cmp`.

@@ -50,6 +50,11 @@ pub trait Rankings: Sync {
     fn ranking_query_id(&self, index: usize) -> &str;
     /// The documents of ranking `index`, in input order (no doc id twice).
     fn ranking_docs(&self, index: usize) -> Vec<DocRef<'_>>;
+    /// Appends the documents of ranking `index` to `out` (as [`Rankings::ranking_docs`], into a
+    /// reused buffer).
+    fn extend_ranking_docs<'s>(&'s self, index: usize, out: &mut Vec<DocRef<'s>>) {
+        out.extend(self.ranking_docs(index));
+    }
     /// The index of `query_id`'s ranking, if the run has one.
     fn find_query(&self, query_id: &str) -> Option<usize>;
 }
@@ -371,6 +376,9 @@ impl Rankings for RunFile {
     }
     fn ranking_docs(&self, index: usize) -> Vec<DocRef<'_>> {
         self.docs(index).collect()
+    }
+    fn extend_ranking_docs<'s>(&'s self, index: usize, out: &mut Vec<DocRef<'s>>) {
+        out.extend(self.docs(index));
     }
     fn find_query(&self, query_id: &str) -> Option<usize> {
         self.position(query_id)
