@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 pub struct DocIds {
     ids: Vec<String>,
     rank: Vec<u32>,
+    /// Whether any ordinal is removed (lets [`TopK`] skip the per-candidate check).
+    any_removed: bool,
 }
 
 impl DocIds {
@@ -69,7 +71,12 @@ impl DocIds {
         for (r, &ord) in order.iter().enumerate() {
             rank[ord as usize] = r as u32;
         }
-        Ok(Self { ids, rank })
+        let any_removed = ids.iter().any(String::is_empty);
+        Ok(Self {
+            ids,
+            rank,
+            any_removed,
+        })
     }
 
     /// Reads `ids.txt` (empty lines are removed ordinals).
@@ -93,6 +100,7 @@ impl DocIds {
     pub fn remove(&mut self, ord: u32) {
         if let Some(id) = self.ids.get_mut(ord as usize) {
             id.clear();
+            self.any_removed = true;
         }
     }
 
@@ -108,9 +116,9 @@ impl DocIds {
         Self::with_removed(self.ids)
     }
 
-    /// Whether ordinal `ord` was removed by a refresh (or does not exist).
+    /// Whether ordinal `ord` was removed by a refresh.
     pub fn is_removed(&self, ord: u32) -> bool {
-        self.ids.get(ord as usize).is_none_or(String::is_empty)
+        self.any_removed && self.ids.get(ord as usize).is_none_or(String::is_empty)
     }
 
     /// Ordinals that are not removed.
