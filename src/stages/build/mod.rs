@@ -530,10 +530,13 @@ impl Builder<'_> {
                 let questions = b.path(layout::QUESTIONS);
                 let out = b.path(layout::VARIANTS);
                 let llm = &b.llm()?.llm;
+                let before = llm.stats();
                 let summary = generate_query_variants(llm, &config, &questions, &out, progress)?;
                 Ok(format!(
-                    "{} questions, {} failed after repairs; {} LLM calls, {} from the cache",
-                    summary.items, summary.failed, summary.llm.calls, summary.llm.cache_hits
+                    "{} questions, {} failed after repairs; {}",
+                    summary.items,
+                    summary.failed,
+                    calls_line(&before, &llm.stats())
                 ))
             },
         )
