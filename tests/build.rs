@@ -141,6 +141,16 @@ fn build(config: &Path, out: &Path) -> std::process::Output {
     ])
 }
 
+/// [`build`], which must succeed (its stderr is the failure message).
+fn build_ok(config: &Path, out: &Path) {
+    let output = build(config, out);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn build_exports_a_judged_dataset_and_a_rerun_makes_no_call() {
     let server = MockServer::start(false);
@@ -373,12 +383,7 @@ fn a_dense_model_adds_its_runs_and_their_fusion() {
         .replace("[retrieval]\npool_depth = 3\nfusion_depth = 10\n", &extra);
     write(dir.path(), "demo.toml", text);
     let out = dir.path().join("out");
-    let output = build(&config, &out);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    build_ok(&config, &out);
     for technique in ["inference.question", "oracle.nuggets"] {
         for retriever in ["bm25", "all-MiniLM-L6-v2", "fusion"] {
             let run = out.join(format!("runs/{technique}.{retriever}.trec"));
@@ -401,12 +406,7 @@ fn a_reranker_adds_reranked_runs_to_the_pool() {
     );
     let config = config(dir.path(), &server.url, &extra);
     let out = dir.path().join("out");
-    let output = build(&config, &out);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    build_ok(&config, &out);
     let work_run = out.join("work/runs/inference.question.bm25.trec");
     let reranked = out.join("work/runs/inference.question.bm25+rerank.trec");
     let by_command = dir.path().join("by-command.trec");
@@ -470,12 +470,7 @@ fn a_build_spreads_calls_over_a_fleet_to_the_same_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let config_one = config(dir.path(), &single.url, "");
     let out_one = dir.path().join("one");
-    let output = build(&config_one, &out_one);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    build_ok(&config_one, &out_one);
 
     let (a, b) = (MockServer::start(false), MockServer::start(false));
     let text = std::fs::read_to_string(&config_one)
@@ -487,12 +482,7 @@ fn a_build_spreads_calls_over_a_fleet_to_the_same_bytes() {
         .replace("concurrency = 1", "concurrency = 2");
     let config_fleet = write(dir.path(), "fleet.toml", text);
     let out_fleet = dir.path().join("fleet");
-    let output = build(&config_fleet, &out_fleet);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    build_ok(&config_fleet, &out_fleet);
     assert!(
         a.requests() > 0 && b.requests() > 0,
         "{} / {}",

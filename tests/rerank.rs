@@ -103,12 +103,8 @@ fn embedders_are_refused_as_rerankers() {
     assert!(err.contains("not a supported cross-encoder"), "{err}");
 }
 
-#[test]
-fn cli_reranks_top_k_deterministically() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let (_, reference) = load("xlmr", 2048);
-    // Two questions over the fixture's documents; q2 also ranks a document past k.
+/// The fixture's documents as a corpus (`d0`, `d1`, ... in pair order), written into `dir`.
+fn fixture_corpus(dir: &std::path::Path, reference: &Reference) -> PathBuf {
     let mut corpus = String::new();
     for (i, (_, doc)) in reference.pairs.iter().enumerate() {
         corpus.push_str(
@@ -116,7 +112,16 @@ fn cli_reranks_top_k_deterministically() {
         );
         corpus.push('\n');
     }
-    let corpus = write(dir, "corpus.jsonl", corpus);
+    write(dir, "corpus.jsonl", corpus)
+}
+
+#[test]
+fn cli_reranks_top_k_deterministically() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_, reference) = load("xlmr", 2048);
+    // Two questions over the fixture's documents; q2 also ranks a document past k.
+    let corpus = fixture_corpus(dir, &reference);
     let queries = write(
         dir,
         "queries.jsonl",
@@ -265,14 +270,7 @@ fn retrieve_and_search_rerank_like_the_rerank_command() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (_, reference) = load("xlmr", 2048);
-    let mut corpus = String::new();
-    for (i, (_, doc)) in reference.pairs.iter().enumerate() {
-        corpus.push_str(
-            &serde_json::json!({"_id": format!("d{i}"), "title": "", "text": doc}).to_string(),
-        );
-        corpus.push('\n');
-    }
-    let corpus = write(dir, "corpus.jsonl", corpus);
+    let corpus = fixture_corpus(dir, &reference);
     let queries = write(
         dir,
         "queries.jsonl",
