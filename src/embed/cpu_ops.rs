@@ -78,24 +78,14 @@ impl CustomOp1 for AttnSoftmax<'_> {
                 if lo >= hi {
                     return;
                 }
-                let mut max = f32::NEG_INFINITY;
                 for (d, &s) in dst[lo..hi].iter_mut().zip(&src[lo..hi]) {
-                    let mut v = s * mask.scale;
-                    if let Some(cap) = mask.softcap {
-                        v = (v / cap).tanh() * cap;
-                    }
-                    *d = v;
-                    max = max.max(v);
+                    let v = s * mask.scale;
+                    *d = match mask.softcap {
+                        Some(cap) => (v / cap).tanh() * cap,
+                        None => v,
+                    };
                 }
-                let mut sum = 0f32;
-                for d in &mut dst[lo..hi] {
-                    *d = (*d - max).exp();
-                    sum += *d;
-                }
-                let inv = 1.0 / sum;
-                for d in &mut dst[lo..hi] {
-                    *d *= inv;
-                }
+                softmax_row(&mut dst[lo..hi]);
             });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
