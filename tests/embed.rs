@@ -281,6 +281,46 @@ struct DecoderReference {
 
 /// Tiny random-weight models made by scripts/gen_tiny_decoders.py with `transformers`: our
 /// forward pass (batched, right padded) must match theirs (one text at a time).
+/// Embeds `texts` inside a rayon pool of `threads` threads (batches run concurrently, one per
+/// thread), returning every row's bits.
+fn embed_bits(encoder: &TextEncoder, texts: &[&str], threads: usize) -> Vec<Vec<u32>> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let got = pool
+        .install(|| encoder.embed(texts, TextKind::Document, &NoProgress))
+        .unwrap();
+    (0..got.rows())
+        .map(|i| got.row(i).iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+#[test]
+fn same_bits_whatever_the_thread_count() {
+    // MiniLM takes the fused CPU path; the tiny Mistral runs candle's ops.
+    let mut dirs = vec![root().join("tests/fixtures/embed/tiny-mistral")];
+    dirs.extend(minilm_dir());
+    for dir in dirs {
+        let options = EncoderOptions {
+            dtype: Some(freshstack::embed::ModelDType::F32),
+            max_batch_tokens: Some(100),
+            ..EncoderOptions::default()
+        };
+        let encoder = load(&dir, &options);
+        let reference = reference();
+        let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+        let serial = embed_bits(&encoder, &texts, 1);
+        for threads in [2, 3] {
+            assert!(
+                embed_bits(&encoder, &texts, threads) == serial,
+                "{}: {threads} threads differ from one",
+                dir.display()
+            );
+        }
+    }
+}
+
 fn decoder_parity(arch: &str) {
     let dir = root().join(format!("tests/fixtures/embed/tiny-{arch}"));
     let reference: DecoderReference =

@@ -9,7 +9,10 @@ use candle_nn::VarBuilder;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
-use super::batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
+use super::batch::{
+    DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, cpu_batch_workers, plan_batches,
+    run_batches,
+};
 use super::bert::{BertConfig, BertFlavor, BertModel};
 use super::gemma2::Gemma2Config;
 use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling, TextKind};
@@ -401,21 +404,30 @@ impl TextEncoder {
         let dim = self.dim();
         let mut data = vec![0f32; positions.len() * dim];
         progress.begin("embedding", Some(positions.len() as u64));
-        for batch in &batches {
-            let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
-            let vectors = self.run_batch(&rows).map_err(model_err(&self.name))?;
-            for (&position, vector) in batch.iter().zip(vectors) {
-                if vector.len() != dim {
-                    return Err(Error::model(
-                        &self.name,
-                        format!("pooled {} values, expected {dim}", vector.len()),
-                    ));
+        let workers = cpu_batch_workers(matches!(self.device, Device::Cpu), batches.len());
+        run_batches(
+            &self.name,
+            &batches,
+            workers,
+            progress,
+            |batch| {
+                let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
+                self.run_batch(&rows).map_err(model_err(&self.name))
+            },
+            |batch, vectors| {
+                for (&position, vector) in batch.iter().zip(vectors) {
+                    if vector.len() != dim {
+                        return Err(Error::model(
+                            &self.name,
+                            format!("pooled {} values, expected {dim}", vector.len()),
+                        ));
+                    }
+                    let row = row_of[position];
+                    data[row * dim..(row + 1) * dim].copy_from_slice(&vector);
                 }
-                let row = row_of[position];
-                data[row * dim..(row + 1) * dim].copy_from_slice(&vector);
-            }
-            progress.advance(batch.len() as u64);
-        }
+                Ok(())
+            },
+        )?;
         progress.finish();
         let num_tokens = positions.iter().map(|&p| lengths[p]).sum();
         Ok((

@@ -23,7 +23,10 @@ mod pooling;
 mod qwen;
 mod resolve;
 
-pub use batch::{DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches};
+pub use batch::{
+    DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, cpu_batch_workers, plan_batches,
+    run_batches,
+};
 pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
 pub(crate) use encoder::find_manifest;
 pub use encoder::{DeviceSpec, Embeddings, Encoder, EncoderOptions, TextEncoder};

@@ -19,8 +19,8 @@ use tokenizers::{
 
 use crate::embed::{
     Architecture, BertConfig, BertFlavor, BertModel, DEFAULT_CPU_MAX_BATCH_TOKENS,
-    DEFAULT_MAX_BATCH_TOKENS, DeviceSpec, ModelDType, ModelFiles, ModelKind, find_manifest,
-    plan_batches,
+    DEFAULT_MAX_BATCH_TOKENS, DeviceSpec, ModelDType, ModelFiles, ModelKind, cpu_batch_workers,
+    find_manifest, plan_batches, run_batches,
 };
 use crate::error::{Error, Result};
 use crate::progress::Progress;
@@ -324,20 +324,30 @@ impl Reranker for CrossEncoder {
         let lengths: Vec<usize> = tokens.iter().map(|t| t.0.len()).collect();
         let mut scores = vec![0f32; pairs.len()];
         progress.begin("reranking", Some(pairs.len() as u64));
-        for batch in plan_batches(&lengths, self.max_batch_tokens) {
-            let rows: Vec<&PairTokens> = batch.iter().map(|&i| &tokens[i]).collect();
-            let got = self.run_batch(&rows).map_err(model_err(&self.name))?;
-            if got.len() != batch.len() {
-                return Err(Error::model(
-                    &self.name,
-                    format!("{} scores for {} pairs", got.len(), batch.len()),
-                ));
-            }
-            for (&position, score) in batch.iter().zip(got) {
-                scores[position] = score;
-            }
-            progress.advance(batch.len() as u64);
-        }
+        let batches = plan_batches(&lengths, self.max_batch_tokens);
+        let workers = cpu_batch_workers(matches!(self.device, Device::Cpu), batches.len());
+        run_batches(
+            &self.name,
+            &batches,
+            workers,
+            progress,
+            |batch| {
+                let rows: Vec<&PairTokens> = batch.iter().map(|&i| &tokens[i]).collect();
+                self.run_batch(&rows).map_err(model_err(&self.name))
+            },
+            |batch, got| {
+                if got.len() != batch.len() {
+                    return Err(Error::model(
+                        &self.name,
+                        format!("{} scores for {} pairs", got.len(), batch.len()),
+                    ));
+                }
+                for (&position, score) in batch.iter().zip(got) {
+                    scores[position] = score;
+                }
+                Ok(())
+            },
+        )?;
         progress.finish();
         Ok(PairScores {
             scores,
