@@ -396,7 +396,27 @@ fn gemm_rows_times_weight_t(dst: &mut [f32], x: &[f32], w: &[f32], m: usize, n: 
     }
 }
 
+/// GELU in place; an AVX2 copy of the same code is taken when the CPU has it (twice the lanes
+/// of the baseline SSE build; no FMA contraction, so both give the same bits).
 fn apply_gelu(values: &mut [f32], kind: GeluKind) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { apply_gelu_avx2(values, kind) };
+        }
+    }
+    apply_gelu_portable(values, kind);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn apply_gelu_avx2(values: &mut [f32], kind: GeluKind) {
+    apply_gelu_portable(values, kind);
+}
+
+#[inline(always)]
+fn apply_gelu_portable(values: &mut [f32], kind: GeluKind) {
     match kind {
         GeluKind::Erf => {
             for v in values {

@@ -130,7 +130,11 @@ pub(crate) fn exp_fast(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2_E + ROUND) - ROUND;
+    let shifted = x * LOG2_E + ROUND;
+    let n = shifted - ROUND;
+    // The integer n sits in the low mantissa bits of `shifted`: reading it from there instead of
+    // `n as i32` (a saturating, NaN-checking scalar conversion) lets the loops vectorise.
+    let n_int = shifted.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.987_569_1e-4;
     let p = p * r + 1.398_199_9e-3;
@@ -139,7 +143,7 @@ pub(crate) fn exp_fast(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
     let p = p * r * r + r + 1.0;
-    f32::from_bits(((n as i32 + 127) as u32) << 23) * p
+    f32::from_bits((n_int.wrapping_add(127) as u32) << 23) * p
 }
 
 /// In-place softmax of one row: subtract the max, exponentiate, normalise. Eight-lane
