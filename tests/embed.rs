@@ -279,8 +279,6 @@ struct DecoderReference {
     vectors: Vec<Vec<f32>>,
 }
 
-/// Tiny random-weight models made by scripts/gen_tiny_decoders.py with `transformers`: our
-/// forward pass (batched, right padded) must match theirs (one text at a time).
 /// Embeds `texts` inside a rayon pool of `threads` threads (batches run concurrently, one per
 /// thread), returning every row's bits.
 fn embed_bits(encoder: &TextEncoder, texts: &[&str], threads: usize) -> Vec<Vec<u32>> {
@@ -321,6 +319,8 @@ fn same_bits_whatever_the_thread_count() {
     }
 }
 
+/// Tiny random-weight models made by scripts/gen_tiny_decoders.py with `transformers`: our
+/// forward pass (batched, right padded) must match theirs (one text at a time).
 fn decoder_parity(arch: &str) {
     let dir = root().join(format!("tests/fixtures/embed/tiny-{arch}"));
     let reference: DecoderReference =
@@ -368,6 +368,37 @@ fn decoder_parity(arch: &str) {
         assert!(
             diff <= 1e-5,
             "{arch} text {i}: batched vs alone differ by {diff}"
+        );
+    }
+}
+
+/// The decoders in bf16 (the packed AVX512-BF16 projections where the CPU has them, candle's
+/// matmul elsewhere) stay close to transformers' f32 vectors.
+#[test]
+fn decoders_in_bf16_stay_close_to_f32() {
+    for arch in ["mistral", "qwen3", "gemma2"] {
+        let dir = root().join(format!("tests/fixtures/embed/tiny-{arch}"));
+        let reference: DecoderReference =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+                .unwrap();
+        let options = EncoderOptions {
+            dtype: Some(freshstack::embed::ModelDType::Bf16),
+            max_batch_tokens: Some(100),
+            ..EncoderOptions::default()
+        };
+        let encoder = load(&dir, &options);
+        let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+        let got = encoder
+            .embed(&texts, TextKind::Document, &NoProgress)
+            .unwrap();
+        for (i, want) in reference.vectors.iter().enumerate() {
+            let c = cosine(got.row(i), want);
+            assert!(c >= 0.999, "{arch} text {i}: cosine {c} in bf16");
+        }
+        let serial = embed_bits(&encoder, &texts, 1);
+        assert!(
+            embed_bits(&encoder, &texts, 3) == serial,
+            "{arch} bf16: 3 threads differ from one"
         );
     }
 }

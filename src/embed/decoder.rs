@@ -6,7 +6,9 @@
 //! embedder can pool the last real token of right-padded rows.
 
 use candle_core::{D, DType, Device, Module, Tensor};
-use candle_nn::{Embedding, Linear, VarBuilder};
+use candle_nn::{Embedding, VarBuilder};
+
+use super::cpu_bf16::DecoderLinear;
 
 use super::cpu_ops::{AttnMask, attention_probs};
 use super::encoder::Backbone;
@@ -95,10 +97,10 @@ impl RmsNorm {
 }
 
 struct Attention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    q: DecoderLinear,
+    k: DecoderLinear,
+    v: DecoderLinear,
+    o: DecoderLinear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     num_heads: usize,
@@ -110,11 +112,11 @@ impl Attention {
     fn new(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
         let (h, hd) = (spec.hidden_size, spec.head_dim);
         let proj = |out, name: &str| {
-            if spec.qkv_bias {
-                candle_nn::linear(h, out, vb.pp(name))
+            DecoderLinear::new(if spec.qkv_bias {
+                candle_nn::linear(h, out, vb.pp(name))?
             } else {
-                candle_nn::linear_no_bias(h, out, vb.pp(name))
-            }
+                candle_nn::linear_no_bias(h, out, vb.pp(name))?
+            })
         };
         let (q_norm, k_norm) = if spec.qk_norm {
             (
@@ -128,7 +130,11 @@ impl Attention {
             q: proj(spec.num_heads * hd, "q_proj")?,
             k: proj(spec.num_kv_heads * hd, "k_proj")?,
             v: proj(spec.num_kv_heads * hd, "v_proj")?,
-            o: candle_nn::linear_no_bias(spec.num_heads * hd, h, vb.pp("o_proj"))?,
+            o: DecoderLinear::new(candle_nn::linear_no_bias(
+                spec.num_heads * hd,
+                h,
+                vb.pp("o_proj"),
+            )?)?,
             q_norm,
             k_norm,
             num_heads: spec.num_heads,
@@ -170,9 +176,9 @@ impl Attention {
 }
 
 struct Mlp {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    gate: DecoderLinear,
+    up: DecoderLinear,
+    down: DecoderLinear,
     activation: Activation,
 }
 
@@ -180,9 +186,9 @@ impl Mlp {
     fn new(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
         let (h, i) = (spec.hidden_size, spec.intermediate_size);
         Ok(Self {
-            gate: candle_nn::linear_no_bias(h, i, vb.pp("gate_proj"))?,
-            up: candle_nn::linear_no_bias(h, i, vb.pp("up_proj"))?,
-            down: candle_nn::linear_no_bias(i, h, vb.pp("down_proj"))?,
+            gate: DecoderLinear::new(candle_nn::linear_no_bias(h, i, vb.pp("gate_proj"))?)?,
+            up: DecoderLinear::new(candle_nn::linear_no_bias(h, i, vb.pp("up_proj"))?)?,
+            down: DecoderLinear::new(candle_nn::linear_no_bias(i, h, vb.pp("down_proj"))?)?,
             activation: spec.activation,
         })
     }

@@ -11,6 +11,7 @@
 mod batch;
 mod bert;
 mod cpu_bert;
+mod cpu_bf16;
 mod cpu_ops;
 mod decoder;
 mod encoder;
@@ -28,6 +29,7 @@ pub use batch::{
     run_batches,
 };
 pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
+pub use cpu_bf16::PackedBf16Linear;
 pub(crate) use encoder::find_manifest;
 pub use encoder::{DeviceSpec, Embeddings, Encoder, EncoderOptions, TextEncoder};
 pub use input::{EmbedInput, InputKind, read_embed_input};
