@@ -175,12 +175,10 @@ impl<'a> Project<'a> {
                 if r.len() != m * n {
                     candle_core::bail!("projection: residual of {} for {m}x{n}", r.len());
                 }
-                let mut dst = r.to_vec();
-                dst.par_chunks_mut(n).for_each(|row| {
-                    for (d, b) in row.iter_mut().zip(self.dense.bias.iter()) {
-                        *d += b;
-                    }
-                });
+                let mut dst = Vec::with_capacity(m * n);
+                for row in r.chunks_exact(n) {
+                    dst.extend(row.iter().zip(self.dense.bias.iter()).map(|(r, b)| r + b));
+                }
                 dst
             }
             None => {
@@ -262,30 +260,29 @@ impl CustomOp1 for Attention<'_> {
         let h = width / 3;
         let head_dim = h / self.heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let tasks: Vec<(usize, usize)> = (0..batch)
-            .flat_map(|b| (0..self.heads).map(move |head| (b, head)))
-            .collect();
-        let blocks: Vec<Vec<f32>> = tasks
-            .par_iter()
-            .map(|&(b, head)| {
+        let mut ctx = vec![0f32; batch * seq * h];
+        // One task per batch row; its heads run in turn, each writing its own columns of the
+        // row's context directly, and share one scores buffer.
+        ctx.par_chunks_mut(seq * h)
+            .enumerate()
+            .for_each(|(b, out)| {
                 let len = self.lengths[b].min(seq);
                 let row = &qkv[b * seq * width..(b + 1) * seq * width];
-                attend(row, len, width, h, head * head_dim, head_dim, scale)
-            })
-            .collect();
-        let mut ctx = vec![0f32; batch * seq * h];
-        for (&(b, head), block) in tasks.iter().zip(&blocks) {
-            for (i, values) in block.chunks_exact(head_dim).enumerate() {
-                let at = (b * seq + i) * h + head * head_dim;
-                ctx[at..at + head_dim].copy_from_slice(values);
-            }
-        }
+                let mut scores = vec![0f32; len * len];
+                for head in 0..self.heads {
+                    let col = head * head_dim;
+                    attend(row, len, width, h, col, head_dim, scale, &mut scores, out);
+                }
+            });
         Ok((CpuStorage::F32(ctx), Shape::from((batch, seq, h))))
     }
 }
 
 /// One (batch row, head): softmax(Q K^T * scale) V over the first `len` positions of `row`
-/// (`[seq, width]`, Q at column `col`, K at `h + col`, V at `2h + col`). Returns `[len, head_dim]`.
+/// (`[seq, width]`, Q at column `col`, K at `h + col`, V at `2h + col`), written to columns
+/// `col .. col + head_dim` of the first `len` rows of `out` (`[seq, h]`). `scores` holds
+/// `len x len` values.
+#[allow(clippy::too_many_arguments)]
 fn attend(
     row: &[f32],
     len: usize,
@@ -294,16 +291,18 @@ fn attend(
     col: usize,
     head_dim: usize,
     scale: f32,
-) -> Vec<f32> {
-    let mut out = vec![0f32; len * head_dim];
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
     if len == 0 {
-        return out;
+        return;
     }
+    assert!(scores.len() == len * len && (len - 1) * h + col + head_dim <= out.len());
     // The last element either gemm reads: row len-1, column 2h + col + head_dim - 1.
     assert!((len - 1) * width + 2 * h + col + head_dim <= row.len());
-    let mut scores = vec![0f32; len * len];
     // SAFETY: every index read is (i < len) * width + (column < 3h), inside `row` by the assert;
-    // `scores` is len x len and `out` len x head_dim, written with their own strides.
+    // `scores` is len x len; `out` is written at rows < len (stride h), columns col..col +
+    // head_dim, inside it by the second assert.
     unsafe {
         gemm::gemm(
             len,
@@ -336,9 +335,9 @@ fn attend(
             len,
             head_dim,
             len,
-            out.as_mut_ptr(),
+            out.as_mut_ptr().add(col),
             1,
-            head_dim as isize,
+            h as isize,
             false,
             scores.as_ptr(),
             1,
@@ -354,7 +353,6 @@ fn attend(
             Parallelism::None,
         );
     }
-    out
 }
 
 /// `dst[m, n] += x[m, k] * w[n, k]^T`, all row-major, parallel over rayon's threads.
