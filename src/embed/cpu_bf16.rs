@@ -62,12 +62,14 @@ pub struct PackedBf16Linear {
 }
 
 impl PackedBf16Linear {
-    /// Whether this CPU runs the kernel (AVX512-F and AVX512-BF16).
+    /// Whether this CPU runs the kernel (AVX512-F, -BF16, -BW and -VL).
     pub fn supported() -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bf16")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -155,6 +157,10 @@ impl PackedBf16Linear {
         let first_col = panel * PANEL;
         let cols = PANEL.min(n - first_col);
         let mut sums = [0f32; TILE_ROWS * PANEL];
+        let mut bias = [0f32; PANEL];
+        if let Some(values) = &self.bias {
+            bias[..cols].copy_from_slice(&values[first_col..first_col + cols]);
+        }
         let mut row = 0;
         while row < m {
             let tile = TILE_ROWS.min(m - row);
@@ -162,19 +168,65 @@ impl PackedBf16Linear {
             // SAFETY: the caller guarantees AVX512-BF16; `a` holds `tile` rows of `pairs` pairs
             // and `weights` one panel.
             unsafe { dot_tile(tile, pairs, a, weights, &mut sums) };
-            for r in 0..tile {
-                for c in 0..cols {
-                    let mut v = sums[r * PANEL + c];
-                    if let Some(bias) = &self.bias {
-                        v += bias[first_col + c];
-                    }
-                    // SAFETY: row + r < m and first_col + c < n: inside `out`, in this panel.
-                    unsafe { *out.add((row + r) * n + first_col + c) = bf16::from_f32(v) };
-                }
-            }
+            // SAFETY: rows row..row + tile and columns first_col..first_col + cols are inside
+            // `out` and belong to this panel (the caller's contract).
+            unsafe { store_tile(tile, &sums, &bias, out.add(row * n + first_col), n, cols) };
             row += tile;
         }
     }
+}
+
+/// Adds the bias to a tile's sums, rounds them to bf16 (`VCVTNEPS2BF16`: to nearest even, as
+/// `half`'s conversion for every finite non-subnormal value) and writes the first `cols` of each
+/// of the `tile` rows to `out` (row stride `ldo`).
+///
+/// # Safety
+/// The CPU must support AVX512-BF16/BW/VL; `out` must be writable at `r * ldo + c` for
+/// `r < tile`, `c < cols <= PANEL`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn store_tile(
+    tile: usize,
+    sums: &[f32; TILE_ROWS * PANEL],
+    bias: &[f32; PANEL],
+    out: *mut bf16,
+    ldo: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    let mask = if cols >= PANEL {
+        u32::MAX
+    } else {
+        (1u32 << cols) - 1
+    };
+    let (low, high) = (mask as u16, (mask >> 16) as u16);
+    // SAFETY: the reads stay inside `sums` and `bias` (r < tile <= TILE_ROWS); the masked
+    // stores write only columns < cols of rows < tile (the caller's contract).
+    unsafe {
+        let b0 = _mm512_loadu_ps(bias.as_ptr());
+        let b1 = _mm512_loadu_ps(bias.as_ptr().add(16));
+        for r in 0..tile {
+            let v0 = _mm512_add_ps(_mm512_loadu_ps(sums.as_ptr().add(r * PANEL)), b0);
+            let v1 = _mm512_add_ps(_mm512_loadu_ps(sums.as_ptr().add(r * PANEL + 16)), b1);
+            let h0: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(v0));
+            let h1: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(v1));
+            let at = out.add(r * ldo).cast::<i16>();
+            _mm256_mask_storeu_epi16(at, low, h0);
+            _mm256_mask_storeu_epi16(at.add(16), high, h1);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn store_tile(
+    _tile: usize,
+    _sums: &[f32; TILE_ROWS * PANEL],
+    _bias: &[f32; PANEL],
+    _out: *mut bf16,
+    _ldo: usize,
+    _cols: usize,
+) {
+    unreachable!("PackedBf16Linear::supported() is false off x86_64")
 }
 
 /// The output pointer shared by the tasks that write disjoint columns.
