@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    tune_allocator();
     let args = cli::Cli::parse();
     cli::init_logging(args.verbose);
     match cli::run(args) {
@@ -18,3 +19,21 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// glibc returns every freed block above its mmap threshold to the kernel, so each fresh
+/// activation buffer of an encoder's forward pass (tens of MB) is page-faulted and zeroed again:
+/// ~16% of a Qwen3-0.6B-shaped bf16 forward pass on 2 cores. A fixed 32 MiB threshold and a
+/// high trim threshold keep freed buffers in the heap for the next batch (measured 16.2-16.8 s
+/// -> 14.9-15.5 s on that model, same peak RSS; no change for all-MiniLM-L6-v2).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn tune_allocator() {
+    // SAFETY: mallopt only sets glibc allocator parameters; no other thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_TOP_PAD, 64 << 20);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn tune_allocator() {}

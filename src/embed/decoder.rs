@@ -164,10 +164,24 @@ impl Attention {
         // Grouped-query attention as one matmul per kv head: fold the query heads of a group
         // into the sequence axis instead of copying keys and values `group` times.
         let q = q.reshape((b, self.num_kv_heads, group * t, self.head_dim))?;
+        // On the CPU, a bf16/f16 model's attention matmuls run in f32: candle's half-precision
+        // CPU matmul converts while packing and was ~17% of a Qwen3-0.6B-shaped forward pass
+        // (PyTorch's CPU attention also accumulates half-precision inputs in f32).
+        let dtype = v.dtype();
+        let (q, k, v) = if matches!(q.device(), Device::Cpu) && dtype != DType::F32 {
+            (
+                q.to_dtype(DType::F32)?,
+                k.to_dtype(DType::F32)?,
+                v.to_dtype(DType::F32)?,
+            )
+        } else {
+            (q, k, v)
+        };
         // Scaling, soft-capping, masking and softmax in f32 (as upstream's eager attention).
         let probs = attention_probs(&q.matmul(&k.t()?)?, mask)?.to_dtype(v.dtype())?;
         let ctx = probs
             .matmul(&v)?
+            .to_dtype(dtype)?
             .reshape((b, self.num_heads, t, self.head_dim))?
             .transpose(1, 2)?
             .reshape((b, t, self.num_heads * self.head_dim))?;
