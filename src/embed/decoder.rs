@@ -10,7 +10,7 @@ use candle_nn::{Embedding, VarBuilder};
 
 use super::cpu_bf16::DecoderLinear;
 
-use super::cpu_ops::{AttnMask, attention_probs};
+use super::cpu_ops::{AttnMask, attention_probs, silu_mul};
 use super::encoder::Backbone;
 
 /// Feed-forward activation of the gated MLP.
@@ -209,11 +209,11 @@ impl Mlp {
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let gate = self.gate.forward(x)?;
-        let gate = match self.activation {
-            Activation::Silu => candle_nn::ops::silu(&gate)?,
-            Activation::GeluTanh => gate.gelu()?,
+        let hidden = match self.activation {
+            Activation::Silu => silu_mul(&gate, &self.up.forward(x)?)?,
+            Activation::GeluTanh => (gate.gelu()? * self.up.forward(x)?)?,
         };
-        self.down.forward(&(gate * self.up.forward(x)?)?)
+        self.down.forward(&hidden)
     }
 }
 
