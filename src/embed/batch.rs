@@ -42,21 +42,11 @@ pub fn plan_batches(lengths: &[usize], max_batch_tokens: usize) -> Vec<Vec<usize
     batches
 }
 
-/// How many batches run at once on the CPU: one per worker thread of the current rayon pool,
-/// never more than there are batches. Accelerators run one batch at a time.
-pub fn cpu_batch_workers(on_cpu: bool, batches: usize) -> usize {
-    if on_cpu {
-        rayon::current_num_threads().min(batches).max(1)
-    } else {
-        1
-    }
-}
-
 /// Runs `run` on every batch and hands each result to `store`, advancing `progress` per row.
 ///
-/// With `workers > 1` the batches run concurrently, one per worker, each inside its own
-/// one-thread rayon pool, so every matmul, attention and elementwise pass of a batch runs
-/// serially on its worker. Small models on few cores gain from this: intra-op parallelism
+/// On the CPU (`on_cpu`), the batches run concurrently, one per worker thread of the current
+/// rayon pool (never more workers than batches), each inside its own one-thread rayon pool, so
+/// every matmul, attention and elementwise pass of a batch runs serially on its worker. Small models on few cores gain from this: intra-op parallelism
 /// synchronises every layer and splits matrices that are already small (measured with
 /// all-MiniLM-L6-v2 on 2 cores: see README). A batch's result does not depend on which
 /// worker ran it or on the thread count (no kernel splits an inner sum), so the output is
@@ -66,12 +56,18 @@ pub fn cpu_batch_workers(on_cpu: bool, batches: usize) -> usize {
 pub fn run_batches<T: Send>(
     model: &str,
     batches: &[Vec<usize>],
-    workers: usize,
+    on_cpu: bool,
     progress: &dyn Progress,
     run: impl Fn(&[usize]) -> Result<T> + Sync,
     mut store: impl FnMut(&[usize], T) -> Result<()> + Send,
 ) -> Result<()> {
-    if workers <= 1 || batches.len() <= 1 {
+    // Accelerators run one batch at a time.
+    let workers = if on_cpu {
+        rayon::current_num_threads().min(batches.len())
+    } else {
+        1
+    };
+    if workers <= 1 {
         for batch in batches {
             let got = run(batch)?;
             store(batch, got)?;
@@ -142,23 +138,34 @@ mod tests {
         assert!(plan_batches(&[], 10).is_empty());
     }
 
+    /// Runs `f` inside a rayon pool of `threads` threads (the batch workers' count on the CPU).
+    fn in_pool<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(f)
+    }
+
     #[test]
     fn concurrent_batches_store_everything_once() {
         let batches: Vec<Vec<usize>> = (0..40).map(|b| vec![2 * b, 2 * b + 1]).collect();
         let mut out = vec![0usize; 80];
-        run_batches(
-            "m",
-            &batches,
-            3,
-            &crate::progress::NoProgress,
-            |batch| Ok(batch.iter().map(|p| p * 10).collect::<Vec<_>>()),
-            |batch, got| {
-                for (&p, v) in batch.iter().zip(got) {
-                    out[p] += v;
-                }
-                Ok(())
-            },
-        )
+        in_pool(3, || {
+            run_batches(
+                "m",
+                &batches,
+                true,
+                &crate::progress::NoProgress,
+                |batch| Ok(batch.iter().map(|p| p * 10).collect::<Vec<_>>()),
+                |batch, got| {
+                    for (&p, v) in batch.iter().zip(got) {
+                        out[p] += v;
+                    }
+                    Ok(())
+                },
+            )
+        })
         .unwrap();
         assert_eq!(out, (0..80).map(|p| p * 10).collect::<Vec<_>>());
     }
@@ -167,20 +174,22 @@ mod tests {
     fn a_failing_batch_stops_the_run_with_its_error() {
         let batches: Vec<Vec<usize>> = (0..40).map(|b| vec![b]).collect();
         for workers in [1, 2] {
-            let err = run_batches(
-                "m",
-                &batches,
-                workers,
-                &crate::progress::NoProgress,
-                |batch| {
-                    if batch[0] >= 7 {
-                        Err(Error::model("m", format!("batch {} failed", batch[0])))
-                    } else {
-                        Ok(())
-                    }
-                },
-                |_, ()| Ok(()),
-            )
+            let err = in_pool(workers, || {
+                run_batches(
+                    "m",
+                    &batches,
+                    true,
+                    &crate::progress::NoProgress,
+                    |batch| {
+                        if batch[0] >= 7 {
+                            Err(Error::model("m", format!("batch {} failed", batch[0])))
+                        } else {
+                            Ok(())
+                        }
+                    },
+                    |_, ()| Ok(()),
+                )
+            })
             .unwrap_err();
             assert!(err.to_string().contains("batch 7 failed"), "{err}");
         }

@@ -10,8 +10,7 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::batch::{
-    DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, cpu_batch_workers, plan_batches,
-    run_batches,
+    DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
 use super::bert::{BertConfig, BertFlavor, BertModel};
 use super::gemma2::Gemma2Config;
@@ -404,11 +403,10 @@ impl TextEncoder {
         let dim = self.dim();
         let mut data = vec![0f32; positions.len() * dim];
         progress.begin("embedding", Some(positions.len() as u64));
-        let workers = cpu_batch_workers(matches!(self.device, Device::Cpu), batches.len());
         run_batches(
             &self.name,
             &batches,
-            workers,
+            matches!(self.device, Device::Cpu),
             progress,
             |batch| {
                 let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();

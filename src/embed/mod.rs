@@ -25,8 +25,7 @@ mod qwen;
 mod resolve;
 
 pub use batch::{
-    DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, cpu_batch_workers, plan_batches,
-    run_batches,
+    DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
 pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
 pub use cpu_bf16::PackedBf16Linear;

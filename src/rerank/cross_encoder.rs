@@ -19,8 +19,8 @@ use tokenizers::{
 
 use crate::embed::{
     Architecture, BertConfig, BertFlavor, BertModel, DEFAULT_CPU_MAX_BATCH_TOKENS,
-    DEFAULT_MAX_BATCH_TOKENS, DeviceSpec, ModelDType, ModelFiles, ModelKind, cpu_batch_workers,
-    find_manifest, plan_batches, run_batches,
+    DEFAULT_MAX_BATCH_TOKENS, DeviceSpec, ModelDType, ModelFiles, ModelKind, find_manifest,
+    plan_batches, run_batches,
 };
 use crate::error::{Error, Result};
 use crate::progress::Progress;
@@ -325,11 +325,10 @@ impl Reranker for CrossEncoder {
         let mut scores = vec![0f32; pairs.len()];
         progress.begin("reranking", Some(pairs.len() as u64));
         let batches = plan_batches(&lengths, self.max_batch_tokens);
-        let workers = cpu_batch_workers(matches!(self.device, Device::Cpu), batches.len());
         run_batches(
             &self.name,
             &batches,
-            workers,
+            matches!(self.device, Device::Cpu),
             progress,
             |batch| {
                 let rows: Vec<&PairTokens> = batch.iter().map(|&i| &tokens[i]).collect();
