@@ -6,7 +6,8 @@ use std::process::Command;
 
 use freshstack::NoProgress;
 use freshstack::embed::{
-    Encoder, EncoderOptions, TextEncoder, TextKind, read_npy_f32, resolve_model,
+    Embeddings, Encoder, EncoderOptions, ModelDType, TextEncoder, TextKind, read_npy_f32,
+    resolve_model,
 };
 
 fn root() -> PathBuf {
@@ -280,18 +281,26 @@ struct DecoderReference {
 }
 
 /// Embeds `texts` inside a rayon pool of `threads` threads (batches run concurrently, one per
-/// thread), returning every row's bits.
-fn embed_bits(encoder: &TextEncoder, texts: &[&str], threads: usize) -> Vec<Vec<u32>> {
-    let pool = rayon::ThreadPoolBuilder::new()
+/// thread).
+fn embed_in_pool(encoder: &TextEncoder, texts: &[&str], threads: usize) -> Embeddings {
+    rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
-        .unwrap();
-    let got = pool
+        .unwrap()
         .install(|| encoder.embed(texts, TextKind::Document, &NoProgress))
-        .unwrap();
-    (0..got.rows())
-        .map(|i| got.row(i).iter().map(|v| v.to_bits()).collect())
+        .unwrap()
+}
+
+/// Every row's bits.
+fn bits(embeddings: &Embeddings) -> Vec<Vec<u32>> {
+    (0..embeddings.rows())
+        .map(|i| embeddings.row(i).iter().map(|v| v.to_bits()).collect())
         .collect()
+}
+
+/// Embeds `texts` inside a rayon pool of `threads` threads, returning every row's bits.
+fn embed_bits(encoder: &TextEncoder, texts: &[&str], threads: usize) -> Vec<Vec<u32>> {
+    bits(&embed_in_pool(encoder, texts, threads))
 }
 
 #[test]
@@ -301,7 +310,7 @@ fn same_bits_whatever_the_thread_count() {
     dirs.extend(minilm_dir());
     for dir in dirs {
         let options = EncoderOptions {
-            dtype: Some(freshstack::embed::ModelDType::F32),
+            dtype: Some(ModelDType::F32),
             max_batch_tokens: Some(100),
             ..EncoderOptions::default()
         };
@@ -319,19 +328,25 @@ fn same_bits_whatever_the_thread_count() {
     }
 }
 
-/// Tiny random-weight models made by scripts/gen_tiny_decoders.py with `transformers`: our
-/// forward pass (batched, right padded) must match theirs (one text at a time).
-fn decoder_parity(arch: &str) {
+/// A tiny random-weight decoder fixture (made by scripts/gen_tiny_decoders.py with
+/// `transformers`) loaded in `dtype` with a small batch budget, and its reference vectors.
+fn tiny_decoder(arch: &str, dtype: ModelDType) -> (TextEncoder, DecoderReference) {
     let dir = root().join(format!("tests/fixtures/embed/tiny-{arch}"));
     let reference: DecoderReference =
         serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
             .unwrap();
     let options = EncoderOptions {
-        dtype: Some(freshstack::embed::ModelDType::F32),
+        dtype: Some(dtype),
         max_batch_tokens: Some(100),
         ..EncoderOptions::default()
     };
-    let encoder = load(&dir, &options);
+    (load(&dir, &options), reference)
+}
+
+/// Our forward pass of a tiny decoder (batched, right padded) must match `transformers`' (one
+/// text at a time).
+fn decoder_parity(arch: &str) {
+    let (encoder, reference) = tiny_decoder(arch, ModelDType::F32);
     let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
     let got = encoder
         .embed(&texts, TextKind::Document, &NoProgress)
@@ -377,27 +392,15 @@ fn decoder_parity(arch: &str) {
 #[test]
 fn decoders_in_bf16_stay_close_to_f32() {
     for arch in ["mistral", "qwen3", "gemma2"] {
-        let dir = root().join(format!("tests/fixtures/embed/tiny-{arch}"));
-        let reference: DecoderReference =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
-                .unwrap();
-        let options = EncoderOptions {
-            dtype: Some(freshstack::embed::ModelDType::Bf16),
-            max_batch_tokens: Some(100),
-            ..EncoderOptions::default()
-        };
-        let encoder = load(&dir, &options);
+        let (encoder, reference) = tiny_decoder(arch, ModelDType::Bf16);
         let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
-        let got = encoder
-            .embed(&texts, TextKind::Document, &NoProgress)
-            .unwrap();
+        let serial = embed_in_pool(&encoder, &texts, 1);
         for (i, want) in reference.vectors.iter().enumerate() {
-            let c = cosine(got.row(i), want);
+            let c = cosine(serial.row(i), want);
             assert!(c >= 0.999, "{arch} text {i}: cosine {c} in bf16");
         }
-        let serial = embed_bits(&encoder, &texts, 1);
         assert!(
-            embed_bits(&encoder, &texts, 3) == serial,
+            embed_bits(&encoder, &texts, 3) == bits(&serial),
             "{arch} bf16: 3 threads differ from one"
         );
     }
