@@ -10,6 +10,14 @@ use freshstack::embed::{
     Encoder, EncoderOptions, ModelDType, TextEncoder, TextKind, resolve_model,
 };
 
+/// The next state of a 64-bit LCG (Knuth's MMIX constants): deterministic inputs for every run.
+fn lcg_next(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *state
+}
+
 fn texts(count: usize) -> Vec<String> {
     // Deterministic pseudo-documents: a seeded LCG picks words, so every run embeds the same text.
     let words = [
@@ -38,12 +46,7 @@ fn texts(count: usize) -> Vec<String> {
     (0..count)
         .map(|_| {
             (0..150)
-                .map(|_| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    words[(state >> 33) as usize % words.len()]
-                })
+                .map(|_| words[(lcg_next(&mut state) >> 33) as usize % words.len()])
                 .collect::<Vec<_>>()
                 .join(" ")
         })
@@ -105,24 +108,19 @@ fn bench_bf16_linear(c: &mut Criterion) {
     use freshstack::embed::PackedBf16Linear;
 
     let (m, k, n) = (256usize, 4096usize, 4096usize);
-    let values = |len: usize, seed: u64| -> Vec<f32> {
+    // Uniform in [-0.5, 0.5), rounded to bf16.
+    let values = |dims: &[usize], seed: u64| -> Tensor {
         let mut state = seed;
-        (0..len)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    };
-    let bf16 = |data: Vec<f32>, shape: (usize, usize, usize)| {
-        Tensor::from_vec(data, shape, &Device::Cpu)
+        let len = dims.iter().product();
+        let data: Vec<f32> = (0..len)
+            .map(|_| ((lcg_next(&mut state) >> 40) as f32 / (1u64 << 24) as f32) - 0.5)
+            .collect();
+        Tensor::from_vec(data, dims, &Device::Cpu)
             .and_then(|t| t.to_dtype(DType::BF16))
             .unwrap()
     };
-    let x = bf16(values(m * k, 1), (1, m, k));
-    let weight = bf16(values(n * k, 2), (1, n, k)).squeeze(0).unwrap();
+    let x = values(&[1, m, k], 1);
+    let weight = values(&[n, k], 2);
     let linear = candle_nn::Linear::new(weight, None);
     let mut group = c.benchmark_group("bf16_linear_256x4096x4096");
     group.sample_size(10);

@@ -131,9 +131,8 @@ impl PackedBf16Linear {
         let per_task = panels.div_ceil(threads);
         let out_ptr = SharedOut(out.as_mut_ptr());
         (0..panels)
-            .step_by(per_task)
-            .collect::<Vec<_>>()
             .into_par_iter()
+            .step_by(per_task)
             .for_each(|first| {
                 let last = (first + per_task).min(panels);
                 let out_ptr = &out_ptr;
