@@ -19,9 +19,10 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
+
+from embed_vs_st import run_with_rss  # this directory is on sys.path when run as a script
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -65,15 +66,6 @@ t2 = time.perf_counter()
 np.save(out, np.stack(vectors).astype(np.float32))
 print(json.dumps({"load_s": t1 - t0, "embed_s": t2 - t1, "tokens": sum(map(len, rows))}))
 """
-
-
-def run_with_rss(cmd, env):
-    timed = ["/usr/bin/time", "-f", "MAXRSS_KB=%M", *cmd]
-    proc = subprocess.run(timed, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        sys.exit(f"{cmd[0]} failed:\n{proc.stderr}")
-    rss = int(re.search(r"MAXRSS_KB=(\d+)", proc.stderr).group(1))
-    return proc.stdout, proc.stderr, rss
 
 
 def make_model(shape: str, layers: int | None, out: pathlib.Path) -> None:
