@@ -108,6 +108,7 @@ fn gguf_tokens(c: &mut Criterion) {
         temperature: 0.0,
         max_tokens: 128,
         seed: None,
+        json_schema: None,
     };
     let (_, tokens) = chat.generate(&prompt, &params).expect("generate");
     let mut group = c.benchmark_group("llm_gguf");

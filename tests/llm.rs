@@ -804,6 +804,7 @@ fn local_gguf_generates_and_the_stages_cope() {
         temperature: 0.0,
         max_tokens: 24,
         seed: None,
+        json_schema: None,
     };
     let messages = [Message::user(
         "What is the capital of France? Answer in one word.",
@@ -923,6 +924,7 @@ fn check_tiny_gguf(arch: &str, format: freshstack::llm::ChatFormat) {
         temperature: 0.0,
         max_tokens: 16,
         seed: None,
+        json_schema: None,
     };
     assert_eq!(
         chat.generate_ids(&ids, &params).unwrap(),

@@ -63,6 +63,7 @@ impl LlmArgs {
             temperature: self.llm_temperature,
             max_tokens: self.llm_max_tokens.unwrap_or(default.max_tokens),
             seed: self.llm_seed,
+            json_schema: default.json_schema.clone(),
         }
     }
 

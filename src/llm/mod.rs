@@ -82,6 +82,11 @@ pub struct ChatParams {
     pub max_tokens: u32,
     /// Sampling seed, when the backend supports one.
     pub seed: Option<u64>,
+    /// The JSON Schema the answer must match, when the stage asks for structured output:
+    /// servers get it as `response_format` `json_schema`, the native backend compiles it to a
+    /// token mask. Absent from the cache key when `None` (keys of unstructured calls unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<serde_json::Value>,
 }
 
 impl Default for ChatParams {
@@ -90,6 +95,7 @@ impl Default for ChatParams {
             temperature: 0.0,
             max_tokens: 2048,
             seed: None,
+            json_schema: None,
         }
     }
 }

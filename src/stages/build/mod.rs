@@ -278,6 +278,7 @@ impl Builder<'_> {
             temperature: self.config.llm.temperature,
             max_tokens,
             seed: self.config.llm.seed,
+            json_schema: None,
         }
     }
 
