@@ -11,6 +11,7 @@ mod fusion;
 mod hybrid;
 mod hybrid_minilm;
 mod llm;
+mod native_llm;
 mod report;
 mod rerank;
 mod shard;

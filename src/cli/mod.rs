@@ -9,6 +9,7 @@ mod fuse;
 mod index;
 mod judge;
 mod llm;
+mod llm_tools;
 mod merge;
 mod nuggets;
 mod progress;
@@ -73,6 +74,8 @@ enum Command {
     Quickstart(build::QuickstartArgs),
     /// Statistics, pooling results and a self-contained HTML report of an exported dataset.
     Report(report::ReportArgs),
+    /// Check a GGUF model with the native backend: speed (bench), tokenizer, generation.
+    Llm(llm_tools::LlmToolArgs),
 }
 
 /// Runs the parsed command.
@@ -95,6 +98,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Build(args) => build::run_build(args),
         Command::Quickstart(args) => build::run_quickstart(args),
         Command::Report(args) => report::run(args),
+        Command::Llm(args) => llm_tools::run(args),
     }
 }
 

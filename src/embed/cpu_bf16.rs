@@ -18,9 +18,9 @@ use half::bf16;
 use rayon::prelude::*;
 
 /// Output columns per panel: two 16-lane f32 accumulators per row.
-const PANEL: usize = 32;
+pub(crate) const PANEL: usize = 32;
 /// Rows per kernel call: 12 x 2 accumulators + 2 weight registers + 1 broadcast fit in 32 zmm.
-const TILE_ROWS: usize = 12;
+pub(crate) const TILE_ROWS: usize = 12;
 
 /// A linear layer `x W^T + b` for the decoders: candle's, or the packed bf16 one.
 pub(crate) enum DecoderLinear {
@@ -260,7 +260,7 @@ fn pack_panels(w: &[bf16], n: usize, k: usize) -> Vec<u32> {
 /// The CPU must support AVX512-BF16; `rows` must hold `tile` rows of `2 * pairs` bf16 values
 /// and `panel` `pairs * PANEL` values.
 #[cfg(target_arch = "x86_64")]
-unsafe fn dot_tile(
+pub(crate) unsafe fn dot_tile(
     tile: usize,
     pairs: usize,
     rows: &[bf16],
@@ -288,7 +288,7 @@ unsafe fn dot_tile(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn dot_tile(
+pub(crate) unsafe fn dot_tile(
     _tile: usize,
     _pairs: usize,
     _rows: &[bf16],

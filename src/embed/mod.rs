@@ -11,8 +11,8 @@
 mod batch;
 mod bert;
 mod cpu_bert;
-mod cpu_bf16;
-mod cpu_ops;
+pub(crate) mod cpu_bf16;
+pub(crate) mod cpu_ops;
 mod decoder;
 mod encoder;
 mod gemma2;

@@ -13,12 +13,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::LogitsProcessor;
-use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
@@ -28,6 +27,8 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::gemma::{Gemma, Generation};
+use super::grammar::{Constraint, GrammarCompiler, TokenBytes, byte_level_decoder};
+use super::native;
 use super::{Chat, ChatParams, Message, Role};
 use crate::error::{Error, Result};
 
@@ -149,31 +150,13 @@ impl ChatFormat {
 pub const SUPPORTED_ARCHITECTURES: [&str; 6] =
     ["llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"];
 
-enum Weights {
-    Llama(quantized_llama::ModelWeights),
-    Qwen2(quantized_qwen2::ModelWeights),
-    Qwen3(quantized_qwen3::ModelWeights),
-    Gemma(Gemma),
-}
-
-impl Weights {
-    /// Logits (1, vocab) of the last position.
-    fn forward(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
-        match self {
-            Weights::Llama(m) => m.forward(input, pos),
-            Weights::Qwen2(m) => m.forward(input, pos),
-            Weights::Qwen3(m) => m.forward(input, pos),
-            Weights::Gemma(m) => m.forward(input, pos),
-        }
-    }
-    fn clear(&mut self) {
-        match self {
-            Weights::Llama(m) => m.clear_kv_cache(),
-            Weights::Qwen2(m) => m.clear_kv_cache(),
-            Weights::Qwen3(m) => m.clear_kv_cache(),
-            Weights::Gemma(m) => m.clear_kv_cache(),
-        }
-    }
+/// What runs the model: our own kernels (llama, qwen2, qwen3) or candle (the Gemma family).
+enum Engine {
+    Native {
+        model: native::Model,
+        session: Mutex<native::Session>,
+    },
+    Candle(Mutex<Gemma>),
 }
 
 /// Models whose weights take at most this many bytes in f32 are run dequantized.
@@ -384,12 +367,23 @@ pub struct LocalChat {
     format: ChatFormat,
     context_tokens: usize,
     stop_ids: Vec<u32>,
+    /// The BOS token to put before raw text, when the model's metadata asks for one
+    /// (`tokenizer.ggml.add_bos_token`).
+    bos: Option<u32>,
     /// `<think>` and `</think>`, when the vocabulary has them (see [`after_thinking`]).
     think: Option<(u32, u32)>,
     tokenizer: Tokenizer,
     /// SentencePiece vocabularies decode themselves (see [`SpmPiece`]).
     spm_pieces: Option<Vec<SpmPiece>>,
-    weights: Mutex<Weights>,
+    /// The vocabulary (token strings as in the GGUF) and which entries are special markers,
+    /// for the grammar's token trie.
+    vocab_tokens: Vec<String>,
+    special: Vec<bool>,
+    /// The end-of-sequence token (the grammar's "may stop here").
+    eos: u32,
+    /// Built on the first call that asks for a JSON Schema.
+    grammar: OnceLock<std::result::Result<GrammarCompiler, String>>,
+    engine: Engine,
     device: Device,
 }
 
@@ -484,14 +478,19 @@ impl LocalChat {
                 .map_err(|e| gguf_error(&path, e))?
         };
         // Control tokens (type 3) and user-defined ones (type 4) are matched whole.
-        let specials: Vec<AddedToken> = tokens
+        let special: Vec<bool> = tokens
             .iter()
             .enumerate()
-            .filter(|(i, t)| {
-                matches!(token_types.get(*i), Some(3) | Some(4))
+            .map(|(i, t)| {
+                matches!(token_types.get(i), Some(3) | Some(4))
                     || (t.starts_with("<|") && t.ends_with("|>"))
             })
-            .map(|(_, t)| AddedToken::from(t.clone(), true))
+            .collect();
+        let specials: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&special)
+            .filter(|(_, s)| **s)
+            .map(|(t, _)| AddedToken::from(t.clone(), true))
             .collect();
         tokenizer
             .add_special_tokens(specials)
@@ -511,56 +510,58 @@ impl LocalChat {
                 stop_ids.push(id);
             }
         }
+        let eos = get_u32("tokenizer.ggml.eos_token_id")
+            .or(stop_ids.first().copied())
+            .unwrap_or(0);
+        let md_bos = md
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(|v| v.to_bool().ok())
+            .unwrap_or(false)
+            .then(|| get_u32("tokenizer.ggml.bos_token_id"))
+            .flatten();
         let device = Device::Cpu;
-        // Small models run dequantized: candle's CPU kernels for quantized blocks are scalar
-        // unless the whole build targets AVX, while f32 matmuls use runtime-detected SIMD — 8x
-        // faster on SmolLM2-135M here. Large models stay quantized (their f32 copy would not fit).
-        let f32_bytes: u64 = content
-            .tensor_infos
-            .values()
-            .map(|t| t.shape.elem_count() as u64 * 4)
-            .sum();
-        let dequantize = may_dequantize && f32_bytes <= DEQUANTIZE_MAX_BYTES;
-        let (content, mut reader): (gguf_file::Content, Box<dyn ReadSeek>) = if dequantize {
-            let (content, buffer) =
-                dequantized_copy(&content, &mut file).map_err(|e| gguf_error(&path, e))?;
-            (content, Box::new(buffer))
-        } else {
-            (content, Box::new(file))
-        };
-        let mut content = content;
-        if arch == "qwen3" {
-            // candle builds Qwen3's RoPE tables in `general.dtype` (f16 when absent: angles of
-            // late positions lose whole hundredths of a radian); ask for f32.
-            content
-                .metadata
-                .insert("general.dtype".into(), gguf_file::Value::U32(0));
-        }
-        let weights = match (arch.as_str(), Generation::of_architecture(&arch)) {
-            (_, Some(generation)) => Weights::Gemma(
-                Gemma::from_gguf(generation, &content, &mut reader, &device)
-                    .map_err(|e| gguf_error(&path, e))?,
-            ),
-            ("llama", _) => Weights::Llama(
-                quantized_llama::ModelWeights::from_gguf(content, &mut reader, &device)
-                    .map_err(|e| gguf_error(&path, e))?,
-            ),
-            ("qwen2", _) => Weights::Qwen2(
-                quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &device)
-                    .map_err(|e| gguf_error(&path, e))?,
-            ),
-            ("qwen3", _) => Weights::Qwen3(
-                quantized_qwen3::ModelWeights::from_gguf(content, &mut reader, &device)
-                    .map_err(|e| gguf_error(&path, e))?,
-            ),
-            (other, None) => {
-                return Err(gguf_error(
-                    &path,
-                    format!(
-                        "architecture {other:?} is not supported (supported: {})",
-                        SUPPORTED_ARCHITECTURES.join(", ")
-                    ),
-                ));
+        let engine = match native::Family::of_architecture(&arch) {
+            Some(family) => {
+                // SAFETY: the file is opened read-only and treated as immutable while mapped
+                // (as every GGUF runtime does); a file changed underneath gives wrong answers,
+                // not undefined behaviour in safe code, because every read is bounds-checked.
+                let map = unsafe { memmap2::Mmap::map(&file) }
+                    .map_err(|e| gguf_error(&path, format!("cannot map the file: {e}")))?;
+                let model = native::Model::load(&content, std::sync::Arc::new(map), family)
+                    .map_err(|e| gguf_error(&path, e))?;
+                let session = Mutex::new(native::Session::new(&model));
+                Engine::Native { model, session }
+            }
+            None => {
+                let Some(generation) = Generation::of_architecture(&arch) else {
+                    return Err(gguf_error(
+                        &path,
+                        format!(
+                            "architecture {arch:?} is not supported (supported: {})",
+                            SUPPORTED_ARCHITECTURES.join(", ")
+                        ),
+                    ));
+                };
+                // Small Gemma models run dequantized: candle's CPU kernels for quantized
+                // blocks are scalar unless the whole build targets AVX, while f32 matmuls use
+                // runtime-detected SIMD. Large ones stay quantized (their f32 copy would not fit).
+                let f32_bytes: u64 = content
+                    .tensor_infos
+                    .values()
+                    .map(|t| t.shape.elem_count() as u64 * 4)
+                    .sum();
+                let dequantize = may_dequantize && f32_bytes <= DEQUANTIZE_MAX_BYTES;
+                let (content, mut reader): (gguf_file::Content, Box<dyn ReadSeek>) = if dequantize {
+                    let (content, buffer) =
+                        dequantized_copy(&content, &mut file).map_err(|e| gguf_error(&path, e))?;
+                    (content, Box::new(buffer))
+                } else {
+                    (content, Box::new(file))
+                };
+                Engine::Candle(Mutex::new(
+                    Gemma::from_gguf(generation, &content, &mut reader, &device)
+                        .map_err(|e| gguf_error(&path, e))?,
+                ))
             }
         };
         let file_name = path
@@ -573,13 +574,18 @@ impl LocalChat {
             format,
             context_tokens,
             stop_ids,
+            bos: md_bos,
+            eos,
+            vocab_tokens: tokens,
+            special,
+            grammar: OnceLock::new(),
             think: vocab
                 .get("<think>")
                 .copied()
                 .zip(vocab.get("</think>").copied()),
             tokenizer,
             spm_pieces,
-            weights: Mutex::new(weights),
+            engine,
             device,
         })
     }
@@ -600,6 +606,67 @@ impl LocalChat {
             .encode(text, false)
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| gguf_error(&self.path, format!("tokenizer: {e}")))
+    }
+
+    /// Token ids of raw `text` as the model's metadata says to start a sequence: the BOS token
+    /// first when `tokenizer.ggml.add_bos_token` is true.
+    pub fn encode_with_bos(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids: Vec<u32> = self.bos.into_iter().collect();
+        ids.extend(self.encode(text)?);
+        Ok(ids)
+    }
+
+    /// Seconds to process `prompt` from an empty cache, then to generate `gen_tokens` tokens
+    /// one at a time (greedy, stop tokens ignored): what `llm bench` measures.
+    pub fn bench_pass(&self, prompt: &[u32], gen_tokens: usize) -> Result<(f64, f64)> {
+        let argmax = |v: &[f32]| {
+            (0..v.len())
+                .max_by(|&i, &j| v[i].total_cmp(&v[j]).then(j.cmp(&i)))
+                .unwrap_or(0) as u32
+        };
+        match &self.engine {
+            Engine::Native { model, session } => {
+                let fail = |e: String| gguf_error(&self.path, e);
+                let mut session = self.lock(session)?;
+                session.clear();
+                let started = std::time::Instant::now();
+                let (mut logits, _) = session.prefill(model, prompt).map_err(fail)?;
+                let prompt_secs = started.elapsed().as_secs_f64();
+                let started = std::time::Instant::now();
+                for _ in 0..gen_tokens {
+                    logits = session.step(model, argmax(&logits)).map_err(fail)?;
+                }
+                let gen_secs = started.elapsed().as_secs_f64();
+                session.clear();
+                Ok((prompt_secs, gen_secs))
+            }
+            Engine::Candle(weights) => {
+                let fail = |e: candle_core::Error| gguf_error(&self.path, e);
+                let mut weights = self.lock(weights)?;
+                weights.clear_kv_cache();
+                let started = std::time::Instant::now();
+                let mut logits = self.candle_step(&mut weights, prompt, 0).map_err(fail)?;
+                let prompt_secs = started.elapsed().as_secs_f64();
+                let started = std::time::Instant::now();
+                for i in 0..gen_tokens {
+                    let next = argmax(&logits);
+                    logits = self
+                        .candle_step(&mut weights, &[next], prompt.len() + i)
+                        .map_err(fail)?;
+                }
+                Ok((prompt_secs, started.elapsed().as_secs_f64()))
+            }
+        }
+    }
+
+    /// The model's name, file and size.
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// The vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
     }
 
     /// The text of generated `ids`, special tokens left out.
@@ -655,51 +722,165 @@ impl LocalChat {
         }
         let temperature = (params.temperature > 0.0).then_some(f64::from(params.temperature));
         let mut sampler = LogitsProcessor::new(params.seed.unwrap_or(0), temperature, None);
-        let mut weights = self
-            .weights
-            .lock()
-            .map_err(|_| gguf_error(&self.path, "model lock poisoned"))?;
-        weights.clear();
+        let mut sample = |logits: Vec<f32>| -> Result<u32> {
+            let n = logits.len();
+            let t = Tensor::from_vec(logits, n, &Device::Cpu).map_err(fail)?;
+            sampler.sample(&t).map_err(fail)
+        };
         let mut generated: Vec<u32> = Vec::new();
-        let mut input = prompt_ids.to_vec();
-        let mut pos = 0;
-        while generated.len() < budget {
-            let logits = self.step(&mut weights, &input, pos).map_err(fail)?;
-            pos += input.len();
-            let next = sampler.sample(&logits).map_err(fail)?;
-            if self.stop_ids.contains(&next) {
-                break;
+        let mut constraint = match &params.json_schema {
+            Some(schema) => Some(self.constraint(schema)?),
+            None => None,
+        };
+        match &self.engine {
+            Engine::Native { model, session } => {
+                let mut session = self.lock(session)?;
+                let native_fail = |e: String| gguf_error(&self.path, e);
+                if budget == 0 {
+                    return Ok(generated);
+                }
+                let (mut logits, _) = session.prefill(model, prompt_ids).map_err(native_fail)?;
+                loop {
+                    if !self.allow(&mut constraint, &mut logits)? {
+                        break;
+                    }
+                    let next = sample(logits)?;
+                    if self.stop_ids.contains(&next) {
+                        break;
+                    }
+                    self.advance(&mut constraint, next)?;
+                    generated.push(next);
+                    if generated.len() >= budget {
+                        break;
+                    }
+                    logits = session.step(model, next).map_err(native_fail)?;
+                }
             }
-            generated.push(next);
-            input = vec![next];
+            Engine::Candle(weights) => {
+                let mut weights = self.lock(weights)?;
+                weights.clear_kv_cache();
+                let mut input = prompt_ids.to_vec();
+                let mut pos = 0;
+                while generated.len() < budget {
+                    let mut logits = self.candle_step(&mut weights, &input, pos).map_err(fail)?;
+                    pos += input.len();
+                    if !self.allow(&mut constraint, &mut logits)? {
+                        break;
+                    }
+                    let next = sample(logits)?;
+                    if self.stop_ids.contains(&next) {
+                        break;
+                    }
+                    self.advance(&mut constraint, next)?;
+                    generated.push(next);
+                    input = vec![next];
+                }
+            }
         }
         Ok(generated)
     }
 
-    /// The logits the model gives the token after `prompt_ids`.
-    pub fn next_logits(&self, prompt_ids: &[u32]) -> Result<Vec<f32>> {
-        let mut weights = self
-            .weights
-            .lock()
-            .map_err(|_| gguf_error(&self.path, "model lock poisoned"))?;
-        weights.clear();
-        self.step(&mut weights, prompt_ids, 0)
-            .and_then(|l| l.to_vec1::<f32>())
+    /// The grammar constraint of one answer matching `schema`.
+    fn constraint(&self, schema: &serde_json::Value) -> Result<Constraint> {
+        let compiler = self.grammar.get_or_init(|| {
+            let tokens = self.grammar_tokens();
+            let tokenizer = self.tokenizer.clone();
+            let encode = Box::new(move |text: &str| {
+                tokenizer
+                    .encode(text, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .unwrap_or_default()
+            });
+            GrammarCompiler::new(tokens, self.eos, encode)
+        });
+        compiler
+            .as_ref()
+            .map_err(|e| gguf_error(&self.path, e))?
+            .constraint(schema)
             .map_err(|e| gguf_error(&self.path, e))
     }
 
-    /// One forward pass over `input` starting at `pos`: the last position's f32 logits.
-    fn step(
+    /// Each token's bytes (or its name, for special markers).
+    fn grammar_tokens(&self) -> Vec<TokenBytes> {
+        let byte_level = byte_level_decoder();
+        self.vocab_tokens
+            .iter()
+            .enumerate()
+            .map(|(id, token)| {
+                if self.special[id] {
+                    return TokenBytes::Special(token.clone());
+                }
+                match &self.spm_pieces {
+                    Some(pieces) => match &pieces[id] {
+                        SpmPiece::Text(t) => TokenBytes::Text(t.as_bytes().to_vec()),
+                        SpmPiece::Byte(b) => TokenBytes::Text(vec![*b]),
+                        SpmPiece::Skip => TokenBytes::Special(token.clone()),
+                    },
+                    None => {
+                        let bytes: Option<Vec<u8>> =
+                            token.chars().map(|c| byte_level.get(&c).copied()).collect();
+                        TokenBytes::Text(bytes.unwrap_or_else(|| token.as_bytes().to_vec()))
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Masks `logits` by the grammar, when there is one; false: the answer is complete.
+    fn allow(&self, constraint: &mut Option<Constraint>, logits: &mut [f32]) -> Result<bool> {
+        match constraint {
+            Some(c) => c
+                .mask(logits, &self.stop_ids)
+                .map_err(|e| gguf_error(&self.path, e)),
+            None => Ok(true),
+        }
+    }
+
+    fn advance(&self, constraint: &mut Option<Constraint>, token: u32) -> Result<()> {
+        match constraint {
+            Some(c) => c.accept(token).map_err(|e| gguf_error(&self.path, e)),
+            None => Ok(()),
+        }
+    }
+
+    fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> Result<std::sync::MutexGuard<'a, T>> {
+        mutex
+            .lock()
+            .map_err(|_| gguf_error(&self.path, "model lock poisoned"))
+    }
+
+    /// The logits the model gives the token after `prompt_ids`.
+    pub fn next_logits(&self, prompt_ids: &[u32]) -> Result<Vec<f32>> {
+        match &self.engine {
+            Engine::Native { model, session } => {
+                let mut session = self.lock(session)?;
+                session
+                    .prefill(model, prompt_ids)
+                    .map(|(logits, _)| logits)
+                    .map_err(|e| gguf_error(&self.path, e))
+            }
+            Engine::Candle(weights) => {
+                let mut weights = self.lock(weights)?;
+                weights.clear_kv_cache();
+                self.candle_step(&mut weights, prompt_ids, 0)
+                    .map_err(|e| gguf_error(&self.path, e))
+            }
+        }
+    }
+
+    /// One candle forward pass over `input` starting at `pos`: the last position's f32 logits.
+    fn candle_step(
         &self,
-        weights: &mut Weights,
+        weights: &mut Gemma,
         input: &[u32],
         pos: usize,
-    ) -> candle_core::Result<Tensor> {
+    ) -> candle_core::Result<Vec<f32>> {
         let x = Tensor::new(input, &self.device)?.unsqueeze(0)?;
         weights
             .forward(&x, pos)?
             .squeeze(0)?
-            .to_dtype(candle_core::DType::F32)
+            .to_dtype(candle_core::DType::F32)?
+            .to_vec1::<f32>()
     }
 }
 

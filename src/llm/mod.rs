@@ -10,9 +10,12 @@
 //! is stored as soon as it arrives. The API key is never logged nor printed by `Debug`.
 
 mod backend;
+pub mod bench;
 mod cache;
 mod gemma;
+pub mod grammar;
 mod local;
+pub mod native;
 mod openai;
 pub mod parse;
 pub mod prompts;

@@ -1,0 +1,179 @@
+//! `freshstack llm bench|tokenize|generate`: check a GGUF model with the native backend.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use freshstack::llm::bench::{BenchConfig, bench_gguf};
+use freshstack::llm::{ChatParams, LocalChat, Message};
+
+/// The `llm` subcommands.
+#[derive(Debug, Args)]
+pub struct LlmToolArgs {
+    #[command(subcommand)]
+    command: LlmTool,
+    /// Worker threads (default: all cores).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+enum LlmTool {
+    /// Prompt and generation tokens/s, like llama-bench (pp: N-token prompt, tg: N generated).
+    Bench {
+        /// The GGUF model.
+        #[arg(long)]
+        gguf: PathBuf,
+        /// Tokens of the timed prompt.
+        #[arg(long, default_value_t = 512)]
+        prompt_tokens: usize,
+        /// Tokens generated in the timed generation.
+        #[arg(long, default_value_t = 128)]
+        gen_tokens: usize,
+        /// Runs of each (medians reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// For each line of stdin, one JSON array of token ids on stdout.
+    Tokenize {
+        /// The GGUF model.
+        #[arg(long)]
+        gguf: PathBuf,
+        /// Add the special tokens the model's metadata asks for (BOS).
+        #[arg(long)]
+        special: bool,
+    },
+    /// Generate from a prompt file (raw text, or a user message with --chat).
+    Generate {
+        /// The GGUF model.
+        #[arg(long)]
+        gguf: PathBuf,
+        /// The prompt.
+        #[arg(long)]
+        prompt_file: PathBuf,
+        /// Most tokens to generate.
+        #[arg(long, default_value_t = 256)]
+        max_tokens: u32,
+        /// Sampling temperature (0 = greedy).
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Sampling seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Apply the model's chat template to the prompt as one user message.
+        #[arg(long)]
+        chat: bool,
+        /// Print {"text", "token_ids"} (generated ids only).
+        #[arg(long)]
+        json: bool,
+        /// Constrain the answer to this JSON Schema (a file).
+        #[arg(long, value_name = "FILE")]
+        json_schema: Option<PathBuf>,
+    },
+}
+
+pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
+    let mut pool = rayon::ThreadPoolBuilder::new();
+    if let Some(threads) = args.threads {
+        pool = pool.num_threads(threads.max(1));
+    }
+    let pool = pool.build().context("cannot start worker threads")?;
+    pool.install(|| run_tool(args.command))
+}
+
+fn run_tool(tool: LlmTool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match tool {
+        LlmTool::Bench {
+            gguf,
+            prompt_tokens,
+            gen_tokens,
+            repeat,
+            json,
+        } => {
+            let report = bench_gguf(
+                &gguf,
+                BenchConfig {
+                    prompt_tokens,
+                    gen_tokens,
+                    repeat,
+                },
+            )?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&report)?)?;
+            } else {
+                writeln!(out, "model: {}", report.model)?;
+                writeln!(
+                    out,
+                    "pp{}: {:.1} tokens/s   tg{}: {:.1} tokens/s   ({} threads, load {:.2} s, peak RSS {} MiB)",
+                    report.prompt_tokens,
+                    report.prompt_tokens_per_s,
+                    report.gen_tokens,
+                    report.gen_tokens_per_s,
+                    report.threads,
+                    report.load_s,
+                    report.peak_rss_bytes.map_or(0, |b| b >> 20),
+                )?;
+            }
+        }
+        LlmTool::Tokenize { gguf, special } => {
+            let chat = LocalChat::load_quantized(&gguf)?;
+            for line in std::io::stdin().lock().lines() {
+                let line = line.context("reading stdin")?;
+                let ids = if special {
+                    chat.encode_with_bos(&line)?
+                } else {
+                    chat.encode(&line)?
+                };
+                writeln!(out, "{}", serde_json::to_string(&ids)?)?;
+            }
+        }
+        LlmTool::Generate {
+            gguf,
+            prompt_file,
+            max_tokens,
+            temperature,
+            seed,
+            chat: as_chat,
+            json,
+            json_schema,
+        } => {
+            let json_schema = json_schema
+                .map(|path| -> anyhow::Result<serde_json::Value> {
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| format!("{}", path.display()))?;
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("{}: not a JSON Schema", path.display()))
+                })
+                .transpose()?;
+            let prompt = std::fs::read_to_string(&prompt_file)
+                .with_context(|| format!("{}", prompt_file.display()))?;
+            let chat = LocalChat::load_quantized(&gguf)?;
+            let ids = if as_chat {
+                chat.encode(&chat.format().render(&[Message::user(prompt)]))?
+            } else {
+                chat.encode_with_bos(&prompt)?
+            };
+            let params = ChatParams {
+                temperature,
+                max_tokens,
+                seed,
+                json_schema,
+            };
+            let generated = chat.generate_ids(&ids, &params)?;
+            let text = chat.decode(&generated)?;
+            if json {
+                let value = serde_json::json!({"text": text, "token_ids": generated});
+                writeln!(out, "{value}")?;
+            } else {
+                writeln!(out, "{text}")?;
+            }
+        }
+    }
+    Ok(())
+}

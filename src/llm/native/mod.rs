@@ -1,0 +1,103 @@
+//! Native GGUF inference on our own CPU kernels (`llama`, `qwen2`, `qwen3` families): weights
+//! stay quantized in the memory-mapped file, prompts run as matrix products, generated tokens
+//! through integer matrix x vector kernels chosen at run time by CPU features (see [`quant`]).
+//!
+//! A [`Session`] keeps the KV cache between calls: a prompt that starts with the tokens of the
+//! previous prompt reuses their keys and values and computes only the rest. Positions computed
+//! by the prompt path are the only ones reused (never generated ones), and the prompt path's
+//! results do not depend on how a prompt is split, so reuse never changes an answer.
+
+pub mod model;
+pub mod quant;
+
+pub use model::{Config, Family, KvCache, Model};
+
+/// A model's KV cache and the prompt tokens it holds, reused across calls.
+pub struct Session {
+    cache: KvCache,
+    /// The tokens whose keys and values the prompt path computed (a prefix of the cache).
+    prompt_tokens: Vec<u32>,
+}
+
+/// Prompt tokens a [`Session::prefill`] reused and computed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefillStats {
+    /// Tokens taken from the cache.
+    pub reused: usize,
+    /// Tokens computed.
+    pub computed: usize,
+}
+
+impl Session {
+    /// An empty session for `model`.
+    pub fn new(model: &Model) -> Self {
+        Self {
+            cache: model.new_cache(),
+            prompt_tokens: Vec::new(),
+        }
+    }
+
+    /// Forgets everything cached.
+    pub fn clear(&mut self) {
+        self.cache.truncate(0);
+        self.prompt_tokens.clear();
+    }
+
+    /// Positions in the cache (prompt and generated).
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// Bytes of keys and values held.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.bytes()
+    }
+
+    /// Runs `prompt`, reusing the longest prefix it shares with the previous prompt (at least
+    /// its last token is computed, for its logits); returns the last token's logits.
+    pub fn prefill(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+    ) -> Result<(Vec<f32>, PrefillStats), String> {
+        if prompt.is_empty() {
+            return Err("empty prompt".into());
+        }
+        let common = self
+            .prompt_tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let keep = common.min(prompt.len() - 1);
+        self.cache.truncate(keep);
+        self.prompt_tokens.truncate(keep);
+        let result = model.prompt(&prompt[keep..], &mut self.cache);
+        match result {
+            Ok(logits) => {
+                self.prompt_tokens.extend_from_slice(&prompt[keep..]);
+                Ok((
+                    logits,
+                    PrefillStats {
+                        reused: keep,
+                        computed: prompt.len() - keep,
+                    },
+                ))
+            }
+            Err(e) => {
+                self.clear();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs one generated token; returns its logits.
+    pub fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>, String> {
+        model.step(token, &mut self.cache)
+    }
+}

@@ -1,0 +1,608 @@
+//! The decoder of the `llama`, `qwen2` and `qwen3` GGUF families on our own kernels: RMSNorm,
+//! grouped-query attention with RoPE (llama: interleaved pairs as llama.cpp's converter permutes
+//! the weights for; Qwen: halves, "NeoX"), Qwen2's q/k/v biases, Qwen3's per-head q/k norms,
+//! SiLU-gated feed-forward, tied or separate output head.
+//!
+//! Two paths share one KV cache: [`Model::prompt`] runs many tokens through matrix x matrix
+//! products and returns the logits of the last one only; [`Model::step`] runs one generated
+//! token through the integer matrix x vector kernels. The cache holds f32 keys and values per
+//! layer, grows geometrically (never re-copied per token) and can be cut back to a prefix, which
+//! is how calls that share a prompt prefix skip recomputing it.
+
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file;
+use memmap2::Mmap;
+use rayon::prelude::*;
+
+use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec};
+use crate::embed::cpu_ops::{exp_fast, softmax_row};
+
+/// The families this model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `llama` (SmolLM, Llama 2/3, Mistral-style).
+    Llama,
+    /// `qwen2` (Qwen2, Qwen2.5, Qwen2.5-Coder).
+    Qwen2,
+    /// `qwen3`.
+    Qwen3,
+}
+
+impl Family {
+    /// The family of a `general.architecture` value.
+    pub fn of_architecture(arch: &str) -> Option<Self> {
+        match arch {
+            "llama" => Some(Family::Llama),
+            "qwen2" => Some(Family::Qwen2),
+            "qwen3" => Some(Family::Qwen3),
+            _ => None,
+        }
+    }
+}
+
+/// Shape and constants from the GGUF metadata.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Architecture family.
+    pub family: Family,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Dimensions rotated by RoPE (the first ones of each head).
+    pub rope_dims: usize,
+    /// RoPE base frequency.
+    pub rope_base: f32,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// Vocabulary size (rows of the output head).
+    pub vocab: usize,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: QMatrix,
+    wk: QMatrix,
+    wv: QMatrix,
+    wo: QMatrix,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    gate: QMatrix,
+    up: QMatrix,
+    down: QMatrix,
+}
+
+/// Keys and values of the positions processed so far.
+pub struct KvCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    kv_width: usize,
+    len: usize,
+}
+
+impl KvCache {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keeps the first `len` positions only.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            for layer in self.keys.iter_mut().chain(self.values.iter_mut()) {
+                layer.truncate(len * self.kv_width);
+            }
+            self.len = len;
+        }
+    }
+
+    /// Bytes of keys and values held.
+    pub fn bytes(&self) -> usize {
+        2 * self.keys.len() * self.len * self.kv_width * 4
+    }
+}
+
+/// A loaded model (weights memory-mapped from the GGUF file).
+pub struct Model {
+    /// Its configuration.
+    pub config: Config,
+    isa: Isa,
+    embeddings: QMatrix,
+    layers: Vec<Layer>,
+    out_norm: Vec<f32>,
+    output: QMatrix,
+    /// RoPE inverse frequencies, one per rotated pair.
+    inv_freq: Vec<f32>,
+}
+
+/// Why a model could not be loaded: a message naming the tensor or key.
+pub type LoadError = String;
+
+fn matrix(content: &gguf_file::Content, map: &Arc<Mmap>, name: &str) -> Result<QMatrix, LoadError> {
+    let info = content
+        .tensor_infos
+        .get(name)
+        .ok_or_else(|| format!("tensor {name} missing"))?;
+    let qtype = QType::of_ggml(info.ggml_dtype).ok_or_else(|| {
+        format!(
+            "tensor {name} has type {:?}, which the native backend cannot multiply (supported: \
+             F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
+            info.ggml_dtype
+        )
+    })?;
+    let dims = info.shape.dims();
+    // GGUF shapes read back as (rows, cols) for a 2-D weight.
+    let (rows, cols) = match dims {
+        [rows, cols] => (*rows, *cols),
+        _ => {
+            return Err(format!(
+                "tensor {name}: expected 2 dimensions, found {dims:?}"
+            ));
+        }
+    };
+    let offset = (content.tensor_data_offset + info.offset) as usize;
+    QMatrix::new(map.clone(), offset, qtype, rows, cols).ok_or_else(|| {
+        format!(
+            "tensor {name}: {rows} x {cols} {qtype:?} values do not fit the file at byte {offset} \
+             (or a row is not a whole number of blocks)"
+        )
+    })
+}
+
+impl Model {
+    /// Every check that needs no weights: the family and each tensor's type, so an unsupported
+    /// file fails before any work. Then maps the file and builds the model.
+    pub fn load(
+        content: &gguf_file::Content,
+        map: Arc<Mmap>,
+        family: Family,
+    ) -> Result<Self, LoadError> {
+        let md = &content.metadata;
+        let arch = match family {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        };
+        let get_u = |key: &str| -> Result<usize, LoadError> {
+            md.get(&format!("{arch}.{key}"))
+                .and_then(|v| {
+                    v.to_u32()
+                        .ok()
+                        .map(|v| v as usize)
+                        .or_else(|| v.to_u64().ok().map(|v| v as usize))
+                })
+                .ok_or_else(|| format!("metadata {arch}.{key} missing"))
+        };
+        let get_f = |key: &str| {
+            md.get(&format!("{arch}.{key}"))
+                .and_then(|v| v.to_f32().ok())
+        };
+        for (name, info) in &content.tensor_infos {
+            if QType::of_ggml(info.ggml_dtype).is_none() {
+                return Err(format!(
+                    "tensor {name} has type {:?}, which the native backend cannot multiply \
+                     (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K)",
+                    info.ggml_dtype
+                ));
+            }
+        }
+        let layers = get_u("block_count")?;
+        let hidden = get_u("embedding_length")?;
+        let heads = get_u("attention.head_count")?;
+        let kv_heads = get_u("attention.head_count_kv").unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(format!(
+                "metadata: {heads} heads for {kv_heads} key/value heads"
+            ));
+        }
+        let head_dim = get_u("attention.key_length").unwrap_or(hidden / heads);
+        let rope_dims = get_u("rope.dimension_count")
+            .unwrap_or(head_dim)
+            .min(head_dim);
+        if rope_dims % 2 != 0 || head_dim % 2 != 0 {
+            return Err(format!(
+                "metadata: odd head width {head_dim} or RoPE width {rope_dims}"
+            ));
+        }
+        let rope_base = get_f("rope.freq_base").unwrap_or(10_000.0);
+        let eps = get_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
+        let embeddings = matrix(content, &map, "token_embd.weight")?;
+        if embeddings.cols != hidden {
+            return Err(format!(
+                "tensor token_embd.weight has width {}, metadata says {hidden}",
+                embeddings.cols
+            ));
+        }
+        let output = if content.tensor_infos.contains_key("output.weight") {
+            matrix(content, &map, "output.weight")?
+        } else {
+            matrix(content, &map, "token_embd.weight")?
+        };
+        let vector = |name: &str| -> Result<Vec<f32>, LoadError> {
+            let info = content
+                .tensor_infos
+                .get(name)
+                .ok_or_else(|| format!("tensor {name} missing"))?;
+            let n = info.shape.elem_count();
+            let offset = (content.tensor_data_offset + info.offset) as usize;
+            let qtype = QType::of_ggml(info.ggml_dtype).ok_or_else(|| {
+                format!("tensor {name}: type {:?} not supported", info.ggml_dtype)
+            })?;
+            let m = QMatrix::new(map.clone(), offset, qtype, 1, n)
+                .ok_or_else(|| format!("tensor {name}: {n} values do not fit the file"))?;
+            let mut out = vec![0f32; n];
+            m.dequantize_row(0, &mut out);
+            Ok(out)
+        };
+        let optional = |name: &str| -> Result<Option<Vec<f32>>, LoadError> {
+            if content.tensor_infos.contains_key(name) {
+                vector(name).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let q_width = heads * head_dim;
+        let kv_width = kv_heads * head_dim;
+        let mut blocks = Vec::with_capacity(layers);
+        for i in 0..layers {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            let layer = Layer {
+                attn_norm: vector(&p("attn_norm.weight"))?,
+                wq: matrix(content, &map, &p("attn_q.weight"))?,
+                wk: matrix(content, &map, &p("attn_k.weight"))?,
+                wv: matrix(content, &map, &p("attn_v.weight"))?,
+                wo: matrix(content, &map, &p("attn_output.weight"))?,
+                bq: optional(&p("attn_q.bias"))?,
+                bk: optional(&p("attn_k.bias"))?,
+                bv: optional(&p("attn_v.bias"))?,
+                q_norm: optional(&p("attn_q_norm.weight"))?,
+                k_norm: optional(&p("attn_k_norm.weight"))?,
+                ffn_norm: vector(&p("ffn_norm.weight"))?,
+                gate: matrix(content, &map, &p("ffn_gate.weight"))?,
+                up: matrix(content, &map, &p("ffn_up.weight"))?,
+                down: matrix(content, &map, &p("ffn_down.weight"))?,
+            };
+            let shapes = [
+                ("attn_q", &layer.wq, q_width, hidden),
+                ("attn_k", &layer.wk, kv_width, hidden),
+                ("attn_v", &layer.wv, kv_width, hidden),
+                ("attn_output", &layer.wo, hidden, q_width),
+                ("ffn_up", &layer.up, layer.gate.rows, hidden),
+                ("ffn_gate", &layer.gate, layer.up.rows, hidden),
+                ("ffn_down", &layer.down, hidden, layer.up.rows),
+            ];
+            for (name, m, rows, cols) in shapes {
+                if m.rows != rows || m.cols != cols {
+                    return Err(format!(
+                        "tensor blk.{i}.{name}.weight is {} x {}, expected {rows} x {cols}",
+                        m.rows, m.cols
+                    ));
+                }
+            }
+            for (name, norm, width) in [
+                ("attn_norm", Some(&layer.attn_norm), hidden),
+                ("ffn_norm", Some(&layer.ffn_norm), hidden),
+                ("attn_q_norm", layer.q_norm.as_ref(), head_dim),
+                ("attn_k_norm", layer.k_norm.as_ref(), head_dim),
+                ("attn_q.bias", layer.bq.as_ref(), q_width),
+                ("attn_k.bias", layer.bk.as_ref(), kv_width),
+                ("attn_v.bias", layer.bv.as_ref(), kv_width),
+            ] {
+                if let Some(v) = norm
+                    && v.len() != width
+                {
+                    return Err(format!(
+                        "tensor blk.{i}.{name} has {} values, expected {width}",
+                        v.len()
+                    ));
+                }
+            }
+            blocks.push(layer);
+        }
+        let out_norm = vector("output_norm.weight")?;
+        if output.cols != hidden || out_norm.len() != hidden {
+            return Err(format!(
+                "output head is {} wide, hidden width {hidden}",
+                output.cols
+            ));
+        }
+        let inv_freq = (0..rope_dims / 2)
+            .map(|i| 1f32 / rope_base.powf((2 * i) as f32 / rope_dims as f32))
+            .collect();
+        Ok(Self {
+            config: Config {
+                family,
+                layers,
+                hidden,
+                heads,
+                kv_heads,
+                head_dim,
+                rope_dims,
+                rope_base,
+                eps,
+                vocab: output.rows,
+            },
+            isa: Isa::detect(),
+            embeddings,
+            layers: blocks,
+            out_norm,
+            output,
+            inv_freq,
+        })
+    }
+
+    /// An empty cache for this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            keys: vec![Vec::new(); self.config.layers],
+            values: vec![Vec::new(); self.config.layers],
+            kv_width: self.config.kv_heads * self.config.head_dim,
+            len: 0,
+        }
+    }
+
+    fn embed(&self, tokens: &[u32], x: &mut [f32]) -> Result<(), String> {
+        let d = self.config.hidden;
+        for (t, &id) in tokens.iter().enumerate() {
+            if id as usize >= self.embeddings.rows {
+                return Err(format!(
+                    "token id {id} is outside the {}-token vocabulary",
+                    self.embeddings.rows
+                ));
+            }
+            self.embeddings
+                .dequantize_row(id as usize, &mut x[t * d..(t + 1) * d]);
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` (appended to `cache`) through the matrix x matrix path; returns the logits
+    /// of the last token.
+    pub fn prompt(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, String> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err("empty prompt".into());
+        }
+        let c = &self.config;
+        let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let start = cache.len;
+        let mut x = vec![0f32; n * d];
+        self.embed(tokens, &mut x)?;
+        let mut h = vec![0f32; n * d];
+        let mut q = vec![0f32; n * qw];
+        let mut k = vec![0f32; n * kvw];
+        let mut v = vec![0f32; n * kvw];
+        let mut attn = vec![0f32; n * qw];
+        let mut o = vec![0f32; n * d];
+        for (li, layer) in self.layers.iter().enumerate() {
+            rms_norm_rows(&x, &layer.attn_norm, c.eps, &mut h);
+            matmul(&layer.wq, &h, n, &mut q);
+            matmul(&layer.wk, &h, n, &mut k);
+            matmul(&layer.wv, &h, n, &mut v);
+            for t in 0..n {
+                self.finish_qkv(
+                    layer,
+                    start + t,
+                    &mut q[t * qw..(t + 1) * qw],
+                    &mut k[t * kvw..(t + 1) * kvw],
+                    &mut v[t * kvw..(t + 1) * kvw],
+                );
+            }
+            cache.keys[li].extend_from_slice(&k);
+            cache.values[li].extend_from_slice(&v);
+            self.attention(&q, n, start, &cache.keys[li], &cache.values[li], &mut attn);
+            matmul(&layer.wo, &attn, n, &mut o);
+            add_in_place(&mut x, &o);
+            rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
+            let ff = layer.up.rows;
+            let mut gate = vec![0f32; n * ff];
+            let mut up = vec![0f32; n * ff];
+            matmul(&layer.gate, &h, n, &mut gate);
+            matmul(&layer.up, &h, n, &mut up);
+            silu_mul(&mut gate, &up);
+            matmul(&layer.down, &gate, n, &mut o);
+            add_in_place(&mut x, &o);
+        }
+        cache.len += n;
+        Ok(self.logits(&x[(n - 1) * d..]))
+    }
+
+    /// Runs one token at the end of `cache` through the matrix x vector path; returns its
+    /// logits.
+    pub fn step(&self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, String> {
+        let c = &self.config;
+        let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let pos = cache.len;
+        let mut x = vec![0f32; d];
+        self.embed(&[token], &mut x)?;
+        let mut h = vec![0f32; d];
+        let mut q = vec![0f32; qw];
+        let mut k = vec![0f32; kvw];
+        let mut v = vec![0f32; kvw];
+        let mut attn = vec![0f32; qw];
+        let mut o = vec![0f32; d];
+        let ff = self.layers.first().map_or(0, |l| l.up.rows);
+        let mut gate = vec![0f32; ff];
+        let mut up = vec![0f32; ff];
+        let mut act = Q8Activation::new();
+        for (li, layer) in self.layers.iter().enumerate() {
+            rms_norm_rows(&x, &layer.attn_norm, c.eps, &mut h);
+            act.quantize(&h);
+            matvec(
+                self.isa,
+                &[&layer.wq, &layer.wk, &layer.wv],
+                &h,
+                &act,
+                &mut [&mut q[..], &mut k[..], &mut v[..]],
+            );
+            self.finish_qkv(layer, pos, &mut q, &mut k, &mut v);
+            cache.keys[li].extend_from_slice(&k);
+            cache.values[li].extend_from_slice(&v);
+            self.attention(&q, 1, pos, &cache.keys[li], &cache.values[li], &mut attn);
+            act.quantize(&attn);
+            matvec(self.isa, &[&layer.wo], &attn, &act, &mut [&mut o[..]]);
+            add_in_place(&mut x, &o);
+            rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
+            act.quantize(&h);
+            matvec(
+                self.isa,
+                &[&layer.gate, &layer.up],
+                &h,
+                &act,
+                &mut [&mut gate[..], &mut up[..]],
+            );
+            silu_mul(&mut gate, &up);
+            act.quantize(&gate);
+            matvec(self.isa, &[&layer.down], &gate, &act, &mut [&mut o[..]]);
+            add_in_place(&mut x, &o);
+        }
+        cache.len += 1;
+        Ok(self.logits(&x))
+    }
+
+    /// Biases, per-head norms and RoPE on one token's q, k, v.
+    fn finish_qkv(&self, layer: &Layer, pos: usize, q: &mut [f32], k: &mut [f32], v: &mut [f32]) {
+        let c = &self.config;
+        for (vals, bias) in [
+            (&mut *q, &layer.bq),
+            (&mut *k, &layer.bk),
+            (&mut *v, &layer.bv),
+        ] {
+            if let Some(b) = bias {
+                add_in_place(vals, b);
+            }
+        }
+        if let Some(norm) = &layer.q_norm {
+            for head in q.chunks_exact_mut(c.head_dim) {
+                rms_norm_in_place(head, norm, c.eps);
+            }
+        }
+        if let Some(norm) = &layer.k_norm {
+            for head in k.chunks_exact_mut(c.head_dim) {
+                rms_norm_in_place(head, norm, c.eps);
+            }
+        }
+        let neox = c.family != Family::Llama;
+        for head in q
+            .chunks_exact_mut(c.head_dim)
+            .chain(k.chunks_exact_mut(c.head_dim))
+        {
+            self.rope(head, pos, neox);
+        }
+    }
+
+    fn rope(&self, head: &mut [f32], pos: usize, neox: bool) {
+        let half = self.config.rope_dims / 2;
+        for (i, &f) in self.inv_freq.iter().enumerate() {
+            let angle = pos as f32 * f;
+            let (sin, cos) = angle.sin_cos();
+            let (a, b) = if neox {
+                (i, i + half)
+            } else {
+                (2 * i, 2 * i + 1)
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * cos - x1 * sin;
+            head[b] = x0 * sin + x1 * cos;
+        }
+    }
+
+    /// Causal attention of `n` queries at positions `start..start + n` over the cached keys
+    /// and values (which already include them). Each (query, head) is computed on its own, in
+    /// one fixed order, so the result does not depend on how a prompt was batched.
+    fn attention(
+        &self,
+        q: &[f32],
+        n: usize,
+        start: usize,
+        keys: &[f32],
+        values: &[f32],
+        out: &mut [f32],
+    ) {
+        let c = &self.config;
+        let (hd, qw, kvw) = (c.head_dim, c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let group = c.heads / c.kv_heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        out.par_chunks_mut(hd).enumerate().for_each(|(cell, out)| {
+            let (t, head) = (cell / c.heads, cell % c.heads);
+            let kv = head / group;
+            let query = &q[t * qw + head * hd..t * qw + (head + 1) * hd];
+            let visible = start + t + 1;
+            let mut scores: Vec<f32> = (0..visible)
+                .map(|j| dot_f32(query, &keys[j * kvw + kv * hd..j * kvw + (kv + 1) * hd]) * scale)
+                .collect();
+            softmax_row(&mut scores);
+            out.fill(0.0);
+            for (j, p) in scores.iter().enumerate() {
+                let value = &values[j * kvw + kv * hd..j * kvw + (kv + 1) * hd];
+                for (o, v) in out.iter_mut().zip(value) {
+                    *o += p * v;
+                }
+            }
+        });
+        debug_assert_eq!(out.len(), n * qw);
+    }
+
+    fn logits(&self, last: &[f32]) -> Vec<f32> {
+        let mut h = vec![0f32; last.len()];
+        rms_norm_rows(last, &self.out_norm, self.config.eps, &mut h);
+        let mut act = Q8Activation::new();
+        act.quantize(&h);
+        let mut logits = vec![0f32; self.output.rows];
+        matvec(self.isa, &[&self.output], &h, &act, &mut [&mut logits[..]]);
+        logits
+    }
+}
+
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let mean = dot_f32(x, x) / x.len() as f32;
+    let inv = 1.0 / (mean + eps).sqrt();
+    for (v, w) in x.iter_mut().zip(w) {
+        *v = *v * inv * w;
+    }
+}
+
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        o.copy_from_slice(row);
+        rms_norm_in_place(o, w, eps);
+    }
+}
+
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    if x.len() == y.len() {
+        for (a, b) in x.iter_mut().zip(y) {
+            *a += b;
+        }
+    } else {
+        // A bias added to each row.
+        for row in x.chunks_exact_mut(y.len()) {
+            for (a, b) in row.iter_mut().zip(y) {
+                *a += b;
+            }
+        }
+    }
+}
+
+fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + exp_fast(-*g)) * u;
+    }
+}

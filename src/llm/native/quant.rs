@@ -1,0 +1,988 @@
+//! Quantized weight matrices straight from a GGUF file, and the two products the model needs:
+//!
+//! - **matrix x vector** (one generated token): the activation is quantized to 8-bit blocks of
+//!   32 (a scale, the values, and their sums per 16) and each weight row meets it in integer
+//!   arithmetic, llama.cpp's scheme: the row's 4/5/6/8-bit values are unpacked to bytes in
+//!   registers and multiplied with `VPMADDUBSW` (AVX2) or `VPDPBUSD` (AVX512-VNNI), then scaled
+//!   per block in f32. Offsets and minimums are folded in through the activation's block sums.
+//!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K have such kernels; Q2_K, Q3_K, float
+//!   weights and CPUs without AVX2 take a dequantize-then-dot path (correct, slower).
+//! - **matrix x matrix** (a prompt): panels of 32 weight rows are dequantized once per call and
+//!   multiplied with every prompt row, in bf16 with f32 sums (`VDPBF16PS`, the embedders' kernel)
+//!   on CPUs with AVX512-BF16, in f32 elsewhere and always for float weights.
+//!
+//! Each output value is one sum in a fixed order over its row, whatever the thread count or the
+//! number of rows multiplied together, so a prompt's results do not depend on how it was split.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use candle_core::quantized::GgmlDType;
+use candle_core::quantized::k_quants::{
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, GgmlType,
+};
+use half::{bf16, f16};
+use memmap2::Mmap;
+use rayon::prelude::*;
+
+use crate::embed::cpu_bf16::{PANEL, PackedBf16Linear, TILE_ROWS, dot_tile};
+
+/// The storage types a [`QMatrix`] may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QType {
+    /// 32-bit floats.
+    F32,
+    /// IEEE half floats.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// 4-bit, one scale per 32.
+    Q4_0,
+    /// 4-bit, scale and minimum per 32.
+    Q4_1,
+    /// 5-bit, one scale per 32.
+    Q5_0,
+    /// 5-bit, scale and minimum per 32.
+    Q5_1,
+    /// 8-bit, one scale per 32.
+    Q8_0,
+    /// 2-bit k-quant (256 per super-block).
+    Q2K,
+    /// 3-bit k-quant.
+    Q3K,
+    /// 4-bit k-quant.
+    Q4K,
+    /// 5-bit k-quant.
+    Q5K,
+    /// 6-bit k-quant.
+    Q6K,
+}
+
+impl QType {
+    /// The type of a GGUF tensor, `None` for types this backend cannot multiply.
+    pub fn of_ggml(dtype: GgmlDType) -> Option<Self> {
+        Some(match dtype {
+            GgmlDType::F32 => QType::F32,
+            GgmlDType::F16 => QType::F16,
+            GgmlDType::BF16 => QType::Bf16,
+            GgmlDType::Q4_0 => QType::Q4_0,
+            GgmlDType::Q4_1 => QType::Q4_1,
+            GgmlDType::Q5_0 => QType::Q5_0,
+            GgmlDType::Q5_1 => QType::Q5_1,
+            GgmlDType::Q8_0 => QType::Q8_0,
+            GgmlDType::Q2K => QType::Q2K,
+            GgmlDType::Q3K => QType::Q3K,
+            GgmlDType::Q4K => QType::Q4K,
+            GgmlDType::Q5K => QType::Q5K,
+            GgmlDType::Q6K => QType::Q6K,
+            _ => return None,
+        })
+    }
+
+    /// Values per block.
+    pub fn block_values(self) -> usize {
+        match self {
+            QType::F32 | QType::F16 | QType::Bf16 => 1,
+            QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0 => 32,
+            _ => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QType::F32 => 4,
+            QType::F16 | QType::Bf16 => 2,
+            QType::Q4_0 => 18,
+            QType::Q4_1 => 20,
+            QType::Q5_0 => 22,
+            QType::Q5_1 => 24,
+            QType::Q8_0 => 34,
+            QType::Q2K => 84,
+            QType::Q3K => 110,
+            QType::Q4K => 144,
+            QType::Q5K => 176,
+            QType::Q6K => 210,
+        }
+    }
+
+    fn is_float(self) -> bool {
+        matches!(self, QType::F32 | QType::F16 | QType::Bf16)
+    }
+
+    /// Whether [`dot_rows`] has an integer SIMD kernel for this type.
+    fn has_int8_kernel(self) -> bool {
+        matches!(
+            self,
+            QType::Q4_0
+                | QType::Q4_1
+                | QType::Q5_0
+                | QType::Q5_1
+                | QType::Q8_0
+                | QType::Q4K
+                | QType::Q5K
+                | QType::Q6K
+        )
+    }
+}
+
+/// A `[rows, cols]` weight matrix (rows = output features) whose bytes live in the mapped file.
+pub struct QMatrix {
+    map: Arc<Mmap>,
+    offset: usize,
+    /// Storage type.
+    pub qtype: QType,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+}
+
+impl QMatrix {
+    /// The matrix at `offset` in `map`; `None` when `cols` is not a whole number of blocks, the
+    /// bytes run past the file or are misaligned for the block type.
+    pub fn new(
+        map: Arc<Mmap>,
+        offset: usize,
+        qtype: QType,
+        rows: usize,
+        cols: usize,
+    ) -> Option<Self> {
+        if cols == 0 || cols % qtype.block_values() != 0 || offset % 4 != 0 {
+            return None;
+        }
+        let len = rows.checked_mul(cols / qtype.block_values() * qtype.block_bytes())?;
+        if offset.checked_add(len)? > map.len() {
+            return None;
+        }
+        Some(Self {
+            map,
+            offset,
+            qtype,
+            rows,
+            cols,
+        })
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.qtype.block_values() * self.qtype.block_bytes()
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        let n = self.row_bytes();
+        &self.map[self.offset + r * n..self.offset + (r + 1) * n]
+    }
+
+    /// Row `r` as f32 values into `out` (`cols` long).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        dequantize(self.qtype, self.row(r), out);
+    }
+}
+
+/// Reinterprets `bytes` as blocks of `T` (a `repr(C)` GGML block of alignment <= 4).
+fn blocks<T: GgmlType>(bytes: &[u8]) -> &[T] {
+    let size = std::mem::size_of::<T>();
+    assert!(bytes.len() % size == 0 && bytes.as_ptr() as usize % std::mem::align_of::<T>() == 0);
+    // SAFETY: GGML blocks are plain `repr(C)` integers and halves (every bit pattern valid); the
+    // length is a whole number of blocks and the pointer is aligned (both asserted above).
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) }
+}
+
+/// Dequantizes one row of `qtype` values (candle's reference code, llama.cpp's formulas).
+fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
+    match qtype {
+        QType::F32 => {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        QType::F16 => {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+        QType::Bf16 => {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+        QType::Q4_0 => BlockQ4_0::to_float(blocks(row), out),
+        QType::Q4_1 => BlockQ4_1::to_float(blocks(row), out),
+        QType::Q5_0 => BlockQ5_0::to_float(blocks(row), out),
+        QType::Q5_1 => BlockQ5_1::to_float(blocks(row), out),
+        QType::Q8_0 => BlockQ8_0::to_float(blocks(row), out),
+        QType::Q2K => BlockQ2K::to_float(blocks(row), out),
+        QType::Q3K => BlockQ3K::to_float(blocks(row), out),
+        QType::Q4K => BlockQ4K::to_float(blocks(row), out),
+        QType::Q5K => BlockQ5K::to_float(blocks(row), out),
+        QType::Q6K => BlockQ6K::to_float(blocks(row), out),
+    }
+}
+
+/// An activation vector quantized to 8-bit blocks of 32 for the integer kernels.
+pub struct Q8Activation {
+    /// The values, rounded to `x / scale`.
+    qs: Vec<i8>,
+    /// One scale per 32 values.
+    scales: Vec<f32>,
+    /// scale * (sum of the 16 values), per 16 values.
+    scaled_sums16: Vec<f32>,
+}
+
+impl Q8Activation {
+    /// An empty activation, filled by [`Q8Activation::quantize`].
+    pub fn new() -> Self {
+        Self {
+            qs: Vec::new(),
+            scales: Vec::new(),
+            scaled_sums16: Vec::new(),
+        }
+    }
+
+    /// Quantizes `x` (a multiple of 32 long) in place of the previous contents.
+    pub fn quantize(&mut self, x: &[f32]) {
+        debug_assert!(x.len() % 32 == 0);
+        self.qs.clear();
+        self.scales.clear();
+        self.scaled_sums16.clear();
+        for block in x.chunks_exact(32) {
+            let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = max / 127.0;
+            let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let mut sums = [0i32; 2];
+            for (i, v) in block.iter().enumerate() {
+                let q = (v * inverse).round() as i8;
+                sums[i / 16] += i32::from(q);
+                self.qs.push(q);
+            }
+            self.scales.push(scale);
+            self.scaled_sums16.push(scale * sums[0] as f32);
+            self.scaled_sums16.push(scale * sums[1] as f32);
+        }
+    }
+
+    fn scaled_sum32(&self, block: usize) -> f32 {
+        self.scaled_sums16[2 * block] + self.scaled_sums16[2 * block + 1]
+    }
+}
+
+impl Default for Q8Activation {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Which matrix x vector kernels this CPU runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Dequantize-then-dot everywhere.
+    Portable,
+    /// AVX2 + FMA integer kernels.
+    Avx2,
+    /// AVX2 kernels with AVX512-VNNI's `VPDPBUSD` for the byte products.
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The best this CPU supports.
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") && has!("f16c") {
+                if has!("avx512vnni") && has!("avx512vl") && has!("avx512f") {
+                    return Isa::Avx512Vnni;
+                }
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out[i] = row(first + i) . x` for `out.len()` rows of `m`.
+fn dot_rows(isa: Isa, m: &QMatrix, first: usize, x: &[f32], act: &Q8Activation, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if m.qtype.has_int8_kernel() && isa != Isa::Portable {
+        // SAFETY: `isa` was detected on this CPU (Isa::detect), so the features are present;
+        // `act` holds `m.cols` values (the caller quantized `x`).
+        unsafe {
+            match isa {
+                Isa::Avx512Vnni => x86::dot_rows_vnni(m, first, act, out),
+                _ => x86::dot_rows_avx2(m, first, act, out),
+            }
+        }
+        return;
+    }
+    let _ = (isa, act);
+    SCRATCH.with(|scratch| {
+        let mut row = scratch.borrow_mut();
+        row.resize(m.cols, 0.0);
+        for (i, o) in out.iter_mut().enumerate() {
+            m.dequantize_row(first + i, &mut row);
+            *o = dot_f32(&row, x);
+        }
+    });
+}
+
+/// A dot product with eight partial sums (vectorisable, fixed order).
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let mut sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (x, y) in ar.iter().zip(br) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// Rows per parallel task of a matrix x vector product.
+const ROWS_PER_TASK: usize = 64;
+
+/// Matrix x vector for several matrices sharing one input (`x`, quantized as `act`), in one
+/// parallel pass: `outs[i] = mats[i] x`.
+pub fn matvec(isa: Isa, mats: &[&QMatrix], x: &[f32], act: &Q8Activation, outs: &mut [&mut [f32]]) {
+    let mut tasks: Vec<(&QMatrix, usize, &mut [f32])> = Vec::new();
+    for (m, out) in mats.iter().zip(outs.iter_mut()) {
+        debug_assert_eq!(out.len(), m.rows);
+        for (i, chunk) in out.chunks_mut(ROWS_PER_TASK).enumerate() {
+            tasks.push((m, i * ROWS_PER_TASK, chunk));
+        }
+    }
+    tasks
+        .into_par_iter()
+        .for_each(|(m, first, out)| dot_rows(isa, m, first, x, act, out));
+}
+
+/// The output pointer shared by tasks writing disjoint columns of a matrix product.
+struct SharedOut(*mut f32);
+// SAFETY: tasks write disjoint elements through it (see `matmul`).
+unsafe impl Sync for SharedOut {}
+
+thread_local! {
+    static PANEL_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PANEL_BF16: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out[t][r] = x[t] . row(r)` for the `n` rows of `x` (`[n, cols]`), `out` `[n, rows]`.
+pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    assert!(x.len() == n * m.cols && out.len() == n * m.rows);
+    let bf16_path = !m.qtype.is_float() && m.cols % 2 == 0 && PackedBf16Linear::supported();
+    let xb: Vec<bf16> = if bf16_path {
+        x.iter().map(|&v| bf16::from_f32(v)).collect()
+    } else {
+        Vec::new()
+    };
+    let panels = m.rows.div_ceil(PANEL);
+    let shared = SharedOut(out.as_mut_ptr());
+    (0..panels).into_par_iter().for_each(|panel| {
+        let shared = &shared;
+        let first = panel * PANEL;
+        let cols = PANEL.min(m.rows - first);
+        PANEL_F32.with(|buf| {
+            let mut rows = buf.borrow_mut();
+            rows.resize(PANEL * m.cols, 0.0);
+            for c in 0..cols {
+                m.dequantize_row(first + c, &mut rows[c * m.cols..(c + 1) * m.cols]);
+            }
+            rows[cols * m.cols..].fill(0.0);
+            if bf16_path {
+                PANEL_BF16.with(|packed| {
+                    let mut packed = packed.borrow_mut();
+                    pack_bf16_panel(&rows, m.cols, &mut packed);
+                    let pairs = m.cols / 2;
+                    let mut sums = [0f32; TILE_ROWS * PANEL];
+                    let mut t = 0;
+                    while t < n {
+                        let tile = TILE_ROWS.min(n - t);
+                        // SAFETY: the CPU has AVX512-BF16 (PackedBf16Linear::supported); the
+                        // rows slice holds `tile` rows of `pairs` pairs, `packed` one panel.
+                        unsafe {
+                            dot_tile(
+                                tile,
+                                pairs,
+                                &xb[t * m.cols..(t + tile) * m.cols],
+                                &packed,
+                                &mut sums,
+                            )
+                        };
+                        for r in 0..tile {
+                            // SAFETY: row t + r < n and columns first..first + cols < m.rows are
+                            // inside `out`; only this task writes this panel's columns.
+                            unsafe {
+                                let dst = shared.0.add((t + r) * m.rows + first);
+                                std::ptr::copy_nonoverlapping(
+                                    sums.as_ptr().add(r * PANEL),
+                                    dst,
+                                    cols,
+                                );
+                            }
+                        }
+                        t += tile;
+                    }
+                });
+            } else {
+                for t in 0..n {
+                    let xt = &x[t * m.cols..(t + 1) * m.cols];
+                    for c in 0..cols {
+                        let v = dot_f32(&rows[c * m.cols..(c + 1) * m.cols], xt);
+                        // SAFETY: as above: a cell of this panel's columns in row t < n.
+                        unsafe { *shared.0.add(t * m.rows + first + c) = v };
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// Packs `PANEL` rows of `k` f32 weights into `[k / 2][PANEL]` pairs of bf16 (the layout of
+/// [`dot_tile`]), rounding to nearest even.
+fn pack_bf16_panel(rows: &[f32], k: usize, packed: &mut Vec<u32>) {
+    let pairs = k / 2;
+    packed.resize(pairs * PANEL, 0);
+    #[cfg(target_arch = "x86_64")]
+    if k % 32 == 0 {
+        // SAFETY: only reached from `matmul`'s bf16 path, taken when the CPU has AVX512-BF16;
+        // `rows` holds PANEL rows of k values and `packed` pairs * PANEL.
+        unsafe { pack_bf16_panel_avx512(rows, k, packed) };
+        return;
+    }
+    for lane in 0..PANEL {
+        let row = &rows[lane * k..(lane + 1) * k];
+        for (pair, v) in row.chunks_exact(2).enumerate() {
+            let lo = u32::from(bf16::from_f32(v[0]).to_bits());
+            let hi = u32::from(bf16::from_f32(v[1]).to_bits());
+            packed[pair * PANEL + lane] = lo | (hi << 16);
+        }
+    }
+}
+
+/// [`pack_bf16_panel`] for `k` a multiple of 32: `VCVTNE2PS2BF16` turns 32 values of a row into
+/// 16 pairs, scattered to their lanes.
+///
+/// # Safety
+/// The CPU must support AVX512F and AVX512-BF16; `rows` must hold `PANEL * k` values and
+/// `packed` `k / 2 * PANEL`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pack_bf16_panel_avx512(rows: &[f32], k: usize, packed: &mut [u32]) {
+    use std::arch::x86_64::*;
+    assert!(rows.len() >= PANEL * k && packed.len() >= k / 2 * PANEL && k % 32 == 0);
+    let stride = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(PANEL as i32),
+    );
+    for lane in 0..PANEL {
+        for chunk in 0..k / 32 {
+            // SAFETY: lane * k + chunk * 32 + 32 <= PANEL * k values are read; the scatter
+            // writes pairs chunk * 16 .. chunk * 16 + 16 of this lane, below k / 2 * PANEL.
+            unsafe {
+                let at = rows.as_ptr().add(lane * k + chunk * 32);
+                let v0 = _mm512_loadu_ps(at);
+                let v1 = _mm512_loadu_ps(at.add(16));
+                let pairs: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(v1, v0));
+                let base = packed.as_mut_ptr().add(chunk * 16 * PANEL + lane);
+                _mm512_i32scatter_epi32::<4>(base.cast(), stride, pairs);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The integer kernels. Each unpacks 32 weights to unsigned bytes (0..63) in one register,
+    //! multiplies them with 32 activation bytes into eight i32 sums of four, and scales those
+    //! in f32; a type's offset (Q4_0's 8, Q5_0's 16, Q6_K's 32) and minimums go through the
+    //! activation's scaled block sums in scalar arithmetic.
+    use std::arch::x86_64::*;
+
+    use super::{Q8Activation, QMatrix, QType};
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `act` must hold `m.cols` values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_rows_avx2(
+        m: &QMatrix,
+        first: usize,
+        act: &Q8Activation,
+        out: &mut [f32],
+    ) {
+        // SAFETY: forwarded.
+        unsafe { dot_rows::<false>(m, first, act, out) }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2, FMA, AVX512F/VL and AVX512-VNNI; `act` must hold `m.cols`
+    /// values.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn dot_rows_vnni(
+        m: &QMatrix,
+        first: usize,
+        act: &Q8Activation,
+        out: &mut [f32],
+    ) {
+        // SAFETY: forwarded.
+        unsafe { dot_rows::<true>(m, first, act, out) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_rows<const VNNI: bool>(
+        m: &QMatrix,
+        first: usize,
+        act: &Q8Activation,
+        out: &mut [f32],
+    ) {
+        assert!(act.qs.len() >= m.cols && first + out.len() <= m.rows);
+        for (i, o) in out.iter_mut().enumerate() {
+            let row = m.row(first + i);
+            // SAFETY: `row` is one whole row of `m.qtype` blocks and `act` covers its columns
+            // (asserted); the caller guarantees the CPU features.
+            *o = unsafe {
+                match m.qtype {
+                    QType::Q8_0 => dot_q8_0::<VNNI>(row, act),
+                    QType::Q4_0 => dot_q4::<VNNI, false>(row, act),
+                    QType::Q4_1 => dot_q4::<VNNI, true>(row, act),
+                    QType::Q5_0 => dot_q5::<VNNI, false>(row, act),
+                    QType::Q5_1 => dot_q5::<VNNI, true>(row, act),
+                    QType::Q4K => dot_qk45::<VNNI, false>(row, act),
+                    QType::Q5K => dot_qk45::<VNNI, true>(row, act),
+                    QType::Q6K => dot_q6k::<VNNI>(row, act),
+                    _ => unreachable!("no integer kernel for {:?}", m.qtype),
+                }
+            };
+        }
+    }
+
+    /// Sums of four products of unsigned `w` bytes and signed `a` bytes, as eight i32.
+    #[inline(always)]
+    unsafe fn mul_sum<const VNNI: bool>(w: __m256i, a: __m256i) -> __m256i {
+        if VNNI {
+            // SAFETY: VNNI is only instantiated inside dot_rows_vnni (features enabled).
+            unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a) }
+        } else {
+            // w <= 63 here, or |w| <= 128 with a's sign moved (Q8_0): a pair sum stays within
+            // i16 (128 * 127 * 2 = 32512; activations are rounded into -127..=127).
+            unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)) }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        unsafe {
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+            _mm_cvtss_f32(s)
+        }
+    }
+
+    /// The f16 at `bytes[at..at + 2]` (F16C's `VCVTPH2PS`: `half`'s conversion would detect
+    /// the feature again on every call from here).
+    #[inline(always)]
+    fn half(bytes: &[u8], at: usize) -> f32 {
+        let bits = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        // SAFETY: F16C is enabled in both kernels' target features (and checked by
+        // Isa::detect).
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_act(act: &Q8Activation, block: usize) -> __m256i {
+        // SAFETY: block * 32 + 32 <= act.qs.len() (the callers' row covers act).
+        unsafe { _mm256_loadu_si256(act.qs.as_ptr().add(block * 32).cast()) }
+    }
+
+    /// 16 bytes of nibbles to 32 values: low nibbles first (values 0..16), then high nibbles.
+    #[inline(always)]
+    unsafe fn nibbles(qs: *const u8) -> __m256i {
+        unsafe {
+            let bytes = _mm_loadu_si128(qs.cast());
+            let low = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+            let high = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
+            _mm256_set_m128i(high, low)
+        }
+    }
+
+    /// 0x10 in byte i where bit i of `bits` is set, else 0.
+    #[inline(always)]
+    unsafe fn fifth_bits(bits: u32) -> __m256i {
+        unsafe {
+            // Byte i takes byte i / 8 of `bits`, then keeps bit i % 8 of it.
+            let spread = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(bits as i32),
+                _mm256_set_epi64x(
+                    0x0303_0303_0303_0303,
+                    0x0202_0202_0202_0202,
+                    0x0101_0101_0101_0101,
+                    0,
+                ),
+            );
+            let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_q8_0<const VNNI: bool>(row: &[u8], act: &Q8Activation) -> f32 {
+        // SAFETY: AVX is enabled by the caller.
+        let mut acc = unsafe { _mm256_setzero_ps() };
+        for (b, block) in row.chunks_exact(34).enumerate() {
+            // SAFETY: a block is 34 bytes: the scale then 32 signed values.
+            unsafe {
+                let w = _mm256_loadu_si256(block.as_ptr().add(2).cast());
+                let a = load_act(act, b);
+                // |w| as unsigned bytes, a carrying w's sign.
+                let p = mul_sum::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+                let scale = _mm256_set1_ps(half(block, 0) * act.scales[b]);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+            }
+        }
+        // SAFETY: AVX is enabled by the caller.
+        unsafe { hsum(acc) }
+    }
+
+    /// Q4_0 (`MIN` false: value = d (q - 8)) and Q4_1 (`MIN`: value = d q + m).
+    #[inline(always)]
+    unsafe fn dot_q4<const VNNI: bool, const MIN: bool>(row: &[u8], act: &Q8Activation) -> f32 {
+        let size = if MIN { 20 } else { 18 };
+        // SAFETY: AVX is enabled by the caller.
+        let mut acc = unsafe { _mm256_setzero_ps() };
+        let mut offset = 0f32;
+        for (b, block) in row.chunks_exact(size).enumerate() {
+            let d = half(block, 0);
+            // SAFETY: the nibbles are the block's last 16 bytes.
+            unsafe {
+                let w = nibbles(block.as_ptr().add(size - 16));
+                let p = mul_sum::<VNNI>(w, load_act(act, b));
+                acc = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(p),
+                    _mm256_set1_ps(d * act.scales[b]),
+                    acc,
+                );
+            }
+            offset += if MIN {
+                half(block, 2) * act.scaled_sum32(b)
+            } else {
+                -8.0 * d * act.scaled_sum32(b)
+            };
+        }
+        // SAFETY: AVX is enabled by the caller.
+        unsafe { hsum(acc) + offset }
+    }
+
+    /// Q5_0 (value = d (q - 16)) and Q5_1 (value = d q + m).
+    #[inline(always)]
+    unsafe fn dot_q5<const VNNI: bool, const MIN: bool>(row: &[u8], act: &Q8Activation) -> f32 {
+        let size = if MIN { 24 } else { 22 };
+        let high_at = if MIN { 4 } else { 2 };
+        // SAFETY: AVX is enabled by the caller.
+        let mut acc = unsafe { _mm256_setzero_ps() };
+        let mut offset = 0f32;
+        for (b, block) in row.chunks_exact(size).enumerate() {
+            let d = half(block, 0);
+            let bits = u32::from_le_bytes([
+                block[high_at],
+                block[high_at + 1],
+                block[high_at + 2],
+                block[high_at + 3],
+            ]);
+            // SAFETY: the nibbles are the block's last 16 bytes.
+            unsafe {
+                let w = _mm256_or_si256(nibbles(block.as_ptr().add(size - 16)), fifth_bits(bits));
+                let p = mul_sum::<VNNI>(w, load_act(act, b));
+                acc = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(p),
+                    _mm256_set1_ps(d * act.scales[b]),
+                    acc,
+                );
+            }
+            offset += if MIN {
+                half(block, 2) * act.scaled_sum32(b)
+            } else {
+                -16.0 * d * act.scaled_sum32(b)
+            };
+        }
+        // SAFETY: AVX is enabled by the caller.
+        unsafe { hsum(acc) + offset }
+    }
+
+    /// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K super-block.
+    #[inline(always)]
+    fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
+        if j < 4 {
+            (f32::from(q[j] & 63), f32::from(q[j + 4] & 63))
+        } else {
+            (
+                f32::from((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4)),
+                f32::from((q[j + 4] >> 4) | ((q[j] >> 6) << 4)),
+            )
+        }
+    }
+
+    /// Q4_K (`FIVE` false) and Q5_K: 8 sub-blocks of 32, value = d sc q - dmin m.
+    #[inline(always)]
+    unsafe fn dot_qk45<const VNNI: bool, const FIVE: bool>(row: &[u8], act: &Q8Activation) -> f32 {
+        let size = if FIVE { 176 } else { 144 };
+        let qs_at = if FIVE { 48 } else { 16 };
+        // SAFETY: AVX is enabled by the caller.
+        let mut acc = unsafe { _mm256_setzero_ps() };
+        let mut offset = 0f32;
+        for (s, block) in row.chunks_exact(size).enumerate() {
+            let d = half(block, 0);
+            let dmin = half(block, 2);
+            let scales = &block[4..16];
+            // SAFETY: Q5_K's 32 high-bit bytes start at 16.
+            let high = if FIVE {
+                unsafe { _mm256_loadu_si256(block.as_ptr().add(16).cast()) }
+            } else {
+                unsafe { _mm256_setzero_si256() }
+            };
+            for chunk in 0..4 {
+                // SAFETY: 4 chunks of 32 nibble bytes from qs_at fill the block.
+                let bytes =
+                    unsafe { _mm256_loadu_si256(block.as_ptr().add(qs_at + 32 * chunk).cast()) };
+                for half_index in 0..2 {
+                    let j = 2 * chunk + half_index;
+                    let b = s * 8 + j;
+                    let (sc, mn) = scale_min_k4(j, scales);
+                    // SAFETY: AVX2 is enabled by the caller; `b` is inside `act`.
+                    unsafe {
+                        let mut w = if half_index == 0 {
+                            _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f))
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi8(0x0f))
+                        };
+                        if FIVE {
+                            let bit = _mm256_and_si256(
+                                _mm256_srl_epi16(high, _mm_cvtsi32_si128(j as i32)),
+                                _mm256_set1_epi8(1),
+                            );
+                            w = _mm256_or_si256(w, _mm256_slli_epi16(bit, 4));
+                        }
+                        let p = mul_sum::<VNNI>(w, load_act(act, b));
+                        acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(p),
+                            _mm256_set1_ps(d * sc * act.scales[b]),
+                            acc,
+                        );
+                    }
+                    offset -= dmin * mn * act.scaled_sum32(b);
+                }
+            }
+        }
+        // SAFETY: AVX is enabled by the caller.
+        unsafe { hsum(acc) + offset }
+    }
+
+    /// Bits `shift..shift + 2` of each byte of `hb`, moved to bits 4..6.
+    #[inline(always)]
+    unsafe fn two_bits_at_four(hb: __m256i, shift: i32, two: __m256i) -> __m256i {
+        // SAFETY: AVX2 is enabled by the callers.
+        unsafe {
+            _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(shift)), two),
+                4,
+            )
+        }
+    }
+
+    /// Q6_K: 16 sub-blocks of 16 with signed 8-bit scales, value = d sc (q - 32).
+    #[inline(always)]
+    unsafe fn dot_q6k<const VNNI: bool>(row: &[u8], act: &Q8Activation) -> f32 {
+        // SAFETY: AVX is enabled by the caller.
+        let mut acc = unsafe { _mm256_setzero_ps() };
+        let mut offset = 0f32;
+        for (s, block) in row.chunks_exact(210).enumerate() {
+            let d = half(block, 208);
+            let scales = &block[192..208];
+            for h in 0..2 {
+                let ql = 64 * h;
+                let qh = 128 + 32 * h;
+                // SAFETY: ql (128 bytes) then qh (64 bytes) open the block.
+                unsafe {
+                    let ql0 = _mm256_loadu_si256(block.as_ptr().add(ql).cast());
+                    let ql1 = _mm256_loadu_si256(block.as_ptr().add(ql + 32).cast());
+                    let hb = _mm256_loadu_si256(block.as_ptr().add(qh).cast());
+                    let low = _mm256_set1_epi8(0x0f);
+                    let two = _mm256_set1_epi8(3);
+                    let top = |shift: i32| two_bits_at_four(hb, shift, two);
+                    let ws = [
+                        _mm256_or_si256(_mm256_and_si256(ql0, low), top(0)),
+                        _mm256_or_si256(_mm256_and_si256(ql1, low), top(2)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), top(4)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), top(6)),
+                    ];
+                    for (k, w) in ws.into_iter().enumerate() {
+                        let b = s * 8 + 4 * h + k;
+                        let s0 = f32::from(scales[8 * h + 2 * k] as i8);
+                        let s1 = f32::from(scales[8 * h + 2 * k + 1] as i8);
+                        let p = mul_sum::<VNNI>(w, load_act(act, b));
+                        let da = d * act.scales[b];
+                        let scale = _mm256_set_m128(_mm_set1_ps(s1 * da), _mm_set1_ps(s0 * da));
+                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+                        offset -= 32.0
+                            * d
+                            * (s0 * act.scaled_sums16[2 * b] + s1 * act.scaled_sums16[2 * b + 1]);
+                    }
+                }
+            }
+        }
+        // SAFETY: AVX is enabled by the caller.
+        unsafe { hsum(acc) + offset }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::QTensor;
+    use candle_core::{Device, Tensor};
+
+    fn random(len: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed;
+        (0..len)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    /// A `[rows, cols]` matrix of `dtype` (quantized by candle) in a mapped temp file.
+    fn matrix(
+        dtype: GgmlDType,
+        rows: usize,
+        cols: usize,
+        seed: u64,
+    ) -> (QMatrix, tempfile::NamedTempFile) {
+        let w = Tensor::from_vec(random(rows * cols, seed), (rows, cols), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&w, dtype).unwrap();
+        let bytes = q.data().unwrap();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        // SAFETY: the temp file is ours and not modified while mapped.
+        let map = Arc::new(unsafe { Mmap::map(file.as_file()).unwrap() });
+        let qtype = QType::of_ggml(dtype).unwrap();
+        (QMatrix::new(map, 0, qtype, rows, cols).unwrap(), file)
+    }
+
+    const TYPES: [GgmlDType; 12] = [
+        GgmlDType::F32,
+        GgmlDType::F16,
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ];
+
+    /// Every kernel against the dequantized row dotted in f64: the only differences allowed
+    /// are the activation's 8-bit rounding (integer kernels) and f32 sums.
+    #[test]
+    fn kernels_match_dequantized_dot_products() {
+        let (rows, cols) = (70, 512);
+        let x = random(cols, 99);
+        let mut act = Q8Activation::new();
+        act.quantize(&x);
+        // The activation as the integer kernels see it.
+        let xq: Vec<f32> = act
+            .qs
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| f32::from(q) * act.scales[i / 32])
+            .collect();
+        for dtype in TYPES {
+            let (m, _file) = matrix(dtype, rows, cols, 7);
+            let mut row = vec![0f32; cols];
+            for isa in [Isa::Portable, Isa::detect()] {
+                let mut out = vec![0f32; rows];
+                matvec(isa, &[&m], &x, &act, &mut [&mut out[..]]);
+                let int8 = isa != Isa::Portable && m.qtype.has_int8_kernel();
+                for (r, got) in out.iter().enumerate() {
+                    m.dequantize_row(r, &mut row);
+                    let input = if int8 { &xq } else { &x };
+                    let want: f64 = row
+                        .iter()
+                        .zip(input)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum();
+                    let scale: f64 = row
+                        .iter()
+                        .zip(input)
+                        .map(|(a, b)| f64::from((a * b).abs()))
+                        .sum();
+                    assert!(
+                        (f64::from(*got) - want).abs() <= 1e-5 * scale + 1e-6,
+                        "{dtype:?} {isa:?} row {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn matmul_rows_do_not_depend_on_the_batch_or_the_threads() {
+        let (rows, cols, n) = (45, 256, 27);
+        let x = random(n * cols, 3);
+        for dtype in [GgmlDType::F32, GgmlDType::Q4K, GgmlDType::Q5_0] {
+            let (m, _file) = matrix(dtype, rows, cols, 11);
+            let run = |threads: usize, x: &[f32], n: usize| {
+                let mut out = vec![0f32; n * rows];
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap()
+                    .install(|| matmul(&m, x, n, &mut out));
+                out
+            };
+            let all = run(1, &x, n);
+            assert!(run(3, &x, n) == all, "{dtype:?} threads");
+            // Rows 5.. alone give the same bits as inside the full batch.
+            let tail = run(2, &x[5 * cols..], n - 5);
+            assert!(tail[..] == all[5 * rows..], "{dtype:?} batch split");
+            // And the values are the dequantized products (bf16 rounding at most).
+            let mut row = vec![0f32; cols];
+            for r in 0..rows {
+                m.dequantize_row(r, &mut row);
+                for t in 0..n {
+                    let want: f64 = row
+                        .iter()
+                        .zip(&x[t * cols..])
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum();
+                    let scale: f64 = row
+                        .iter()
+                        .zip(&x[t * cols..])
+                        .map(|(a, b)| f64::from((a * b).abs()))
+                        .sum();
+                    let got = f64::from(all[t * rows + r]);
+                    assert!(
+                        (got - want).abs() <= scale / 64.0 + 1e-5,
+                        "{dtype:?} [{t},{r}]: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The native GGUF backend on the real models `scripts/setup-llm.sh` fetches (each test skips
+//! loudly when its model is absent): prompt prefix reuse, constrained (JSON Schema) sampling,
+//! the `llm` tools, and bad files.
+
+use std::path::{Path, PathBuf};
+
+use freshstack::llm::{ChatParams, LocalChat, Message};
+use serde_json::{Value, json};
+
+use crate::util::write;
+
+/// Runs the binary with `args` and `stdin`.
+fn run(args: &[&std::ffi::OsStr], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn model(file: &str, test: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(file);
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!("SKIPPED {test}: models/{file} is absent (run scripts/setup-llm.sh)");
+        None
+    }
+}
+
+const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const QWEN_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+fn greedy(max_tokens: u32, json_schema: Option<Value>) -> ChatParams {
+    ChatParams {
+        temperature: 0.0,
+        max_tokens,
+        seed: None,
+        json_schema,
+    }
+}
+
+/// A call whose prompt starts like the previous one reuses its keys and values: the logits and
+/// the answer are bit for bit those of a fresh model.
+#[test]
+fn native_prefix_reuse_changes_nothing() {
+    for file in [SMOLLM2, QWEN_05B] {
+        let Some(path) = model(file, "native_prefix_reuse_changes_nothing") else {
+            continue;
+        };
+        let warm = LocalChat::load(&path).unwrap();
+        let system = Message::system("You extract facts from answers. Be brief.");
+        let first = warm
+            .format()
+            .render(&[system.clone(), Message::user("What is Rust?")]);
+        let second = warm.format().render(&[
+            system,
+            Message::user("What does `cargo build --release` do?"),
+        ]);
+        let first_ids = warm.encode(&first).unwrap();
+        let second_ids = warm.encode(&second).unwrap();
+        let shared = first_ids
+            .iter()
+            .zip(&second_ids)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(shared > 10, "{file}: the prompts share {shared} tokens");
+        let params = greedy(24, None);
+        warm.generate_ids(&first_ids, &params).unwrap();
+        let reused = warm.generate_ids(&second_ids, &params).unwrap();
+        let reused_logits = warm.next_logits(&second_ids).unwrap();
+
+        let cold = LocalChat::load(&path).unwrap();
+        let fresh_logits = cold.next_logits(&second_ids).unwrap();
+        assert!(
+            reused_logits == fresh_logits,
+            "{file}: logits differ after reuse"
+        );
+        let cold = LocalChat::load(&path).unwrap();
+        assert_eq!(
+            reused,
+            cold.generate_ids(&second_ids, &params).unwrap(),
+            "{file}"
+        );
+    }
+}
+
+fn nuggets_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"nuggets": {
+            "type": "array", "minItems": 1, "maxItems": 5,
+            "items": {"type": "string", "minLength": 1, "maxLength": 200}
+        }},
+        "required": ["nuggets"],
+        "additionalProperties": false
+    })
+}
+
+/// With a schema the answer always parses and has the schema's shape, even from SmolLM2, which
+/// writes code instead of JSON on its own.
+#[test]
+fn native_json_schema_answers_parse() {
+    for file in [SMOLLM2, QWEN_05B] {
+        let Some(path) = model(file, "native_json_schema_answers_parse") else {
+            continue;
+        };
+        let chat = LocalChat::load(&path).unwrap();
+        let prompt = chat.format().render(&[Message::user(
+            "Question: How do I reverse a list in Python?\nAnswer: Use my_list.reverse() to \
+             reverse in place, or my_list[::-1] for a reversed copy.\n\nList the atomic facts of \
+             the answer as a JSON object with a \"nuggets\" array of strings.",
+        )]);
+        let ids = chat.encode(&prompt).unwrap();
+        let (text, _) = chat
+            .generate(&prompt, &greedy(300, Some(nuggets_schema())))
+            .unwrap();
+        let value: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}: {text}"));
+        let nuggets = value["nuggets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{file}: {text}"));
+        assert!((1..=5).contains(&nuggets.len()), "{file}: {text}");
+        for n in nuggets {
+            let n = n.as_str().unwrap();
+            assert!(!n.is_empty() && n.chars().count() <= 200, "{file}: {n:?}");
+        }
+        assert_eq!(value.as_object().unwrap().len(), 1, "{file}: {text}");
+        // Deterministic: the same answer again (the second call reuses the prompt's cache).
+        let again = chat
+            .generate_ids(&ids, &greedy(300, Some(nuggets_schema())))
+            .unwrap();
+        assert_eq!(chat.decode(&again).unwrap(), text, "{file}");
+    }
+}
+
+/// Where the model already writes a valid answer, the mask changes nothing: same tokens.
+#[test]
+fn native_json_schema_keeps_valid_answers_unchanged() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": false
+    });
+    let mut compared = 0;
+    for file in [SMOLLM2, QWEN_05B] {
+        let Some(path) = model(file, "native_json_schema_keeps_valid_answers_unchanged") else {
+            continue;
+        };
+        let chat = LocalChat::load(&path).unwrap();
+        let prompt = chat.format().render(&[Message::user(
+            "Reply with exactly this JSON and nothing else: {\"city\": \"Paris\"}",
+        )]);
+        let ids = chat.encode(&prompt).unwrap();
+        let free = chat.generate_ids(&ids, &greedy(40, None)).unwrap();
+        let constrained = chat
+            .generate_ids(&ids, &greedy(40, Some(schema.clone())))
+            .unwrap();
+        let free_text = chat.decode(&free).unwrap();
+        let constrained_text = chat.decode(&constrained).unwrap();
+        let parsed: Value = serde_json::from_str(&constrained_text).unwrap();
+        assert!(parsed["city"].is_string(), "{file}: {constrained_text}");
+        if serde_json::from_str::<Value>(&free_text).is_ok_and(|v| v["city"].is_string()) {
+            assert_eq!(free, constrained, "{file}: a valid answer was changed");
+            compared += 1;
+        } else {
+            eprintln!(
+                "{file}: unconstrained answer {free_text:?} is not valid; constrained {constrained_text:?}"
+            );
+        }
+    }
+    eprintln!("{compared} model(s) answered validly unconstrained and identically constrained");
+}
+
+/// A schema the engine cannot compile is a clear error, not a panic nor an empty answer.
+#[test]
+fn native_uncompilable_schema_is_an_error() {
+    let Some(path) = model(SMOLLM2, "native_uncompilable_schema_is_an_error") else {
+        return;
+    };
+    let chat = LocalChat::load(&path).unwrap();
+    let ids = chat.encode("hello").unwrap();
+    let bad = json!({"type": "object", "properties": {"a": {"type": "no-such-type"}}});
+    let err = chat
+        .generate_ids(&ids, &greedy(8, Some(bad)))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("JSON Schema"), "{err}");
+}
+
+/// `llm tokenize` prints one JSON array per input line; `llm generate --json` the text and the
+/// generated ids; `llm bench --json` the two speeds.
+#[test]
+fn native_llm_tools_cli() {
+    let Some(path) = model(SMOLLM2, "native_llm_tools_cli") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    let out = run(
+        &[os("llm"), os("tokenize"), os("--gguf"), path.as_os_str()],
+        "hello world\n<|im_start|>user\n\nnaïve café\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Vec<u32>> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines[2].is_empty(), "an empty line has no tokens");
+    let chat = LocalChat::load(&path).unwrap();
+    assert_eq!(lines[0], chat.encode("hello world").unwrap());
+    assert_eq!(
+        lines[1].len(),
+        2,
+        "a special marker is one token: {:?}",
+        lines[1]
+    );
+
+    let prompt = write(dir.path(), "prompt.txt", "The capital of France is");
+    let out = run(
+        &[
+            os("llm"),
+            os("generate"),
+            os("--max-tokens"),
+            os("8"),
+            os("--json"),
+            os("--gguf"),
+            path.as_os_str(),
+            os("--prompt-file"),
+            prompt.as_os_str(),
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(v["token_ids"].clone()).unwrap();
+    assert!(!ids.is_empty() && ids.len() <= 8);
+    assert_eq!(v["text"].as_str().unwrap(), chat.decode(&ids).unwrap());
+
+    let mut args: Vec<&std::ffi::OsStr> = [
+        "llm",
+        "bench",
+        "--prompt-tokens",
+        "32",
+        "--gen-tokens",
+        "4",
+        "--repeat",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        "--gguf",
+    ]
+    .into_iter()
+    .map(os)
+    .collect();
+    args.push(path.as_os_str());
+    let out = run(&args, "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["prompt_tokens_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["gen_tokens_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["threads"], 1);
+}
+
+/// A GGUF whose tensor has a type the backend cannot multiply fails at load, naming the
+/// tensor and the type.
+#[test]
+fn native_unsupported_tensor_type_is_named_at_load() {
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+    let Some(path) = model(SMOLLM2, "native_unsupported_tensor_type_is_named_at_load") else {
+        return;
+    };
+    let mut file = std::fs::File::open(&path).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let device = candle_core::Device::Cpu;
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(String, QTensor)> = names
+        .into_iter()
+        .map(|name| {
+            let t = content.tensor(&mut file, name, &device).unwrap();
+            let t = if name == "blk.3.ffn_up.weight" {
+                QTensor::quantize(&t.dequantize(&device).unwrap(), GgmlDType::Q8_1).unwrap()
+            } else {
+                t
+            };
+            (name.clone(), t)
+        })
+        .collect();
+    let metadata: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("q8_1.gguf");
+    gguf_file::write(&mut std::fs::File::create(&bad).unwrap(), &metadata, &refs).unwrap();
+    let err = LocalChat::load(&bad).err().expect("must fail").to_string();
+    assert!(
+        err.contains("blk.3.ffn_up.weight") && err.contains("Q8_1"),
+        "{err}"
+    );
+}
