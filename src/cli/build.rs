@@ -58,9 +58,9 @@ pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
         dense: true,
     })?;
     eprintln!(
-        "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, LLM SmolLM2-135M \
-         (a tiny model: expect weak nuggets and judgments; point `freshstack build` at a 7B+ \
-         model for real data)",
+        "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, LLM \
+         Qwen2.5-Coder-0.5B-Instruct natively (a small model: point `freshstack build` at a 7B+ \
+         model for publishable data)",
         args.repo.display(),
         freshstack::stages::build::quickstart::QUICKSTART_POSTS
     );

@@ -18,12 +18,17 @@ use std::sync::{Mutex, OnceLock};
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::LogitsProcessor;
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::gemma::{Gemma, Generation};
@@ -252,10 +257,44 @@ fn gpt2_tokenizer(
         .build()
         .map_err(|e| format!("tokenizer: {e}"))?;
     let mut tokenizer = Tokenizer::new(bpe);
-    tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    // The split before BPE, by llama.cpp's `tokenizer.ggml.pre` name (the same splits as each
+    // family's tokenizer.json): Qwen2/3 and Llama 3 have their own regex, SmolLM splits every
+    // digit first; anything else gets GPT-2's.
+    let pre = md
+        .get("tokenizer.ggml.pre")
+        .and_then(|v| v.to_string().ok())
+        .map(String::as_str)
+        .unwrap_or("default");
+    let regex = |pattern: &str| -> std::result::Result<PreTokenizerWrapper, String> {
+        Split::new(
+            SplitPattern::Regex(pattern.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map(Into::into)
+        .map_err(|e| format!("tokenizer: {e}"))
+    };
+    let byte_level =
+        |use_regex: bool| PreTokenizerWrapper::from(ByteLevel::new(false, true, use_regex));
+    let pre_tokenizer: PreTokenizerWrapper = match pre {
+        "qwen2" => PreTokenizerSequence::new(vec![regex(QWEN2_SPLIT)?, byte_level(false)]).into(),
+        "llama-bpe" | "llama3" => {
+            PreTokenizerSequence::new(vec![regex(LLAMA3_SPLIT)?, byte_level(false)]).into()
+        }
+        "smollm" => {
+            PreTokenizerSequence::new(vec![Digits::new(true).into(), byte_level(true)]).into()
+        }
+        _ => byte_level(true),
+    };
+    tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
     tokenizer.with_decoder(Some(ByteLevel::new(false, true, true)));
     Ok(tokenizer)
 }
+
+/// Qwen2's pre-tokenizer split (its tokenizer.json; llama.cpp's `qwen2` pre type).
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Llama 3's (digits in runs of up to three).
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// A SentencePiece BPE (llama.cpp's `llama` tokenizer model: pieces, scores, token types) as a
 /// `tokenizers` BPE. SentencePiece merges, anywhere in the text, the adjacent pair whose union

@@ -7,10 +7,15 @@
 //! by the prompt path are the only ones reused (never generated ones), and the prompt path's
 //! results do not depend on how a prompt is split, so reuse never changes an answer.
 
+pub mod attention;
 pub mod model;
 pub mod quant;
 
-pub use model::{Config, Family, KvCache, Model};
+pub use attention::KvCache;
+pub use model::{Config, Family, Model};
+
+/// Most prompt tokens run through the model at once.
+pub const PROMPT_CHUNK: usize = 512;
 
 /// A model's KV cache and the prompt tokens it holds, reused across calls.
 pub struct Session {
@@ -77,7 +82,17 @@ impl Session {
         let keep = common.min(prompt.len() - 1);
         self.cache.truncate(keep);
         self.prompt_tokens.truncate(keep);
-        let result = model.prompt(&prompt[keep..], &mut self.cache);
+        // In pieces of PROMPT_CHUNK tokens: the activations of one piece are all a prompt ever
+        // holds (results do not depend on the split), so memory stays bounded on long prompts.
+        let rest = &prompt[keep..];
+        let pieces = rest.len().div_ceil(PROMPT_CHUNK);
+        let mut result = Ok(Vec::new());
+        for (i, piece) in rest.chunks(PROMPT_CHUNK).enumerate() {
+            result = model.prompt(piece, &mut self.cache, i + 1 == pieces);
+            if result.is_err() {
+                break;
+            }
+        }
         match result {
             Ok(logits) => {
                 self.prompt_tokens.extend_from_slice(&prompt[keep..]);

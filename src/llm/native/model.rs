@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use candle_core::quantized::gguf_file;
 use memmap2::Mmap;
-use rayon::prelude::*;
 
+use super::attention::{KvCache, attention};
 use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec};
-use crate::embed::cpu_ops::{exp_fast, softmax_row};
+use crate::embed::cpu_ops::exp_fast;
 
 /// The families this model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,41 +81,6 @@ struct Layer {
     gate: QMatrix,
     up: QMatrix,
     down: QMatrix,
-}
-
-/// Keys and values of the positions processed so far.
-pub struct KvCache {
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
-    kv_width: usize,
-    len: usize,
-}
-
-impl KvCache {
-    /// Positions held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no position is held.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Keeps the first `len` positions only.
-    pub fn truncate(&mut self, len: usize) {
-        if len < self.len {
-            for layer in self.keys.iter_mut().chain(self.values.iter_mut()) {
-                layer.truncate(len * self.kv_width);
-            }
-            self.len = len;
-        }
-    }
-
-    /// Bytes of keys and values held.
-    pub fn bytes(&self) -> usize {
-        2 * self.keys.len() * self.len * self.kv_width * 4
-    }
 }
 
 /// A loaded model (weights memory-mapped from the GGUF file).
@@ -349,12 +314,11 @@ impl Model {
 
     /// An empty cache for this model.
     pub fn new_cache(&self) -> KvCache {
-        KvCache {
-            keys: vec![Vec::new(); self.config.layers],
-            values: vec![Vec::new(); self.config.layers],
-            kv_width: self.config.kv_heads * self.config.head_dim,
-            len: 0,
-        }
+        KvCache::new(
+            self.config.layers,
+            self.config.kv_heads,
+            self.config.head_dim,
+        )
     }
 
     fn embed(&self, tokens: &[u32], x: &mut [f32]) -> Result<(), String> {
@@ -373,15 +337,20 @@ impl Model {
     }
 
     /// Runs `tokens` (appended to `cache`) through the matrix x matrix path; returns the logits
-    /// of the last token.
-    pub fn prompt(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, String> {
+    /// of the last token when `logits` is true (else an empty vector).
+    pub fn prompt(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        logits: bool,
+    ) -> Result<Vec<f32>, String> {
         let n = tokens.len();
         if n == 0 {
             return Err("empty prompt".into());
         }
         let c = &self.config;
         let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let start = cache.len;
+        let start = cache.len();
         let mut x = vec![0f32; n * d];
         self.embed(tokens, &mut x)?;
         let mut h = vec![0f32; n * d];
@@ -404,9 +373,8 @@ impl Model {
                     &mut v[t * kvw..(t + 1) * kvw],
                 );
             }
-            cache.keys[li].extend_from_slice(&k);
-            cache.values[li].extend_from_slice(&v);
-            self.attention(&q, n, start, &cache.keys[li], &cache.values[li], &mut attn);
+            cache.append(li, &k, &v);
+            attention(cache, li, c.heads, &q, start, &mut attn);
             matmul(&layer.wo, &attn, n, &mut o);
             add_in_place(&mut x, &o);
             rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
@@ -419,7 +387,9 @@ impl Model {
             matmul(&layer.down, &gate, n, &mut o);
             add_in_place(&mut x, &o);
         }
-        cache.len += n;
+        if !logits {
+            return Ok(Vec::new());
+        }
         Ok(self.logits(&x[(n - 1) * d..]))
     }
 
@@ -428,7 +398,7 @@ impl Model {
     pub fn step(&self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, String> {
         let c = &self.config;
         let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let pos = cache.len;
+        let pos = cache.len();
         let mut x = vec![0f32; d];
         self.embed(&[token], &mut x)?;
         let mut h = vec![0f32; d];
@@ -452,9 +422,8 @@ impl Model {
                 &mut [&mut q[..], &mut k[..], &mut v[..]],
             );
             self.finish_qkv(layer, pos, &mut q, &mut k, &mut v);
-            cache.keys[li].extend_from_slice(&k);
-            cache.values[li].extend_from_slice(&v);
-            self.attention(&q, 1, pos, &cache.keys[li], &cache.values[li], &mut attn);
+            cache.append(li, &k, &v);
+            attention(cache, li, c.heads, &q, pos, &mut attn);
             act.quantize(&attn);
             matvec(self.isa, &[&layer.wo], &attn, &act, &mut [&mut o[..]]);
             add_in_place(&mut x, &o);
@@ -472,7 +441,6 @@ impl Model {
             matvec(self.isa, &[&layer.down], &gate, &act, &mut [&mut o[..]]);
             add_in_place(&mut x, &o);
         }
-        cache.len += 1;
         Ok(self.logits(&x))
     }
 
@@ -521,42 +489,6 @@ impl Model {
             head[a] = x0 * cos - x1 * sin;
             head[b] = x0 * sin + x1 * cos;
         }
-    }
-
-    /// Causal attention of `n` queries at positions `start..start + n` over the cached keys
-    /// and values (which already include them). Each (query, head) is computed on its own, in
-    /// one fixed order, so the result does not depend on how a prompt was batched.
-    fn attention(
-        &self,
-        q: &[f32],
-        n: usize,
-        start: usize,
-        keys: &[f32],
-        values: &[f32],
-        out: &mut [f32],
-    ) {
-        let c = &self.config;
-        let (hd, qw, kvw) = (c.head_dim, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let group = c.heads / c.kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        out.par_chunks_mut(hd).enumerate().for_each(|(cell, out)| {
-            let (t, head) = (cell / c.heads, cell % c.heads);
-            let kv = head / group;
-            let query = &q[t * qw + head * hd..t * qw + (head + 1) * hd];
-            let visible = start + t + 1;
-            let mut scores: Vec<f32> = (0..visible)
-                .map(|j| dot_f32(query, &keys[j * kvw + kv * hd..j * kvw + (kv + 1) * hd]) * scale)
-                .collect();
-            softmax_row(&mut scores);
-            out.fill(0.0);
-            for (j, p) in scores.iter().enumerate() {
-                let value = &values[j * kvw + kv * hd..j * kvw + (kv + 1) * hd];
-                for (o, v) in out.iter_mut().zip(value) {
-                    *o += p * v;
-                }
-            }
-        });
-        debug_assert_eq!(out.len(), n * qw);
     }
 
     fn logits(&self, last: &[f32]) -> Vec<f32> {

