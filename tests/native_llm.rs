@@ -331,3 +331,33 @@ fn native_unsupported_tensor_type_is_named_at_load() {
         "{err}"
     );
 }
+
+/// Logs written to a pipe are plain text: no ANSI colour codes.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "repo/src/lib.rs",
+        "pub fn answer() -> u32 { 42 }\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["-vv", "corpus", "--repo"])
+        .arg(format!("acme/lib={}", dir.path().join("repo").display()))
+        .arg("--out")
+        .arg(dir.path().join("corpus.jsonl"))
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.stderr.is_empty(), "expected debug logs on stderr");
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "colour codes in piped logs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

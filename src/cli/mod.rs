@@ -102,7 +102,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Logs to stderr; level from RUST_LOG, else warnings (info with -v, debug with -vv).
+/// Logs to stderr (plain, without colour codes, unless stderr is a terminal); level from
+/// RUST_LOG, else warnings (info with -v, debug with -vv).
 pub fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -111,8 +112,11 @@ pub fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colour codes only on a terminal: a log written to a file or a pipe stays plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();

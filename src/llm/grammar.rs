@@ -27,10 +27,13 @@ pub(crate) enum TokenBytes {
     Special(String),
 }
 
+/// Tokenizes text as the model does.
+pub(crate) type Encode = Box<dyn Fn(&str) -> Vec<u32> + Send + Sync>;
+
 /// The model's vocabulary as llguidance sees it.
 struct VocabularyEnv {
     trie: TokTrie,
-    encode: Box<dyn Fn(&str) -> Vec<u32> + Send + Sync>,
+    encode: Encode,
 }
 
 impl TokenizerEnv for VocabularyEnv {
@@ -55,11 +58,7 @@ pub struct GrammarCompiler {
 impl GrammarCompiler {
     /// Builds the trie of `tokens` (index = token id); `eos` is the end-of-answer token;
     /// `encode` tokenizes text as the model does.
-    pub(crate) fn new(
-        tokens: Vec<TokenBytes>,
-        eos: u32,
-        encode: Box<dyn Fn(&str) -> Vec<u32> + Send + Sync>,
-    ) -> Result<Self, String> {
+    pub(crate) fn new(tokens: Vec<TokenBytes>, eos: u32, encode: Encode) -> Result<Self, String> {
         let words: Vec<Vec<u8>> = tokens
             .into_iter()
             .map(|t| match t {

@@ -186,7 +186,7 @@ impl Tile<'_> {
     fn run(&self, scores: &mut [f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if self.head_dim % 16 == 0 && std::arch::is_x86_feature_detected!("avx512f") {
+            if self.head_dim.is_multiple_of(16) && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU supports AVX512F (checked just above); the head width is a
                 // multiple of 16.
                 return unsafe { self.run_avx512(scores, out) };
@@ -221,7 +221,7 @@ impl Tile<'_> {
         use std::arch::x86_64::*;
         let hd = self.head_dim;
         assert!(C <= HEADS_AT_ONCE && self.queries.len() == C * hd && out.len() == C * hd);
-        assert!(hd % 16 == 0);
+        assert!(hd.is_multiple_of(16));
         let blocks = self.visible.div_ceil(KEY_BLOCK);
         let stride = blocks * KEY_BLOCK;
         assert!(scores.len() >= C * stride && self.keys.len() >= blocks * hd * KEY_BLOCK);

@@ -171,7 +171,7 @@ impl Model {
         let hidden = get_u("embedding_length")?;
         let heads = get_u("attention.head_count")?;
         let kv_heads = get_u("attention.head_count_kv").unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(format!(
                 "metadata: {heads} heads for {kv_heads} key/value heads"
             ));
@@ -180,7 +180,7 @@ impl Model {
         let rope_dims = get_u("rope.dimension_count")
             .unwrap_or(head_dim)
             .min(head_dim);
-        if rope_dims % 2 != 0 || head_dim % 2 != 0 {
+        if !rope_dims.is_multiple_of(2) || !head_dim.is_multiple_of(2) {
             return Err(format!(
                 "metadata: odd head width {head_dim} or RoPE width {rope_dims}"
             ));

@@ -149,7 +149,7 @@ impl QMatrix {
         rows: usize,
         cols: usize,
     ) -> Option<Self> {
-        if cols == 0 || cols % qtype.block_values() != 0 || offset % 4 != 0 {
+        if cols == 0 || !cols.is_multiple_of(qtype.block_values()) || !offset.is_multiple_of(4) {
             return None;
         }
         let len = rows.checked_mul(cols / qtype.block_values() * qtype.block_bytes())?;
@@ -184,7 +184,10 @@ impl QMatrix {
 /// Reinterprets `bytes` as blocks of `T` (a `repr(C)` GGML block of alignment <= 4).
 fn blocks<T: GgmlType>(bytes: &[u8]) -> &[T] {
     let size = std::mem::size_of::<T>();
-    assert!(bytes.len() % size == 0 && bytes.as_ptr() as usize % std::mem::align_of::<T>() == 0);
+    assert!(
+        bytes.len().is_multiple_of(size)
+            && (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+    );
     // SAFETY: GGML blocks are plain `repr(C)` integers and halves (every bit pattern valid); the
     // length is a whole number of blocks and the pointer is aligned (both asserted above).
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) }
@@ -243,7 +246,7 @@ impl Q8Activation {
 
     /// Quantizes `x` (a multiple of 32 long) in place of the previous contents.
     pub fn quantize(&mut self, x: &[f32]) {
-        debug_assert!(x.len() % 32 == 0);
+        debug_assert!(x.len().is_multiple_of(32));
         self.qs.clear();
         self.scales.clear();
         self.scaled_sums16.clear();
@@ -380,7 +383,8 @@ thread_local! {
 /// `out[t][r] = x[t] . row(r)` for the `n` rows of `x` (`[n, cols]`), `out` `[n, rows]`.
 pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     assert!(x.len() == n * m.cols && out.len() == n * m.rows);
-    let bf16_path = !m.qtype.is_float() && m.cols % 2 == 0 && PackedBf16Linear::supported();
+    let bf16_path =
+        !m.qtype.is_float() && m.cols.is_multiple_of(2) && PackedBf16Linear::supported();
     let xb: Vec<bf16> = if bf16_path {
         x.iter().map(|&v| bf16::from_f32(v)).collect()
     } else {
@@ -454,7 +458,7 @@ fn pack_bf16_panel(rows: &[f32], k: usize, packed: &mut Vec<u32>) {
     let pairs = k / 2;
     packed.resize(pairs * PANEL, 0);
     #[cfg(target_arch = "x86_64")]
-    if k % 32 == 0 {
+    if k.is_multiple_of(32) {
         // SAFETY: only reached from `matmul`'s bf16 path, taken when the CPU has AVX512-BF16;
         // `rows` holds PANEL rows of k values and `packed` pairs * PANEL.
         unsafe { pack_bf16_panel_avx512(rows, k, packed) };
@@ -480,7 +484,7 @@ fn pack_bf16_panel(rows: &[f32], k: usize, packed: &mut Vec<u32>) {
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn pack_bf16_panel_avx512(rows: &[f32], k: usize, packed: &mut [u32]) {
     use std::arch::x86_64::*;
-    assert!(rows.len() >= PANEL * k && packed.len() >= k / 2 * PANEL && k % 32 == 0);
+    assert!(rows.len() >= PANEL * k && packed.len() >= k / 2 * PANEL && k.is_multiple_of(32));
     let stride = _mm512_mullo_epi32(
         _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
         _mm512_set1_epi32(PANEL as i32),
@@ -546,24 +550,156 @@ mod x86 {
         out: &mut [f32],
     ) {
         assert!(act.qs.len() >= m.cols && first + out.len() <= m.rows);
-        for (i, o) in out.iter_mut().enumerate() {
-            let row = m.row(first + i);
-            // SAFETY: `row` is one whole row of `m.qtype` blocks and `act` covers its columns
-            // (asserted); the caller guarantees the CPU features.
-            *o = unsafe {
-                match m.qtype {
-                    QType::Q8_0 => dot_q8_0::<VNNI>(row, act),
-                    QType::Q4_0 => dot_q4::<VNNI, false>(row, act),
-                    QType::Q4_1 => dot_q4::<VNNI, true>(row, act),
-                    QType::Q5_0 => dot_q5::<VNNI, false>(row, act),
-                    QType::Q5_1 => dot_q5::<VNNI, true>(row, act),
-                    QType::Q4K => dot_qk45::<VNNI, false>(row, act),
-                    QType::Q5K => dot_qk45::<VNNI, true>(row, act),
-                    QType::Q6K => dot_q6k::<VNNI>(row, act),
-                    _ => unreachable!("no integer kernel for {:?}", m.qtype),
+        // SAFETY (every call below): each row is one whole row of `m.qtype` blocks and `act`
+        // covers its columns (asserted); the caller guarantees the CPU features.
+        unsafe {
+            match m.qtype {
+                QType::Q8_0 => rows32::<VNNI, Q8_0>(m, first, act, out),
+                QType::Q4_0 => rows32::<VNNI, Q4<false>>(m, first, act, out),
+                QType::Q4_1 => rows32::<VNNI, Q4<true>>(m, first, act, out),
+                QType::Q5_0 => rows32::<VNNI, Q5<false>>(m, first, act, out),
+                QType::Q5_1 => rows32::<VNNI, Q5<true>>(m, first, act, out),
+                _ => {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let row = m.row(first + i);
+                        *o = match m.qtype {
+                            QType::Q4K => dot_qk45::<VNNI, false>(row, act),
+                            QType::Q5K => dot_qk45::<VNNI, true>(row, act),
+                            QType::Q6K => dot_q6k::<VNNI>(row, act),
+                            _ => unreachable!("no integer kernel for {:?}", m.qtype),
+                        };
+                    }
                 }
-            };
+            }
         }
+    }
+
+    /// A block type of 32 values: its bytes, unpacked to 32 bytes plus a scale `d` and the
+    /// coefficient of the activation's block sum (the minimum, or -offset * d).
+    trait Block32 {
+        const BYTES: usize;
+        /// Values are signed bytes (Q8_0), not unsigned 0..63.
+        const SIGNED: bool;
+        /// # Safety
+        /// `block` must hold `BYTES` bytes; AVX2 and F16C must be enabled.
+        unsafe fn unpack(block: &[u8]) -> (__m256i, f32, f32);
+    }
+
+    struct Q8_0;
+    impl Block32 for Q8_0 {
+        const BYTES: usize = 34;
+        const SIGNED: bool = true;
+        #[inline(always)]
+        unsafe fn unpack(block: &[u8]) -> (__m256i, f32, f32) {
+            // SAFETY: the scale then 32 signed values.
+            unsafe {
+                (
+                    _mm256_loadu_si256(block.as_ptr().add(2).cast()),
+                    half(block, 0),
+                    0.0,
+                )
+            }
+        }
+    }
+
+    /// Q4_0 (`MIN` false: value = d (q - 8)) and Q4_1 (`MIN`: value = d q + m).
+    struct Q4<const MIN: bool>;
+    impl<const MIN: bool> Block32 for Q4<MIN> {
+        const BYTES: usize = if MIN { 20 } else { 18 };
+        const SIGNED: bool = false;
+        #[inline(always)]
+        unsafe fn unpack(block: &[u8]) -> (__m256i, f32, f32) {
+            let d = half(block, 0);
+            let c = if MIN { half(block, 2) } else { -8.0 * d };
+            // SAFETY: the nibbles are the block's last 16 bytes.
+            (
+                unsafe { nibbles(block.as_ptr().add(Self::BYTES - 16)) },
+                d,
+                c,
+            )
+        }
+    }
+
+    /// Q5_0 (value = d (q - 16)) and Q5_1 (value = d q + m).
+    struct Q5<const MIN: bool>;
+    impl<const MIN: bool> Block32 for Q5<MIN> {
+        const BYTES: usize = if MIN { 24 } else { 22 };
+        const SIGNED: bool = false;
+        #[inline(always)]
+        unsafe fn unpack(block: &[u8]) -> (__m256i, f32, f32) {
+            let d = half(block, 0);
+            let c = if MIN { half(block, 2) } else { -16.0 * d };
+            let at = if MIN { 4 } else { 2 };
+            let bits = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+            // SAFETY: the nibbles are the block's last 16 bytes.
+            let w = unsafe {
+                _mm256_or_si256(
+                    nibbles(block.as_ptr().add(Self::BYTES - 16)),
+                    fifth_bits(bits),
+                )
+            };
+            (w, d, c)
+        }
+    }
+
+    /// Rows of a 32-value block type, two at a time (one activation load for both rows, two
+    /// independent accumulator chains); each row's sum runs in the same order as alone.
+    #[inline(always)]
+    unsafe fn rows32<const VNNI: bool, B: Block32>(
+        m: &QMatrix,
+        first: usize,
+        act: &Q8Activation,
+        out: &mut [f32],
+    ) {
+        let mut pairs = out.chunks_exact_mut(2);
+        let mut r = first;
+        for pair in &mut pairs {
+            // SAFETY: forwarded from dot_rows.
+            let [a, b] = unsafe { dot32::<VNNI, B, 2>([m.row(r), m.row(r + 1)], act) };
+            pair[0] = a;
+            pair[1] = b;
+            r += 2;
+        }
+        if let [last] = pairs.into_remainder() {
+            // SAFETY: forwarded from dot_rows.
+            *last = unsafe { dot32::<VNNI, B, 1>([m.row(r)], act) }[0];
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot32<const VNNI: bool, B: Block32, const R: usize>(
+        rows: [&[u8]; R],
+        act: &Q8Activation,
+    ) -> [f32; R] {
+        // SAFETY: AVX is enabled by the caller.
+        let mut acc = [unsafe { _mm256_setzero_ps() }; R];
+        let mut offset = [0f32; R];
+        let blocks = rows[0].len() / B::BYTES;
+        for b in 0..blocks {
+            // SAFETY: b < blocks, so each row's block and the activation block are in bounds.
+            unsafe {
+                let a = load_act(act, b);
+                let da = act.scales[b];
+                let sa = act.scaled_sum32(b);
+                for r in 0..R {
+                    let (w, d, c) = B::unpack(&rows[r][b * B::BYTES..(b + 1) * B::BYTES]);
+                    let p = if B::SIGNED {
+                        // |w| as unsigned bytes, a carrying w's sign.
+                        mul_sum::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+                    } else {
+                        mul_sum::<VNNI>(w, a)
+                    };
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * da), acc[r]);
+                    offset[r] += c * sa;
+                }
+            }
+        }
+        let mut sums = [0f32; R];
+        for r in 0..R {
+            // SAFETY: AVX is enabled by the caller.
+            sums[r] = unsafe { hsum(acc[r]) } + offset[r];
+        }
+        sums
     }
 
     /// Sums of four products of unsigned `w` bytes and signed `a` bytes, as eight i32.
@@ -634,90 +770,6 @@ mod x86 {
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
             _mm256_and_si256(set, _mm256_set1_epi8(0x10))
         }
-    }
-
-    #[inline(always)]
-    unsafe fn dot_q8_0<const VNNI: bool>(row: &[u8], act: &Q8Activation) -> f32 {
-        // SAFETY: AVX is enabled by the caller.
-        let mut acc = unsafe { _mm256_setzero_ps() };
-        for (b, block) in row.chunks_exact(34).enumerate() {
-            // SAFETY: a block is 34 bytes: the scale then 32 signed values.
-            unsafe {
-                let w = _mm256_loadu_si256(block.as_ptr().add(2).cast());
-                let a = load_act(act, b);
-                // |w| as unsigned bytes, a carrying w's sign.
-                let p = mul_sum::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-                let scale = _mm256_set1_ps(half(block, 0) * act.scales[b]);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
-            }
-        }
-        // SAFETY: AVX is enabled by the caller.
-        unsafe { hsum(acc) }
-    }
-
-    /// Q4_0 (`MIN` false: value = d (q - 8)) and Q4_1 (`MIN`: value = d q + m).
-    #[inline(always)]
-    unsafe fn dot_q4<const VNNI: bool, const MIN: bool>(row: &[u8], act: &Q8Activation) -> f32 {
-        let size = if MIN { 20 } else { 18 };
-        // SAFETY: AVX is enabled by the caller.
-        let mut acc = unsafe { _mm256_setzero_ps() };
-        let mut offset = 0f32;
-        for (b, block) in row.chunks_exact(size).enumerate() {
-            let d = half(block, 0);
-            // SAFETY: the nibbles are the block's last 16 bytes.
-            unsafe {
-                let w = nibbles(block.as_ptr().add(size - 16));
-                let p = mul_sum::<VNNI>(w, load_act(act, b));
-                acc = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(p),
-                    _mm256_set1_ps(d * act.scales[b]),
-                    acc,
-                );
-            }
-            offset += if MIN {
-                half(block, 2) * act.scaled_sum32(b)
-            } else {
-                -8.0 * d * act.scaled_sum32(b)
-            };
-        }
-        // SAFETY: AVX is enabled by the caller.
-        unsafe { hsum(acc) + offset }
-    }
-
-    /// Q5_0 (value = d (q - 16)) and Q5_1 (value = d q + m).
-    #[inline(always)]
-    unsafe fn dot_q5<const VNNI: bool, const MIN: bool>(row: &[u8], act: &Q8Activation) -> f32 {
-        let size = if MIN { 24 } else { 22 };
-        let high_at = if MIN { 4 } else { 2 };
-        // SAFETY: AVX is enabled by the caller.
-        let mut acc = unsafe { _mm256_setzero_ps() };
-        let mut offset = 0f32;
-        for (b, block) in row.chunks_exact(size).enumerate() {
-            let d = half(block, 0);
-            let bits = u32::from_le_bytes([
-                block[high_at],
-                block[high_at + 1],
-                block[high_at + 2],
-                block[high_at + 3],
-            ]);
-            // SAFETY: the nibbles are the block's last 16 bytes.
-            unsafe {
-                let w = _mm256_or_si256(nibbles(block.as_ptr().add(size - 16)), fifth_bits(bits));
-                let p = mul_sum::<VNNI>(w, load_act(act, b));
-                acc = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(p),
-                    _mm256_set1_ps(d * act.scales[b]),
-                    acc,
-                );
-            }
-            offset += if MIN {
-                half(block, 2) * act.scaled_sum32(b)
-            } else {
-                -16.0 * d * act.scaled_sum32(b)
-            };
-        }
-        // SAFETY: AVX is enabled by the caller.
-        unsafe { hsum(acc) + offset }
     }
 
     /// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K super-block.
