@@ -415,14 +415,24 @@ fn first_difference(
                 .join(", ")
         })
         .unwrap_or_else(|| "none: llama.cpp stopped".into());
+    // `next_logits` runs the prompt path (a batched prefill); generation chose its tokens
+    // through the one-token step path, whose integer kernels round differently, so near a tie
+    // these top-2 may rank the two tokens unlike the choice that was made.
     let mut context = prompt_ids.to_vec();
     context.extend(&ours[..at]);
+    let chosen = |ids: &[u32]| match ids.get(at) {
+        Some(&id) => format!("{id}:{:?}", chat.decode(&[id]).unwrap_or_default()),
+        None => "stop".into(),
+    };
     let [(a, pa), (b, pb)] = top2(&chat.next_logits(&context).unwrap());
     format!(
-        "first difference at token {at} (ours {} tokens, llama.cpp {}): llama.cpp top-2 \
-         [{their_top}]; ours top-2 [{a}:{:?} {pa:.4}, {b}:{:?} {pb:.4}]",
+        "first difference at token {at} (ours {} tokens, llama.cpp {}): ours chose {}, \
+         llama.cpp {}; llama.cpp top-2 [{their_top}]; ours top-2 by prefill [{a}:{:?} {pa:.4}, \
+         {b}:{:?} {pb:.4}]",
         ours.len(),
         theirs.len(),
+        chosen(ours),
+        chosen(theirs),
         chat.decode(&[a]).unwrap_or_default(),
         chat.decode(&[b]).unwrap_or_default()
     )
