@@ -15,4 +15,5 @@ mod report;
 mod rerank;
 mod shard;
 mod stackoverflow;
+mod structured_output;
 mod util;
