@@ -120,10 +120,10 @@ pub const MAX_REASONING_CHARS: usize = 250;
 /// among `N1..N<num_nuggets>`.
 pub fn judge_schema(num_docs: usize, num_nuggets: usize, max_tokens: u32) -> Value {
     // Per entry: its share of the budget less its frame (`{"doc": "D12", "reasoning": "",
-    // "supported": []}`, ~16 tokens) and every label listed (~3 tokens each).
-    let per_entry = (max_tokens as usize).saturating_sub(8) / num_docs.max(1);
+    // "supported": []}` pretty-printed, ~30 tokens) and every label listed (~4 tokens each).
+    let per_entry = (max_tokens as usize).saturating_sub(16) / num_docs.max(1);
     let reasoning_chars = chars_within_tokens(
-        per_entry.saturating_sub(16 + 3 * num_nuggets),
+        per_entry.saturating_sub(30 + 4 * num_nuggets),
         MAX_REASONING_CHARS,
     );
     let nugget_labels: Vec<String> = (1..=num_nuggets).map(|n| format!("N{n}")).collect();
@@ -715,11 +715,11 @@ mod tests {
             reasoning(&schema)["properties"]["reasoning"]["maxLength"],
             MAX_REASONING_CHARS
         );
-        // 10 documents in 1024 tokens: ~100 tokens each, 31 for the frame and 5 labels.
+        // 10 documents in 1024 tokens: 100 tokens each, 50 for the frame and 5 labels.
         let tight = judge_schema(10, 5, 1024);
         assert_eq!(
             reasoning(&tight)["properties"]["reasoning"]["maxLength"],
-            210
+            75
         );
     }
 

@@ -58,9 +58,10 @@ pub const MAX_NUGGET_CHARS: usize = 300;
 /// ([`chars_within_tokens`]).
 pub fn nuggets_schema(max_nuggets: usize, max_tokens: u32) -> Value {
     let max_nuggets = max_nuggets.max(1);
-    // Per string: its share of the budget less the object's frame and its quotes and comma.
-    let per_nugget = (max_tokens as usize).saturating_sub(8) / max_nuggets;
-    let max_chars = chars_within_tokens(per_nugget.saturating_sub(4), MAX_NUGGET_CHARS);
+    // Per string: its share of the budget less the object's frame and its quotes, comma and
+    // indentation (models pretty-print).
+    let per_nugget = (max_tokens as usize).saturating_sub(16) / max_nuggets;
+    let max_chars = chars_within_tokens(per_nugget.saturating_sub(8), MAX_NUGGET_CHARS);
     json!({
         "title": "nuggets",
         "type": "object",
@@ -213,7 +214,7 @@ mod tests {
         assert!(!format_words(3).contains("first"));
         // A small budget shortens the strings so that the answer fits in it.
         let small = nuggets_schema(5, 256);
-        assert_eq!(small["properties"]["nuggets"]["items"]["maxLength"], 135);
+        assert_eq!(small["properties"]["nuggets"]["items"]["maxLength"], 60);
         assert_eq!(
             schema["properties"]["nuggets"]["items"]["maxLength"],
             MAX_NUGGET_CHARS

@@ -63,7 +63,7 @@ pub fn variants_schema(max_sub_questions: usize, max_tokens: u32) -> Value {
     let max = max_sub_questions.max(1);
     let budget = (max_tokens as usize).saturating_sub(16);
     let sub_chars =
-        chars_within_tokens((budget / 3 / max).saturating_sub(4), MAX_SUB_QUESTION_CHARS);
+        chars_within_tokens((budget / 3 / max).saturating_sub(8), MAX_SUB_QUESTION_CHARS);
     let answer_chars = chars_within_tokens(budget - budget / 3, MAX_CLOSED_BOOK_CHARS);
     json!({
         "title": "query_variants",
@@ -261,9 +261,9 @@ mod tests {
         let small = variants_schema(3, 256);
         assert_eq!(
             small["properties"]["sub_questions"]["items"]["maxLength"],
-            66
+            27
         );
-        assert_eq!(small["properties"]["closed_book_answer"]["maxLength"], 480);
+        assert_eq!(small["properties"]["closed_book_answer"]["maxLength"], 240);
         let empty = r#"{"sub_questions": ["a?", "b?"], "closed_book_answer": ""}"#;
         assert!(check_answer(&schema, empty).is_err());
     }
