@@ -10,6 +10,7 @@ mod eval_parity;
 mod fusion;
 mod hybrid;
 mod hybrid_minilm;
+mod llama_server;
 mod llm;
 mod report;
 mod rerank;
