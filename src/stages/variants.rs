@@ -54,8 +54,9 @@ pub const MAX_SUB_QUESTION_CHARS: usize = 300;
 /// 250 words).
 pub const MAX_CLOSED_BOOK_CHARS: usize = 2000;
 
-/// The JSON Schema of a query-variants answer: `{"sub_questions": [...], "closed_book_answer":
-/// "..."}` in that order, 2 (1 when only one is allowed) to `max_sub_questions` sub-questions of
+/// The JSON Schema of a query-variants answer: `{"closed_book_answer": "...", "sub_questions":
+/// [...]}` in that order (serde_json sorts object keys, and engines generate properties in the
+/// order they are listed: the answer first, then its decomposition), 2 (1 when only one is allowed) to `max_sub_questions` sub-questions of
 /// 1 to [`MAX_SUB_QUESTION_CHARS`] characters, an answer of 1 to [`MAX_CLOSED_BOOK_CHARS`]; less
 /// when `max_tokens` would not hold that much (a third of it for the sub-questions, the rest for
 /// the answer; [`chars_within_tokens`]).
@@ -69,19 +70,19 @@ pub fn variants_schema(max_sub_questions: usize, max_tokens: u32) -> Value {
         "title": "query_variants",
         "type": "object",
         "properties": {
+            "closed_book_answer": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": answer_chars,
+            },
             "sub_questions": {
                 "type": "array",
                 "minItems": max.min(2),
                 "maxItems": max,
                 "items": {"type": "string", "minLength": 1, "maxLength": sub_chars},
             },
-            "closed_book_answer": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": answer_chars,
-            },
         },
-        "required": ["sub_questions", "closed_book_answer"],
+        "required": ["closed_book_answer", "sub_questions"],
         "additionalProperties": false,
     })
 }
@@ -89,8 +90,8 @@ pub fn variants_schema(max_sub_questions: usize, max_tokens: u32) -> Value {
 /// The shape a repair request asks for, in words.
 fn format_words(max_sub_questions: usize) -> String {
     format!(
-        "one JSON object with two fields, in this order: \"sub_questions\", an array of 1 to {} \
-         strings, then \"closed_book_answer\", a string",
+        "one JSON object with two fields, in this order: \"closed_book_answer\", a string, then \
+         \"sub_questions\", an array of 1 to {} strings",
         max_sub_questions.max(1)
     )
 }
@@ -239,7 +240,7 @@ mod tests {
         let keys: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
         assert_eq!(
             keys,
-            ["sub_questions", "closed_book_answer"],
+            ["closed_book_answer", "sub_questions"],
             "generation order"
         );
         let answer = r#"{"sub_questions": ["a?", "b?"], "closed_book_answer": "Use X."}"#;
