@@ -2,7 +2,9 @@
 //! misbehaves on purpose: 429 with Retry-After, 500s, answers slower than the client's timeout,
 //! truncated bodies, garbled bodies, dropped connections, and a "model" that answers in the wrong
 //! format. Every item must end with a result or a recorded failure, and a rerun must make no
-//! new request.
+//! new request. For structured output it records every request body and plays the servers
+//! out there: one that ignores `response_format`, one that enforces it, one that refuses it
+//! (HTTP 400), one that refuses everything.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -34,6 +36,21 @@ enum Fault {
     Dropped,
 }
 
+/// What the server does with `response_format`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SchemaServer {
+    /// Accepts the field and answers as if it were absent (older servers, proxies).
+    Ignore,
+    /// Answers exactly one JSON value, as a constrained decoder would: the schema's shape,
+    /// except for the test markers `[cutoff]` (the JSON ends mid-way, as at max_tokens) and
+    /// `[bug]` (a judge answer that leaves out the last document, a server bug).
+    Enforce,
+    /// Answers HTTP 400 to any request with `response_format` (a server without support).
+    Refuse,
+    /// Answers HTTP 400 to every request.
+    RefuseEverything,
+}
+
 const FAULTS: [Fault; 7] = [
     Fault::None,
     Fault::TooMany,
@@ -57,6 +74,9 @@ pub(crate) struct State {
     faults: bool,
     /// Authorization headers seen.
     auth: Mutex<Vec<String>>,
+    /// Every request body, in arrival order.
+    pub(crate) bodies: Mutex<Vec<Value>>,
+    schema: SchemaServer,
     stop: AtomicBool,
 }
 
@@ -68,6 +88,10 @@ pub(crate) struct MockServer {
 
 impl MockServer {
     pub(crate) fn start(faults: bool) -> Self {
+        Self::start_with(faults, SchemaServer::Ignore)
+    }
+
+    pub(crate) fn start_with(faults: bool, schema: SchemaServer) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let state = Arc::new(State {
@@ -77,6 +101,8 @@ impl MockServer {
             attempts: Mutex::new(HashMap::new()),
             faults,
             auth: Mutex::new(Vec::new()),
+            bodies: Mutex::new(Vec::new()),
+            schema,
             stop: AtomicBool::new(false),
         });
         let shared = state.clone();
@@ -95,6 +121,11 @@ impl MockServer {
 
     pub(crate) fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// The request bodies received so far.
+    pub(crate) fn bodies(&self) -> Vec<Value> {
+        self.state.bodies.lock().unwrap().clone()
     }
 
     /// The most times any one request was answered successfully.
@@ -183,11 +214,20 @@ fn serve_connection(stream: TcpStream, state: &State) {
             Fault::None
         };
         let request: Value = serde_json::from_slice(&body).unwrap();
+        state.bodies.lock().unwrap().push(request.clone());
+        let with_schema = request.get("response_format").is_some();
+        let refuse = match state.schema {
+            SchemaServer::Refuse => with_schema,
+            SchemaServer::RefuseEverything => true,
+            SchemaServer::Ignore | SchemaServer::Enforce => false,
+        };
+        let constrained = with_schema && state.schema == SchemaServer::Enforce;
         let ok_body = json!({
             "id": "x",
             "object": "chat.completion",
             "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": model_answer(&request)}}],
+                         "message": {"role": "assistant",
+                                     "content": model_answer(&request, constrained)}}],
         })
         .to_string();
         let send = |w: &mut TcpStream, status: &str, extra: &str, body: &str| {
@@ -200,6 +240,13 @@ fn serve_connection(stream: TcpStream, state: &State) {
                 .and_then(|_| w.flush())
         };
         let keep = match fault {
+            Fault::None if refuse => send(
+                &mut writer,
+                "400 Bad Request",
+                "",
+                r#"{"error":{"code":400,"message":"Unrecognized request argument: response_format","type":"invalid_request_error"}}"#,
+            )
+            .is_ok(),
             Fault::None => {
                 let sent = send(&mut writer, "200 OK", "", &ok_body).is_ok();
                 if sent {
@@ -245,8 +292,12 @@ fn serve_connection(stream: TcpStream, state: &State) {
 
 /// The "model": answers each prompt deterministically. Question titles carry test markers:
 /// `[messy]` answers in prose first and correctly after a repair request, `[hopeless]` never
-/// answers usably, `[omit]` leaves out the last document until repaired.
-pub(crate) fn model_answer(request: &Value) -> String {
+/// answers usably, `[omit]` leaves out the last document until repaired. `constrained`: the
+/// answer is one JSON value of the requested shape (see [`SchemaServer::Enforce`]).
+pub(crate) fn model_answer(request: &Value, constrained: bool) -> String {
+    if constrained {
+        return constrained_answer(request);
+    }
     let messages = request["messages"].as_array().unwrap();
     let first_user = messages.iter().find(|m| m["role"] == "user").unwrap()["content"]
         .as_str()
@@ -276,33 +327,80 @@ pub(crate) fn model_answer(request: &Value) -> String {
         );
     }
     // Judge: D<i> supports N1 when its text has ALPHA, N2 when it has BETA.
-    let docs_part = first_user.split("\nDocuments:\n").nth(1).unwrap();
-    let docs_part = docs_part
-        .split("\nFirst think step by step")
-        .next()
-        .unwrap();
-    let mut judgments = Vec::new();
-    let mut texts: Vec<&str> = docs_part.split("[D").skip(1).collect();
+    let mut texts = judge_documents(first_user);
     if title.contains("[omit]") && !repaired {
         texts.pop();
     }
-    for (i, text) in texts.iter().enumerate() {
-        let mut supported = Vec::new();
-        if text.contains("ALPHA") {
-            supported.push("N1");
-        }
-        if text.contains("BETA") {
-            supported.push("N2");
-        }
-        judgments.push(json!({"doc": format!("D{}", i + 1), "reason": format!("doc {}", i + 1), "supported": supported}));
-    }
+    let judgments: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| json!({"doc": format!("D{}", i + 1), "reason": format!("doc {}", i + 1), "supported": supported_by(text)}))
+        .collect();
     format!(
         "D1 looks at {{the code}}. Verdicts:\n{}",
         json!({ "judgments": judgments })
     )
 }
 
-fn client(url: &str, concurrency: usize, cache: Option<&Path>) -> Llm {
+/// The texts of the documents `[D1]`, `[D2]`, ... of a judge prompt.
+fn judge_documents(first_user: &str) -> Vec<&str> {
+    let docs_part = first_user.split("\nDocuments:\n").nth(1).unwrap();
+    let docs_part = docs_part
+        .split("\nReply with one JSON object")
+        .next()
+        .unwrap();
+    docs_part.split("[D").skip(1).collect()
+}
+
+fn supported_by(text: &str) -> Vec<&'static str> {
+    let mut supported = Vec::new();
+    if text.contains("ALPHA") {
+        supported.push("N1");
+    }
+    if text.contains("BETA") {
+        supported.push("N2");
+    }
+    supported
+}
+
+/// What a constrained decoder returns: one JSON value in the requested shape (the schema's
+/// property order), nothing around it; `[cutoff]` ends mid-way, `[bug]` drops a judgment.
+fn constrained_answer(request: &Value) -> String {
+    let messages = request["messages"].as_array().unwrap();
+    let first_user = messages.iter().find(|m| m["role"] == "user").unwrap()["content"]
+        .as_str()
+        .unwrap();
+    let title = first_user
+        .lines()
+        .find_map(|l| l.strip_prefix("Question title: "))
+        .unwrap_or("");
+    let schema = &request["response_format"]["json_schema"]["schema"];
+    let answer = if schema["properties"].get("nuggets").is_some() {
+        json!({"nuggets": [format!("{title} needs ALPHA"), format!("{title} also needs BETA")]})
+    } else if schema["properties"].get("sub_questions").is_some() {
+        json!({"sub_questions": [format!("What is {title}?"), "How to configure it?"],
+               "closed_book_answer": "Use the setting."})
+    } else {
+        let mut texts = judge_documents(first_user);
+        if title.contains("[bug]") {
+            texts.pop();
+        }
+        let judgments: Vec<Value> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| json!({"doc": format!("D{}", i + 1), "reasoning": format!("doc {} read", i + 1), "supported": supported_by(text)}))
+            .collect();
+        json!({ "judgments": judgments })
+    }
+    .to_string();
+    if title.contains("[cutoff]") {
+        answer[..answer.len() / 2].to_string()
+    } else {
+        answer
+    }
+}
+
+pub(crate) fn client(url: &str, concurrency: usize, cache: Option<&Path>) -> Llm {
     let mut config = OpenAiConfig::new(url, "mock-model");
     config.concurrency = concurrency;
     config.timeout = Duration::from_millis(1000);
@@ -317,7 +415,7 @@ fn client(url: &str, concurrency: usize, cache: Option<&Path>) -> Llm {
 }
 
 /// Six questions, one needing a repair, one hopeless.
-fn questions_file(dir: &Path) -> PathBuf {
+pub(crate) fn questions_file(dir: &Path) -> PathBuf {
     let mut rows = String::new();
     for (id, title) in [
         ("q1", "Laravel queues"),
@@ -337,7 +435,7 @@ fn questions_file(dir: &Path) -> PathBuf {
     write(dir, "questions.jsonl", rows)
 }
 
-fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
+pub(crate) fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
@@ -434,7 +532,7 @@ fn query_variants_are_parsed_and_deterministic_across_concurrency() {
 }
 
 /// Corpus of 25 documents; some mention ALPHA (nugget 1) or BETA (nugget 2).
-fn judge_inputs(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+pub(crate) fn judge_inputs(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     let questions = questions_file(dir);
     let mut corpus = String::new();
     for i in 0..25 {
@@ -845,7 +943,7 @@ fn local_gguf_generates_and_the_stages_cope() {
         },
         max_nuggets: 5,
         max_repairs: 0,
-        shard: None,
+        ..NuggetsConfig::default()
     };
     let llm = Llm::new(Box::new(chat), Some(ResponseCache::open(&cache).unwrap()));
     let summary = generate_nuggets(&llm, &config, &questions, &out, &NoProgress).unwrap();

@@ -51,6 +51,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         max_doc_tokens: args.max_doc_tokens,
         max_repairs: args.llm.max_repairs(),
         shard: args.llm.shard()?,
+        structured_output: args.llm.structured_output(),
     };
     let llm = args.llm.open(&args.out)?;
     let summary = judge(
@@ -83,5 +84,6 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         summary.documents_truncated,
         stats_line(&llm)
     );
+    super::warn_if_schema_refused(&summary.stage);
     Ok(())
 }

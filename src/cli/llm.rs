@@ -3,9 +3,18 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use freshstack::dataset::Shard;
-use freshstack::llm::{BackendSpec, ChatParams, Llm, ResponseCache};
+use freshstack::llm::{BackendSpec, ChatParams, Llm, ResponseCache, StructuredOutput};
+
+/// `--llm-structured-output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StructuredOutputArg {
+    /// Send each call's JSON Schema (servers: response_format json_schema).
+    JsonSchema,
+    /// Send no schema: the prompt and repair requests alone.
+    Off,
+}
 
 /// Backend and cache flags.
 #[derive(Debug, Args)]
@@ -50,6 +59,10 @@ pub struct LlmArgs {
     /// Do not read nor write the response cache.
     #[arg(long)]
     no_cache: bool,
+    /// Ask for each answer's JSON Schema (a server answering HTTP 400 to it gets the same
+    /// request without it, once; the stage summary says so), or send none.
+    #[arg(long, value_enum, default_value_t = StructuredOutputArg::JsonSchema)]
+    llm_structured_output: StructuredOutputArg,
     /// Process only shard I of N (0-based): questions sorted by id, question i to shard i % N.
     /// Writes a sidecar OUT.shard.json; join the shards with `freshstack merge`.
     #[arg(long, value_name = "I/N")]
@@ -70,6 +83,14 @@ impl LlmArgs {
     /// Repair attempts.
     pub fn max_repairs(&self) -> u32 {
         self.llm_max_repairs
+    }
+
+    /// Whether the calls carry their JSON Schema.
+    pub fn structured_output(&self) -> StructuredOutput {
+        match self.llm_structured_output {
+            StructuredOutputArg::JsonSchema => StructuredOutput::JsonSchema,
+            StructuredOutputArg::Off => StructuredOutput::Off,
+        }
     }
 
     /// The `--shard` slice, if any.

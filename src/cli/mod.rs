@@ -21,6 +21,18 @@ mod search;
 mod stackoverflow;
 
 use clap::{Parser, Subcommand};
+use freshstack::stages::StageSummary;
+
+/// Warns on stderr when the server refused the stage's JSON Schemas (the summary file says it
+/// too): the answers then came from the unconstrained prompt and repairs.
+fn warn_if_schema_refused(summary: &StageSummary) {
+    if let Some(refusal) = &summary.structured_output_refusal {
+        eprintln!(
+            "warning: the server refused structured output ({refusal}); the unconstrained \
+             prompt + repair was used (--llm-structured-output off silences this)"
+        );
+    }
+}
 
 /// Build realistic retrieval benchmarks from Stack Overflow and GitHub, and evaluate retrievers
 /// on them, offline.

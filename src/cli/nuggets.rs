@@ -34,6 +34,7 @@ pub fn run(args: NuggetsArgs) -> anyhow::Result<()> {
         max_nuggets: args.max_nuggets,
         max_repairs: args.llm.max_repairs(),
         shard: args.llm.shard()?,
+        structured_output: args.llm.structured_output(),
     };
     if config.max_nuggets == 0 {
         anyhow::bail!("invalid --max-nuggets: must be at least 1");
@@ -52,5 +53,6 @@ pub fn run(args: NuggetsArgs) -> anyhow::Result<()> {
         summary.repairs,
         stats_line(&llm)
     );
+    super::warn_if_schema_refused(&summary);
     Ok(())
 }

@@ -34,6 +34,7 @@ pub fn run(args: QueryVariantsArgs) -> anyhow::Result<()> {
         max_sub_questions: args.max_sub_questions,
         max_repairs: args.llm.max_repairs(),
         shard: args.llm.shard()?,
+        structured_output: args.llm.structured_output(),
     };
     if config.max_sub_questions == 0 {
         anyhow::bail!("invalid --max-sub-questions: must be at least 1");
@@ -52,5 +53,6 @@ pub fn run(args: QueryVariantsArgs) -> anyhow::Result<()> {
         summary.repairs,
         stats_line(&llm)
     );
+    super::warn_if_schema_refused(&summary);
     Ok(())
 }

@@ -19,6 +19,7 @@ pub mod native;
 mod openai;
 pub mod parse;
 pub mod prompts;
+pub mod schema;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +29,7 @@ pub use backend::{BackendSpec, OpenedBackend};
 pub use cache::{ResponseCache, cache_key};
 pub use local::{ChatFormat, LocalChat};
 pub use openai::{API_KEY_ENV, OpenAiChat, OpenAiConfig};
+pub use schema::StructuredOutput;
 
 use crate::error::Result;
 
@@ -117,6 +119,12 @@ pub trait Chat: Send + Sync {
     /// Generates the answer to `messages`. Transient failures are retried inside; an error here
     /// is final.
     fn chat(&self, messages: &[Message], params: &ChatParams) -> Result<String>;
+    /// Why this backend stopped sending [`ChatParams::json_schema`] (a server that answered
+    /// HTTP 400 to `response_format`: its message), once it has; later calls are then made
+    /// without the schema. `None` while schemas are honoured (the default).
+    fn json_schema_refusal(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Counters of one [`Llm`]: what reached the backend and what the cache answered.
@@ -158,7 +166,21 @@ impl Llm {
 
     /// The answer to `messages`, from the cache when it has it, else from the backend (and then
     /// stored in the cache at once).
+    ///
+    /// The key is that of the request the backend really answered: once the backend refuses
+    /// JSON Schemas ([`Chat::json_schema_refusal`]) calls are keyed, and made, without the
+    /// schema, and so is the answer of the call that discovered the refusal (it was generated
+    /// unconstrained), so an unconstrained answer is never replayed as a constrained one.
     pub fn complete(&self, messages: &[Message], params: &ChatParams) -> Result<String> {
+        let unconstrained;
+        let mut params = params;
+        if params.json_schema.is_some() && self.chat.json_schema_refusal().is_some() {
+            unconstrained = ChatParams {
+                json_schema: None,
+                ..params.clone()
+            };
+            params = &unconstrained;
+        }
         let key = cache_key(self.chat.backend(), self.chat.model(), messages, params);
         if let Some(cache) = &self.cache
             && let Some(text) = cache.get(&key)?
@@ -170,6 +192,17 @@ impl Llm {
             Ok(text) => {
                 self.calls.fetch_add(1, Ordering::Relaxed);
                 if let Some(cache) = &self.cache {
+                    let key = if params.json_schema.is_some()
+                        && self.chat.json_schema_refusal().is_some()
+                    {
+                        let sent = ChatParams {
+                            json_schema: None,
+                            ..params.clone()
+                        };
+                        cache_key(self.chat.backend(), self.chat.model(), messages, &sent)
+                    } else {
+                        key
+                    };
                     cache.put(&key, self.chat.backend(), self.chat.model(), &text)?;
                 }
                 Ok(text)

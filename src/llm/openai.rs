@@ -13,10 +13,19 @@
 //! equals), and a server that fails at the transport level (refused, reset, timed out) is set
 //! aside for [`FAILOVER_COOLDOWN`] while the request moves at once to another one. The servers
 //! must serve the same model: the response cache does not record which one answered.
+//!
+//! Structured output: a call whose [`ChatParams::json_schema`] is set is sent with
+//! `"response_format": {"type": "json_schema", "json_schema": {"name", "strict": true,
+//! "schema"}}`. A server that answers HTTP 400 to it (one that does not know the field, or cannot
+//! compile the schema) gets the same request once more without it; when that one is accepted the
+//! client remembers the refusal ([`Chat::json_schema_refusal`]) and sends no schema for the rest
+//! of its life, so the stages fall back to the unconstrained prompt + repair and say so in their
+//! summaries. When the request without the schema is refused too, the 400 was not about the
+//! schema: the call fails with both messages and nothing is remembered.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -140,7 +149,11 @@ enum Attempt {
         retry_after: Option<Duration>,
         transport: bool,
     },
-    Fatal(String),
+    Fatal {
+        message: String,
+        /// The HTTP status, when the server answered.
+        status: Option<u16>,
+    },
 }
 
 /// One server of the fleet.
@@ -178,6 +191,9 @@ pub struct OpenAiChat {
     next: AtomicUsize,
     agent: ureq::Agent,
     permits: Permits,
+    /// Set once, by the first call whose `response_format` was refused (HTTP 400) and whose
+    /// retry without it was accepted: the server's message. Later calls send no schema.
+    schema_refusal: OnceLock<String>,
 }
 
 impl OpenAiChat {
@@ -229,6 +245,7 @@ impl OpenAiChat {
             next: AtomicUsize::new(0),
             agent: ureq::Agent::new_with_config(agent_config),
             config,
+            schema_refusal: OnceLock::new(),
         })
     }
 
@@ -265,7 +282,14 @@ impl OpenAiChat {
             .any(|e| e.url != failed && !e.is_down(now))
     }
 
-    fn request_body(&self, messages: &[Message], params: &ChatParams) -> String {
+    /// The JSON request; with `schema`, its `response_format` (named after the schema's
+    /// `title` when it has one, else `answer`; names allow `[A-Za-z0-9_-]` only).
+    fn request_body(
+        &self,
+        messages: &[Message],
+        params: &ChatParams,
+        schema: Option<&serde_json::Value>,
+    ) -> String {
         let mut body = serde_json::json!({
             "model": self.config.model,
             "messages": messages,
@@ -275,6 +299,16 @@ impl OpenAiChat {
         });
         if let Some(seed) = params.seed {
             body["seed"] = serde_json::json!(seed);
+        }
+        if let Some(schema) = schema {
+            body["response_format"] = serde_json::json!({
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema_name(schema),
+                    "strict": true,
+                    "schema": schema,
+                },
+            });
         }
         body.to_string()
     }
@@ -299,6 +333,7 @@ impl OpenAiChat {
     }
 
     fn send(&self, url: &str, body: &str) -> Attempt {
+        let fatal = |message: String, status: Option<u16>| Attempt::Fatal { message, status };
         let mut request = self
             .agent
             .post(url)
@@ -349,7 +384,7 @@ impl OpenAiChat {
                          --max-doc-tokens or --docs-per-call)",
                     );
                 }
-                Attempt::Fatal(message)
+                fatal(message, Some(status))
             }
         }
     }
@@ -397,8 +432,19 @@ impl Chat for OpenAiChat {
         self.config.concurrency.max(1) * self.endpoints.len()
     }
 
+    fn json_schema_refusal(&self) -> Option<String> {
+        self.schema_refusal.get().cloned()
+    }
+
     fn chat(&self, messages: &[Message], params: &ChatParams) -> Result<String> {
-        let body = self.request_body(messages, params);
+        // The schema goes out unless this client already saw the server refuse one.
+        let mut schema = params
+            .json_schema
+            .as_ref()
+            .filter(|_| self.schema_refusal.get().is_none());
+        let mut body = self.request_body(messages, params, schema);
+        // The server's answer to the request with the schema, once it refused it.
+        let mut refused_with: Option<String> = None;
         let mut retry = 0;
         // Immediate moves to another server after a transport failure: not retries, but
         // bounded (each one sets a server aside; the cap guards against flapping).
@@ -406,8 +452,38 @@ impl Chat for OpenAiChat {
         loop {
             let (endpoint, outcome) = self.attempt(&body);
             match outcome {
-                Attempt::Done(text) => return Ok(text),
-                Attempt::Fatal(message) => {
+                Attempt::Done(text) => {
+                    if let Some(refusal) = refused_with
+                        && self.schema_refusal.set(refusal.clone()).is_ok()
+                    {
+                        tracing::warn!(
+                            "{}: the server refused response_format json_schema ({refusal}); \
+                             the rest of this run asks without a schema (prompt + repair)",
+                            endpoint.url
+                        );
+                    }
+                    return Ok(text);
+                }
+                Attempt::Fatal {
+                    message,
+                    status: Some(400),
+                } if schema.is_some() => {
+                    // Once: the same request without `response_format`.
+                    tracing::debug!(
+                        "{}: {message}; retrying without response_format",
+                        endpoint.url
+                    );
+                    refused_with = Some(message);
+                    schema = None;
+                    body = self.request_body(messages, params, None);
+                }
+                Attempt::Fatal { message, .. } => {
+                    let message = match refused_with {
+                        Some(first) => format!(
+                            "{first} with response_format json_schema, and without it: {message}"
+                        ),
+                        None => message,
+                    };
                     return Err(Error::Llm {
                         backend: format!("openai {}", endpoint.url),
                         message,
@@ -450,6 +526,24 @@ impl Chat for OpenAiChat {
     }
 }
 
+/// The `response_format` name of a schema: its `title` reduced to `[A-Za-z0-9_-]` (at most 64
+/// characters, OpenAI's limit), else `answer`.
+fn schema_name(schema: &serde_json::Value) -> String {
+    let name: String = schema
+        .get("title")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "answer".to_string()
+    } else {
+        name
+    }
+}
+
 /// Sorts a transport error into retryable (network, timeout) or not (bad URL, TLS setup).
 fn classify_transport(e: ureq::Error) -> Attempt {
     use ureq::Error as E;
@@ -459,7 +553,10 @@ fn classify_transport(e: ureq::Error) -> Attempt {
         | E::RequireHttpsOnly(_)
         | E::TlsRequired
         | E::InvalidProxyUrl
-        | E::Tls(_) => Attempt::Fatal(e.to_string()),
+        | E::Tls(_) => Attempt::Fatal {
+            message: e.to_string(),
+            status: None,
+        },
         other => Attempt::Transient {
             reason: other.to_string(),
             retry_after: None,
@@ -578,6 +675,32 @@ mod tests {
             chat.backoff(0, Some(Duration::from_secs(100))),
             Duration::from_secs(2)
         );
+    }
+
+    #[test]
+    fn a_schema_goes_out_as_a_strict_response_format() {
+        let chat = OpenAiChat::new(OpenAiConfig::new("http://h/v1", "m")).unwrap();
+        let schema = serde_json::json!({"title": "nug gets!", "type": "object"});
+        let params = ChatParams {
+            json_schema: Some(schema.clone()),
+            ..ChatParams::default()
+        };
+        let messages = [Message::user("hi")];
+        let body: serde_json::Value =
+            serde_json::from_str(&chat.request_body(&messages, &params, Some(&schema))).unwrap();
+        assert_eq!(body["response_format"]["type"], "json_schema");
+        assert_eq!(body["response_format"]["json_schema"]["name"], "nuggets");
+        assert_eq!(body["response_format"]["json_schema"]["strict"], true);
+        assert_eq!(body["response_format"]["json_schema"]["schema"], schema);
+        let plain: serde_json::Value =
+            serde_json::from_str(&chat.request_body(&messages, &params, None)).unwrap();
+        assert!(plain.get("response_format").is_none());
+        assert_eq!(plain["messages"], body["messages"]);
+        assert_eq!(
+            schema_name(&serde_json::json!({"type": "object"})),
+            "answer"
+        );
+        assert!(chat.json_schema_refusal().is_none());
     }
 
     #[test]

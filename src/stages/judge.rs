@@ -13,16 +13,20 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::input::{
     JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QuestionInput, read_questions, read_rows,
 };
-use super::run::{ParseOutcome, ask, run_items, select_shard, stage_settings, write_shard_info};
-use super::{DEFAULT_MAX_REPAIRS, StageSummary};
+use super::run::{
+    AskCounts, ParseOutcome, ask, call_params, note_structured_output, run_items, select_shard,
+    stage_settings, write_shard_info,
+};
+use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
 use crate::dataset::{AtomicWriter, Document, Shard};
 use crate::error::{Error, Result};
 use crate::llm::prompts::JUDGE;
+use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
 use crate::progress::Progress;
 
@@ -42,6 +46,8 @@ pub struct JudgeConfig {
     /// Only this slice of the pool's questions (sorted by id, question `i` to shard `i % N`); a
     /// sidecar for `freshstack merge` is written next to the output.
     pub shard: Option<Shard>,
+    /// Whether each call carries its JSON Schema ([`judge_schema`]).
+    pub structured_output: StructuredOutput,
 }
 
 impl Default for JudgeConfig {
@@ -56,6 +62,7 @@ impl Default for JudgeConfig {
             max_doc_tokens: 2048,
             max_repairs: DEFAULT_MAX_REPAIRS,
             shard: None,
+            structured_output: StructuredOutput::default(),
         }
     }
 }
@@ -90,7 +97,7 @@ struct Batch<'a> {
 /// A batch's rows plus counters.
 struct BatchResult {
     rows: Vec<JudgmentRecord>,
-    repairs: u32,
+    counts: AskCounts,
     failed: bool,
     truncated: u64,
 }
@@ -102,7 +109,80 @@ struct DocVerdict {
     reason: String,
 }
 
-const FORMAT: &str = r#"{"judgments": [{"doc": "D1", "reason": "one short sentence", "supported": ["N1", "N3"]}, {"doc": "D2", "reason": "one short sentence", "supported": []}]}"#;
+/// Longest reasoning of one entry the schema allows, in characters (one or two sentences).
+pub const MAX_REASONING_CHARS: usize = 250;
+
+/// The JSON Schema of one judge call's answer: `{"judgments": [...]}` with exactly one entry
+/// per document, in order (`prefixItems`, `minItems` = `maxItems` = `num_docs`); entry `i` is `{"doc": "D<i>", "reasoning": "...", "supported":
+/// [...]}` (in that order: the model reasons before its verdict), `doc` fixed by `const`,
+/// `reasoning` 1 to [`MAX_REASONING_CHARS`] characters (less when `max_tokens` shared among
+/// the entries would not hold that many: [`chars_within_tokens`]), `supported` distinct labels
+/// among `N1..N<num_nuggets>`.
+pub fn judge_schema(num_docs: usize, num_nuggets: usize, max_tokens: u32) -> Value {
+    // Per entry: its share of the budget less its frame (`{"doc": "D12", "reasoning": "",
+    // "supported": []}` pretty-printed, ~30 tokens) and every label listed (~4 tokens each).
+    let per_entry = (max_tokens as usize).saturating_sub(16) / num_docs.max(1);
+    let reasoning_chars = chars_within_tokens(
+        per_entry.saturating_sub(30 + 4 * num_nuggets),
+        MAX_REASONING_CHARS,
+    );
+    let nugget_labels: Vec<String> = (1..=num_nuggets).map(|n| format!("N{n}")).collect();
+    // An empty `enum` is invalid in llama.cpp: without nuggets, an empty list is the only verdict.
+    let supported = if nugget_labels.is_empty() {
+        json!({"type": "array", "maxItems": 0})
+    } else {
+        json!({
+            "type": "array",
+            "items": {"enum": nugget_labels},
+            "uniqueItems": true,
+            "maxItems": num_nuggets,
+        })
+    };
+    let entries: Vec<Value> = (1..=num_docs)
+        .map(|d| {
+            json!({
+                "type": "object",
+                "properties": {
+                    "doc": {"const": format!("D{d}")},
+                    "reasoning": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": reasoning_chars,
+                    },
+                    "supported": supported,
+                },
+                "required": ["doc", "reasoning", "supported"],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    json!({
+        "title": "judgments",
+        "type": "object",
+        "properties": {
+            "judgments": {
+                "type": "array",
+                // Exactly the tuple: llama.cpp reads `items` before `prefixItems` (so no
+                // `"items": false` here), the others bound the count with min/maxItems.
+                "prefixItems": entries,
+                "minItems": num_docs,
+                "maxItems": num_docs,
+            },
+        },
+        "required": ["judgments"],
+        "additionalProperties": false,
+    })
+}
+
+/// The shape a repair request asks for, in words.
+fn format_words(num_docs: usize, num_nuggets: usize) -> String {
+    format!(
+        "one JSON object with one field, \"judgments\": an array of exactly {num_docs} entries, \
+         D1 to D{num_docs} in order, each an object with the fields \"doc\" (the label), \
+         \"reasoning\" (one or two sentences) and \"supported\" (an array of labels among N1 \
+         to N{num_nuggets}, possibly empty)"
+    )
+}
 
 /// Reads the judgments object: one entry per document D1..Dn, each listing supported nuggets
 /// (an array of `N`-numbers, or a map nugget -> yes/no).
@@ -285,12 +365,15 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
     vars[5] = ("documents", documents.trim_end());
     let messages = JUDGE.render(&vars)?;
     let (n_docs, n_nuggets) = (batch.docs.len(), batch.nuggets.len());
+    let params = call_params(&config.params, config.structured_output, || {
+        judge_schema(n_docs, n_nuggets, config.params.max_tokens)
+    });
     let answer = ask(
         llm,
         messages,
-        &config.params,
+        &params,
         config.max_repairs,
-        FORMAT,
+        &format_words(n_docs, n_nuggets),
         |text| parse_judgments(text, n_docs, n_nuggets),
     )?;
     let verdicts = answer.value.unwrap_or_else(|| vec![None; n_docs]);
@@ -321,7 +404,7 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
     }
     Ok(BatchResult {
         rows,
-        repairs: answer.repairs,
+        counts: answer.counts,
         failed: answer.problem.is_some(),
         truncated,
     })
@@ -417,6 +500,7 @@ pub fn judge(
         llm,
         JUDGE.id,
         &config.params,
+        config.structured_output,
         &format!(
             "docs_per_call={} context_tokens={} max_doc_tokens={} max_repairs={}",
             config.docs_per_call, config.context_tokens, config.max_doc_tokens, config.max_repairs
@@ -503,7 +587,8 @@ pub fn judge(
     summary.stage.items = results.len() as u64;
     let mut rows = Vec::new();
     for result in results {
-        summary.stage.repairs += u64::from(result.repairs);
+        summary.stage.repairs += u64::from(result.counts.repairs);
+        summary.stage.schema_mismatches += u64::from(result.counts.schema_mismatches);
         summary.documents_truncated += result.truncated;
         if result.failed {
             summary.stage.failed += 1;
@@ -545,6 +630,7 @@ pub fn judge(
     write_shard_info(out, shard_info, rows.len())?;
     writer.commit()?;
     summary.stage.llm = llm.stats();
+    note_structured_output(&mut summary.stage, llm, config.structured_output);
     Ok(summary)
 }
 
@@ -578,6 +664,63 @@ mod tests {
             parse_judgments(r#"{"judgments": [{"doc": 1, "supported": ["N7"]}]}"#, 1, 2)
                 .unwrap_err();
         assert!(problem.contains("N7"), "{problem}");
+    }
+
+    #[test]
+    fn schema_fixes_each_position_and_its_answers_parse() {
+        use crate::llm::schema::{check_answer, check_portable};
+        let schema = judge_schema(2, 3, 4096);
+        check_portable(&schema).unwrap();
+        let entry = &schema["properties"]["judgments"]["prefixItems"][1];
+        let keys: Vec<&String> = entry["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["doc", "reasoning", "supported"],
+            "reasoning before the verdict"
+        );
+        assert_eq!(
+            schema.to_string().find("\"doc\""),
+            schema.to_string().find("\"doc\":{\"const\":\"D1\"}"),
+            "serialized in generation order"
+        );
+        let answer = r#"{"judgments": [
+            {"doc": "D1", "reasoning": "Sets x.", "supported": ["N3", "N1"]},
+            {"doc": "D2", "reasoning": "Unrelated.", "supported": []}]}"#;
+        check_answer(&schema, answer).unwrap();
+        let verdicts = parse_judgments(answer, 2, 3).unwrap();
+        let d1 = verdicts[0].as_ref().unwrap();
+        assert_eq!(d1.supported, vec![true, false, true]);
+        assert_eq!(d1.reason, "Sets x.");
+        assert_eq!(verdicts[1].as_ref().unwrap().supported, vec![false; 3]);
+        for bad in [
+            // Swapped positions, a missing entry, an extra one, an unknown or repeated nugget.
+            r#"{"judgments": [{"doc": "D2", "reasoning": "a", "supported": []},
+                {"doc": "D1", "reasoning": "b", "supported": []}]}"#,
+            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": []}]}"#,
+            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": []},
+                {"doc": "D2", "reasoning": "b", "supported": []},
+                {"doc": "D3", "reasoning": "c", "supported": []}]}"#,
+            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": ["N4"]},
+                {"doc": "D2", "reasoning": "b", "supported": []}]}"#,
+            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": ["N1", "N1"]},
+                {"doc": "D2", "reasoning": "b", "supported": []}]}"#,
+            r#"{"judgments": [{"doc": "D1", "supported": []},
+                {"doc": "D2", "reasoning": "b", "supported": []}]}"#,
+        ] {
+            assert!(check_answer(&schema, bad).is_err(), "{bad}");
+        }
+        assert!(!format_words(2, 3).contains("one short sentence"));
+        let reasoning = |s: &Value| s["properties"]["judgments"]["prefixItems"][0].clone();
+        assert_eq!(
+            reasoning(&schema)["properties"]["reasoning"]["maxLength"],
+            MAX_REASONING_CHARS
+        );
+        // 10 documents in 1024 tokens: 100 tokens each, 50 for the frame and 5 labels.
+        let tight = judge_schema(10, 5, 1024);
+        assert_eq!(
+            reasoning(&tight)["properties"]["reasoning"]["maxLength"],
+            75
+        );
     }
 
     #[test]

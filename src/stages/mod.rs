@@ -18,23 +18,48 @@ mod variants;
 use serde::Serialize;
 
 use crate::llm::LlmStats;
+pub use crate::llm::StructuredOutput;
 
 pub use input::{
     JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QuestionInput, VariantsRecord,
     read_questions,
 };
-pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge};
-pub use nuggets::{NuggetsConfig, generate_nuggets};
-pub use variants::{VariantsConfig, generate_query_variants};
+pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema};
+pub use nuggets::{NuggetsConfig, generate_nuggets, nuggets_schema};
+pub use variants::{VariantsConfig, generate_query_variants, variants_schema};
 
 /// Default repair requests after an unusable answer.
 pub const DEFAULT_MAX_REPAIRS: u32 = 2;
 
+/// How a stage's answers were constrained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutputUsed {
+    /// Every call carried its JSON Schema and the backend accepted it.
+    JsonSchema,
+    /// No schema was sent (`structured_output = "off"`).
+    #[default]
+    Off,
+    /// The server refused `response_format` (HTTP 400): the calls went out without their
+    /// schema, and the unconstrained prompt + repair did the work (see
+    /// [`StageSummary::structured_output_refusal`]).
+    Refused,
+}
+
 /// What an LLM stage did; the CLI prints it and `--summary` writes it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StageSummary {
-    /// The prompt used, with its version (e.g. `nuggets.v1`).
+    /// The prompt used, with its version (e.g. `nuggets.v2`).
     pub prompt: String,
+    /// Whether the answers were constrained by a JSON Schema.
+    pub structured_output: StructuredOutputUsed,
+    /// The server's refusal of `response_format`, when `structured_output` is `refused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output_refusal: Option<String>,
+    /// Answers that did not match the JSON Schema sent with them (a server that ignores or
+    /// mis-enforces `response_format`, or an answer cut off at `max_tokens`); they were read
+    /// like unconstrained answers, and the per-item error names the mismatch when that failed.
+    pub schema_mismatches: u64,
     /// Work items (questions, or judge calls).
     pub items: u64,
     /// Items with a usable answer.

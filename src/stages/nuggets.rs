@@ -3,12 +3,17 @@
 
 use std::path::Path;
 
+use serde_json::{Value, json};
+
 use super::input::{NuggetText, NuggetsRecord, QuestionInput};
-use super::run::{ParseOutcome, StageRecord, ask, run_question_stage, stage_settings};
-use super::{DEFAULT_MAX_REPAIRS, StageSummary};
+use super::run::{
+    AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
+};
+use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
 use crate::dataset::Shard;
 use crate::error::Result;
 use crate::llm::prompts::NUGGETS;
+use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
 use crate::progress::Progress;
 
@@ -24,6 +29,8 @@ pub struct NuggetsConfig {
     /// Only this slice of the questions (sorted by id, question `i` to shard `i % N`); a
     /// sidecar for `freshstack merge` is written next to the output.
     pub shard: Option<Shard>,
+    /// Whether each call carries its JSON Schema ([`nuggets_schema`]).
+    pub structured_output: StructuredOutput,
 }
 
 impl Default for NuggetsConfig {
@@ -36,11 +43,49 @@ impl Default for NuggetsConfig {
             max_nuggets: 10,
             max_repairs: DEFAULT_MAX_REPAIRS,
             shard: None,
+            structured_output: StructuredOutput::default(),
         }
     }
 }
 
-const FORMAT: &str = r#"{"nuggets": ["first nugget", "second nugget"]}"#;
+/// Longest nugget the schema allows, in characters (one sentence; v1 nuggets of real models
+/// stay well under it).
+pub const MAX_NUGGET_CHARS: usize = 300;
+
+/// The JSON Schema of a nuggets answer: `{"nuggets": [1 to max_nuggets strings]}`, no other
+/// field, each string at least 1 character and at most [`MAX_NUGGET_CHARS`], or less when
+/// `max_tokens` shared among `max_nuggets` strings would not hold that many
+/// ([`chars_within_tokens`]).
+pub fn nuggets_schema(max_nuggets: usize, max_tokens: u32) -> Value {
+    let max_nuggets = max_nuggets.max(1);
+    // Per string: its share of the budget less the object's frame and its quotes, comma and
+    // indentation (models pretty-print).
+    let per_nugget = (max_tokens as usize).saturating_sub(16) / max_nuggets;
+    let max_chars = chars_within_tokens(per_nugget.saturating_sub(8), MAX_NUGGET_CHARS);
+    json!({
+        "title": "nuggets",
+        "type": "object",
+        "properties": {
+            "nuggets": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": max_nuggets,
+                "items": {"type": "string", "minLength": 1, "maxLength": max_chars},
+            },
+        },
+        "required": ["nuggets"],
+        "additionalProperties": false,
+    })
+}
+
+/// The shape a repair request asks for, in words (no example a model could copy).
+fn format_words(max_nuggets: usize) -> String {
+    format!(
+        "one JSON object with one field, \"nuggets\": an array of 1 to {} strings, each one \
+         nugget",
+        max_nuggets.max(1)
+    )
+}
 
 fn parse_nuggets(text: &str) -> ParseOutcome<Vec<String>> {
     parse::extract_string_list(text, "nuggets").ok_or_else(|| {
@@ -57,7 +102,7 @@ pub(crate) fn nuggets_for(
     llm: &Llm,
     config: &NuggetsConfig,
     question: &QuestionInput,
-) -> Result<(NuggetsRecord, u32)> {
+) -> Result<(NuggetsRecord, AskCounts)> {
     let max = config.max_nuggets.to_string();
     let messages = NUGGETS.render(&[
         ("title", question.query_title.trim()),
@@ -65,12 +110,15 @@ pub(crate) fn nuggets_for(
         ("answer", question.answer_text.trim()),
         ("max_nuggets", &max),
     ])?;
+    let params = call_params(&config.params, config.structured_output, || {
+        nuggets_schema(config.max_nuggets, config.params.max_tokens)
+    });
     let answer = ask(
         llm,
         messages,
-        &config.params,
+        &params,
         config.max_repairs,
-        FORMAT,
+        &format_words(config.max_nuggets),
         parse_nuggets,
     )?;
     let record = match (answer.value, answer.problem) {
@@ -95,7 +143,7 @@ pub(crate) fn nuggets_for(
             raw: Some(answer.raw),
         },
     };
-    Ok((record, answer.repairs))
+    Ok((record, answer.counts))
 }
 
 impl StageRecord for NuggetsRecord {
@@ -117,6 +165,7 @@ pub fn generate_nuggets(
         llm,
         NUGGETS.id,
         &config.params,
+        config.structured_output,
         &format!(
             "max_nuggets={} max_repairs={}",
             config.max_nuggets, config.max_repairs
@@ -125,11 +174,50 @@ pub fn generate_nuggets(
     run_question_stage(
         llm,
         "nuggets",
-        NUGGETS.id,
+        (NUGGETS.id, config.structured_output),
         questions,
         out,
         (config.shard, settings),
         progress,
         |q| nuggets_for(llm, config, q),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::schema::{check_answer, check_portable};
+
+    #[test]
+    fn schema_bounds_the_list_and_the_parser_reads_its_answers() {
+        let schema = nuggets_schema(3, 1024);
+        check_portable(&schema).unwrap();
+        let answer = r#"{"nuggets": ["Use X.", "Set Y to 2."]}"#;
+        check_answer(&schema, answer).unwrap();
+        assert_eq!(
+            parse_nuggets(answer).unwrap(),
+            vec!["Use X.", "Set Y to 2."]
+        );
+        let four = r#"{"nuggets": ["a", "b", "c", "d"]}"#;
+        assert!(
+            check_answer(&schema, four)
+                .unwrap_err()
+                .contains("more than 3")
+        );
+        assert!(check_answer(&schema, r#"{"nuggets": []}"#).is_err());
+        let long = json!({"nuggets": ["x".repeat(MAX_NUGGET_CHARS + 1)]}).to_string();
+        assert!(check_answer(&schema, &long).is_err());
+        assert!(check_answer(&schema, r#"{"nuggets": ["a"], "note": "b"}"#).is_err());
+        // Today's (v1) answer shapes still parse: old caches stay readable.
+        let v1 = "Here:\n```json\n{\"nuggets\": [\"a\", \"b\",]}\n```";
+        assert_eq!(parse_nuggets(v1).unwrap(), vec!["a", "b"]);
+        assert!(!format_words(3).contains("first"));
+        // A small budget shortens the strings so that the answer fits in it.
+        let small = nuggets_schema(5, 256);
+        assert_eq!(small["properties"]["nuggets"]["items"]["maxLength"], 60);
+        assert_eq!(
+            schema["properties"]["nuggets"]["items"]["maxLength"],
+            MAX_NUGGET_CHARS
+        );
+    }
 }

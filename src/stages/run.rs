@@ -6,15 +6,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde::Serialize;
+use serde_json::Value;
 
-use super::StageSummary;
 use super::input::{QuestionInput, read_questions};
+use super::{StageSummary, StructuredOutput, StructuredOutputUsed};
 use crate::dataset::{
     AtomicWriter, SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path, write_json_atomic,
 };
 use crate::error::{Error, Result};
 use crate::llm::prompts::REPAIR;
-use crate::llm::{ChatParams, Llm, Message};
+use crate::llm::{ChatParams, Llm, Message, schema};
 use crate::progress::Progress;
 
 /// Runs `work` on every item with `workers` threads and returns the results in item order
@@ -75,6 +76,31 @@ pub(crate) fn run_items<T: Sync, R: Send>(
         .collect()
 }
 
+/// The parameters of one call: the stage's, with the call's JSON Schema (built by `schema`
+/// from the call's inputs) unless structured output is off.
+pub(crate) fn call_params(
+    base: &ChatParams,
+    mode: StructuredOutput,
+    schema: impl FnOnce() -> Value,
+) -> ChatParams {
+    ChatParams {
+        json_schema: match mode {
+            StructuredOutput::JsonSchema => Some(schema()),
+            StructuredOutput::Off => None,
+        },
+        ..base.clone()
+    }
+}
+
+/// What [`ask`] counted for one item.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AskCounts {
+    /// Repair requests sent.
+    pub repairs: u32,
+    /// Answers that did not match the JSON Schema they were asked with.
+    pub schema_mismatches: u32,
+}
+
 /// The outcome of [`ask`].
 pub(crate) struct Answer<T> {
     /// The parsed value; on failure, whatever part the last answer had (may be `None`).
@@ -83,8 +109,8 @@ pub(crate) struct Answer<T> {
     pub problem: Option<String>,
     /// The last raw answer.
     pub raw: String,
-    /// Repair requests sent.
-    pub repairs: u32,
+    /// Repairs and schema mismatches.
+    pub counts: AskCounts,
 }
 
 /// What a parser says about an answer: usable, or why not (with any usable part).
@@ -93,6 +119,11 @@ pub(crate) type ParseOutcome<T> = std::result::Result<T, (String, Option<T>)>;
 /// Sends `messages`; when `parse` rejects the answer, asks the model to repair it (showing its
 /// answer and the problem) up to `max_repairs` times. A transport failure is an error; an
 /// answer still unusable after the repairs is an [`Answer`] with `problem` set.
+///
+/// When `params` carries a JSON Schema that the backend honours, each answer is also checked
+/// against it: a mismatch (which a constrained backend should never produce) is counted, and
+/// named in the problem when the answer is unusable, but the lenient parser still decides, so
+/// a server that ignores `response_format` fares no worse than an unconstrained one.
 pub(crate) fn ask<T>(
     llm: &Llm,
     mut messages: Vec<Message>,
@@ -101,30 +132,46 @@ pub(crate) fn ask<T>(
     format: &str,
     parse: impl Fn(&str) -> ParseOutcome<T>,
 ) -> Result<Answer<T>> {
-    let mut repairs = 0;
+    let mut counts = AskCounts::default();
     loop {
         let raw = llm.complete(&messages, params)?;
+        let mismatch = params
+            .json_schema
+            .as_ref()
+            .filter(|_| llm.chat_backend().json_schema_refusal().is_none())
+            .and_then(|s| schema::check_answer(s, &raw).err());
+        if let Some(m) = &mismatch {
+            counts.schema_mismatches += 1;
+            tracing::debug!("an answer does not match its JSON schema: {m}");
+        }
         match parse(&raw) {
             Ok(value) => {
                 return Ok(Answer {
                     value: Some(value),
                     problem: None,
                     raw,
-                    repairs,
+                    counts,
                 });
             }
             Err((problem, partial)) => {
-                if repairs >= max_repairs {
+                let problem = match mismatch {
+                    Some(m) => format!(
+                        "{problem} (the answer does not match the JSON schema it was asked \
+                         with: {m})"
+                    ),
+                    None => problem,
+                };
+                if counts.repairs >= max_repairs {
                     return Ok(Answer {
                         value: partial,
                         problem: Some(problem),
                         raw,
-                        repairs,
+                        counts,
                     });
                 }
                 messages.push(Message::assistant(raw));
                 messages.extend(REPAIR.render(&[("problem", &problem), ("format", format)])?);
-                repairs += 1;
+                counts.repairs += 1;
             }
         }
     }
@@ -136,17 +183,37 @@ pub(crate) trait StageRecord: Serialize + Send {
     fn failed(&self) -> bool;
 }
 
+/// Fills the summary's structured-output fields: what `mode` asked for, and whether the
+/// backend refused it.
+pub(crate) fn note_structured_output(
+    summary: &mut StageSummary,
+    llm: &Llm,
+    mode: StructuredOutput,
+) {
+    let refusal = llm.chat_backend().json_schema_refusal();
+    summary.structured_output = match (mode, &refusal) {
+        (StructuredOutput::Off, _) => StructuredOutputUsed::Off,
+        (StructuredOutput::JsonSchema, Some(_)) => StructuredOutputUsed::Refused,
+        (StructuredOutput::JsonSchema, None) => StructuredOutputUsed::JsonSchema,
+    };
+    summary.structured_output_refusal = match summary.structured_output {
+        StructuredOutputUsed::Refused => refusal,
+        _ => None,
+    };
+}
+
 /// What must agree between the shards of one stage run: the prompt, the model, the
-/// generation parameters and the stage's own settings (not the server: shards may use
-/// different ones).
+/// generation parameters, whether schemas are sent and the stage's own settings (not the
+/// server: shards may use different ones).
 pub(crate) fn stage_settings(
     llm: &Llm,
     prompt_id: &str,
     params: &ChatParams,
+    mode: StructuredOutput,
     extra: &str,
 ) -> String {
     format!(
-        "prompt={prompt_id} backend={} model={} params={} {extra}",
+        "prompt={prompt_id} backend={} model={} params={} structured_output={mode} {extra}",
         llm.chat_backend().backend(),
         llm.chat_backend().model(),
         serde_json::to_string(params).unwrap_or_default(),
@@ -203,12 +270,12 @@ pub(crate) fn write_shard_info(out: &Path, info: Option<ShardInfo>, rows: usize)
 pub(crate) fn run_question_stage<R: StageRecord>(
     llm: &Llm,
     label: &str,
-    prompt_id: &str,
+    (prompt_id, mode): (&str, StructuredOutput),
     questions: &Path,
     out: &Path,
     (shard, settings): (Option<Shard>, String),
     progress: &dyn Progress,
-    per_question: impl Fn(&QuestionInput) -> Result<(R, u32)> + Sync,
+    per_question: impl Fn(&QuestionInput) -> Result<(R, AskCounts)> + Sync,
 ) -> Result<StageSummary> {
     let mut questions = read_questions(questions)?;
     questions.sort_by(|a, b| a.query_id.cmp(&b.query_id));
@@ -237,8 +304,9 @@ pub(crate) fn run_question_stage<R: StageRecord>(
         items: results.len() as u64,
         ..StageSummary::default()
     };
-    for (record, repairs) in &results {
-        summary.repairs += u64::from(*repairs);
+    for (record, counts) in &results {
+        summary.repairs += u64::from(counts.repairs);
+        summary.schema_mismatches += u64::from(counts.schema_mismatches);
         if record.failed() {
             summary.failed += 1;
         } else {
@@ -249,6 +317,7 @@ pub(crate) fn run_question_stage<R: StageRecord>(
     write_shard_info(out, shard_info, results.len())?;
     writer.commit()?;
     summary.llm = llm.stats();
+    note_structured_output(&mut summary, llm, mode);
     Ok(summary)
 }
 

@@ -3,14 +3,17 @@
 
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::input::{QuestionInput, VariantsRecord};
-use super::run::{ParseOutcome, StageRecord, ask, run_question_stage, stage_settings};
-use super::{DEFAULT_MAX_REPAIRS, StageSummary};
+use super::run::{
+    AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
+};
+use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
 use crate::dataset::Shard;
 use crate::error::Result;
 use crate::llm::prompts::QUERY_VARIANTS;
+use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
 use crate::progress::Progress;
 
@@ -26,6 +29,8 @@ pub struct VariantsConfig {
     /// Only this slice of the questions (sorted by id, question `i` to shard `i % N`); a
     /// sidecar for `freshstack merge` is written next to the output.
     pub shard: Option<Shard>,
+    /// Whether each call carries its JSON Schema ([`variants_schema`]).
+    pub structured_output: StructuredOutput,
 }
 
 impl Default for VariantsConfig {
@@ -38,11 +43,58 @@ impl Default for VariantsConfig {
             max_sub_questions: 5,
             max_repairs: DEFAULT_MAX_REPAIRS,
             shard: None,
+            structured_output: StructuredOutput::default(),
         }
     }
 }
 
-const FORMAT: &str = r#"{"sub_questions": ["first sub-question", "second sub-question"], "closed_book_answer": "your answer"}"#;
+/// Longest sub-question the schema allows, in characters.
+pub const MAX_SUB_QUESTION_CHARS: usize = 300;
+/// Longest closed-book answer the schema allows, in characters (the prompt asks for at most
+/// 250 words).
+pub const MAX_CLOSED_BOOK_CHARS: usize = 2000;
+
+/// The JSON Schema of a query-variants answer: `{"closed_book_answer": "...", "sub_questions":
+/// [...]}` in that order (serde_json sorts object keys, and engines generate properties in the
+/// order they are listed: the answer first, then its decomposition), 2 (1 when only one is allowed) to `max_sub_questions` sub-questions of
+/// 1 to [`MAX_SUB_QUESTION_CHARS`] characters, an answer of 1 to [`MAX_CLOSED_BOOK_CHARS`]; less
+/// when `max_tokens` would not hold that much (a third of it for the sub-questions, the rest for
+/// the answer; [`chars_within_tokens`]).
+pub fn variants_schema(max_sub_questions: usize, max_tokens: u32) -> Value {
+    let max = max_sub_questions.max(1);
+    let budget = (max_tokens as usize).saturating_sub(16);
+    let sub_chars =
+        chars_within_tokens((budget / 3 / max).saturating_sub(8), MAX_SUB_QUESTION_CHARS);
+    let answer_chars = chars_within_tokens(budget - budget / 3, MAX_CLOSED_BOOK_CHARS);
+    json!({
+        "title": "query_variants",
+        "type": "object",
+        "properties": {
+            "closed_book_answer": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": answer_chars,
+            },
+            "sub_questions": {
+                "type": "array",
+                "minItems": max.min(2),
+                "maxItems": max,
+                "items": {"type": "string", "minLength": 1, "maxLength": sub_chars},
+            },
+        },
+        "required": ["closed_book_answer", "sub_questions"],
+        "additionalProperties": false,
+    })
+}
+
+/// The shape a repair request asks for, in words.
+fn format_words(max_sub_questions: usize) -> String {
+    format!(
+        "one JSON object with two fields, in this order: \"closed_book_answer\", a string, then \
+         \"sub_questions\", an array of 1 to {} strings",
+        max_sub_questions.max(1)
+    )
+}
 
 fn parse_variants(text: &str) -> ParseOutcome<(Vec<String>, String)> {
     let Some(map) = parse::extract_json_object(text) else {
@@ -87,19 +139,22 @@ fn variants_for(
     llm: &Llm,
     config: &VariantsConfig,
     question: &QuestionInput,
-) -> Result<(VariantsRecord, u32)> {
+) -> Result<(VariantsRecord, AskCounts)> {
     let max = config.max_sub_questions.to_string();
     let messages = QUERY_VARIANTS.render(&[
         ("title", question.query_title.trim()),
         ("question", question.query_text.trim()),
         ("max_sub_questions", &max),
     ])?;
+    let params = call_params(&config.params, config.structured_output, || {
+        variants_schema(config.max_sub_questions, config.params.max_tokens)
+    });
     let answer = ask(
         llm,
         messages,
-        &config.params,
+        &params,
         config.max_repairs,
-        FORMAT,
+        &format_words(config.max_sub_questions),
         parse_variants,
     )?;
     let record = match (answer.value, answer.problem) {
@@ -121,7 +176,7 @@ fn variants_for(
             raw: Some(answer.raw),
         },
     };
-    Ok((record, answer.repairs))
+    Ok((record, answer.counts))
 }
 
 impl StageRecord for VariantsRecord {
@@ -143,6 +198,7 @@ pub fn generate_query_variants(
         llm,
         QUERY_VARIANTS.id,
         &config.params,
+        config.structured_output,
         &format!(
             "max_sub_questions={} max_repairs={}",
             config.max_sub_questions, config.max_repairs
@@ -151,7 +207,7 @@ pub fn generate_query_variants(
     run_question_stage(
         llm,
         "query variants",
-        QUERY_VARIANTS.id,
+        (QUERY_VARIANTS.id, config.structured_output),
         questions,
         out,
         (config.shard, settings),
@@ -174,5 +230,42 @@ mod tests {
         assert_eq!(answer, "Use X.");
         assert!(parse_variants("{\"sub_questions\": [\"a\"]}").is_err());
         assert!(parse_variants("1. a\n2. b").is_err());
+    }
+
+    #[test]
+    fn schema_is_strict_and_its_answers_parse() {
+        use crate::llm::schema::{check_answer, check_portable};
+        let schema = variants_schema(3, 1024);
+        check_portable(&schema).unwrap();
+        let keys: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["closed_book_answer", "sub_questions"],
+            "generation order"
+        );
+        let answer = r#"{"sub_questions": ["a?", "b?"], "closed_book_answer": "Use X."}"#;
+        check_answer(&schema, answer).unwrap();
+        assert_eq!(
+            parse_variants(answer).unwrap(),
+            (
+                vec!["a?".to_string(), "b?".to_string()],
+                "Use X.".to_string()
+            )
+        );
+        let one = r#"{"sub_questions": ["a?"], "closed_book_answer": "Use X."}"#;
+        assert!(
+            check_answer(&schema, one)
+                .unwrap_err()
+                .contains("fewer than 2")
+        );
+        check_answer(&variants_schema(1, 1024), one).unwrap();
+        let small = variants_schema(3, 256);
+        assert_eq!(
+            small["properties"]["sub_questions"]["items"]["maxLength"],
+            27
+        );
+        assert_eq!(small["properties"]["closed_book_answer"]["maxLength"], 240);
+        let empty = r#"{"sub_questions": ["a?", "b?"], "closed_book_answer": ""}"#;
+        assert!(check_answer(&schema, empty).is_err());
     }
 }

@@ -1,7 +1,14 @@
 //! Our own prompts (the paper's were not released), as versioned text files compiled into the
 //! binary. A file has `=== system ===` / `=== user ===` sections and `{{name}}` placeholders.
 //! Changing a prompt means a new file (`*.v2.txt`) and a new constant: prompt text is part of the
-//! cache key, so old answers are then simply not reused.
+//! cache key, so old answers are then simply not reused, and the id is part of the stage
+//! fingerprints of `freshstack build`, so a build reruns the stage.
+//!
+//! Version 2 (structured output): the prompts describe the answer's shape in words and show no
+//! example answer (a small model copied v1's `"first nugget"` placeholders verbatim); the JSON
+//! Schema sent with each call enforces the shape. The judge's chain of thought moved from free
+//! text before the JSON into a `reasoning` field of each entry, before its verdict. The same
+//! prompts serve `structured_output = "off"`. The v1 texts are in the history.
 
 use super::{Message, Role};
 use crate::error::{Error, Result};
@@ -17,23 +24,23 @@ pub struct Prompt {
 /// Question + accepted answer -> nuggets, grading-notes style (paper §3.3).
 /// Placeholders: `title`, `question`, `answer`, `max_nuggets`.
 pub const NUGGETS: Prompt = Prompt {
-    id: "nuggets.v1",
-    text: include_str!("nuggets.v1.txt"),
+    id: "nuggets.v2",
+    text: include_str!("nuggets.v2.txt"),
 };
 
 /// Question only -> sub-questions and a closed-book answer (paper §3.4, inference setting).
 /// Placeholders: `title`, `question`, `max_sub_questions`.
 pub const QUERY_VARIANTS: Prompt = Prompt {
-    id: "query-variants.v1",
-    text: include_str!("query-variants.v1.txt"),
+    id: "query-variants.v2",
+    text: include_str!("query-variants.v2.txt"),
 };
 
-/// Question, its nuggets and up to N documents -> per-document supported nuggets with a short
-/// chain of thought (paper §3.5). Placeholders: `title`, `question`, `nuggets`, `num_nuggets`,
-/// `documents`, `num_docs`.
+/// Question, its nuggets and up to N documents -> per document, in order, a short chain of
+/// thought then the supported nuggets (paper §3.5). Placeholders: `title`, `question`,
+/// `nuggets`, `num_nuggets`, `documents`, `num_docs`.
 pub const JUDGE: Prompt = Prompt {
-    id: "judge.v1",
-    text: include_str!("judge.v1.txt"),
+    id: "judge.v2",
+    text: include_str!("judge.v2.txt"),
 };
 
 /// Follow-up when an answer cannot be parsed. Placeholders: `problem`, `format`.
@@ -159,6 +166,30 @@ mod tests {
             assert!(
                 msgs.iter().all(|m| !m.content.contains("{{")),
                 "{}",
+                prompt.id
+            );
+        }
+    }
+
+    /// Regression (issue 17): SmolLM2 copied v1's example answers ("first nugget") verbatim.
+    #[test]
+    fn prompts_show_no_example_answer_to_copy() {
+        for prompt in [NUGGETS, QUERY_VARIANTS, JUDGE] {
+            for placeholder in [
+                "\"first nugget",
+                "\"second",
+                "\"your answer",
+                "\"one short sentence",
+            ] {
+                assert!(
+                    !prompt.text.contains(placeholder),
+                    "{} shows {placeholder:?}",
+                    prompt.id
+                );
+            }
+            assert!(
+                !prompt.text.contains("{\""),
+                "{} shows a JSON example",
                 prompt.id
             );
         }

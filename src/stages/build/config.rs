@@ -218,6 +218,11 @@ pub struct LlmSection {
     /// Response cache; default `OUT/work/llm-cache.sqlite`.
     #[serde(default)]
     pub cache: Option<PathBuf>,
+    /// `json_schema` (default): every call carries its answer's JSON Schema (servers get
+    /// `response_format`; one that refuses it falls back to prompt + repair, said in the stage
+    /// summary). `off`: no schema is sent.
+    #[serde(default)]
+    pub structured_output: crate::llm::StructuredOutput,
 }
 
 fn default_concurrency() -> usize {
@@ -556,6 +561,21 @@ model = "m"
         assert_eq!(
             config.corpus.repositories[&"me/repo".to_string()],
             Path::new("./src")
+        );
+        assert_eq!(
+            config.llm.structured_output,
+            crate::llm::StructuredOutput::JsonSchema
+        );
+        let off = MINIMAL.replace("[llm]", "[llm]\nstructured_output = \"off\"");
+        assert_eq!(
+            parse(&off).unwrap().llm.structured_output,
+            crate::llm::StructuredOutput::Off
+        );
+        let bad = MINIMAL.replace("[llm]", "[llm]\nstructured_output = \"grammar\"");
+        let err = parse(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("structured_output") || err.contains("json_schema"),
+            "{err}"
         );
     }
 

@@ -31,6 +31,7 @@ use crate::dataset::{AtomicWriter, Question, read_jsonl, write_json_atomic};
 use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
 use crate::index::Bm25Settings;
+use crate::llm::prompts::{JUDGE, NUGGETS, Prompt, QUERY_VARIANTS};
 use crate::llm::{ChatParams, Llm, LlmStats, ResponseCache};
 use crate::progress::Progress;
 use crate::report::ReportOptions;
@@ -44,7 +45,7 @@ use crate::source::stackoverflow::{
 use crate::source::{CorpusConfig, RepoSpec, TokenizerKind, build_corpus};
 use crate::stages::input::{NuggetsRecord, VariantsRecord, read_rows};
 use crate::stages::{
-    JudgeConfig, JudgeInputs, NuggetsConfig, VariantsConfig, generate_nuggets,
+    JudgeConfig, JudgeInputs, NuggetsConfig, StageSummary, VariantsConfig, generate_nuggets,
     generate_query_variants, judge,
 };
 
@@ -263,14 +264,30 @@ impl Builder<'_> {
             .ok_or_else(|| Error::invalid("llm", "no backend configured"))
     }
 
-    /// What every LLM stage's output depends on besides its inputs: the model, the sampling
-    /// and the repair budget.
-    fn llm_fingerprint(&self) -> Fingerprint {
+    /// What every LLM stage's output depends on besides its inputs: the model, the sampling,
+    /// the repair budget, the stage's prompt version and whether schemas are sent (a prompt
+    /// bump or a switch of `structured_output` reruns the stage; the response cache then
+    /// answers only what was asked before).
+    fn llm_fingerprint(&self, prompt: &Prompt) -> Fingerprint {
         let llm = &self.config.llm;
         Fingerprint::new()
             .setting("llm", &self.llm_identity())
             .setting("sampling", &(llm.temperature, llm.seed))
             .setting("repairs", &llm.max_repairs)
+            .setting("prompt", &prompt.id)
+            .setting("structured_output", &llm.structured_output)
+    }
+
+    /// Appends the stage's structured-output note to its one-line detail: said only when the
+    /// server refused the schemas.
+    fn structured_note(summary: &StageSummary) -> String {
+        match &summary.structured_output_refusal {
+            Some(refusal) => format!(
+                "; structured output refused by the server ({refusal}): unconstrained prompt + \
+                 repair used"
+            ),
+            None => String::new(),
+        }
     }
 
     fn params(&self, max_tokens: u32) -> ChatParams {
@@ -481,7 +498,7 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint()
+            .llm_fingerprint(&NUGGETS)
             .setting("nuggets", &self.config.nuggets)
             .input("questions", &self.hash(layout::QUESTIONS))
             .finish();
@@ -491,6 +508,7 @@ impl Builder<'_> {
                 max_nuggets: b.config.nuggets.max_nuggets,
                 max_repairs: b.config.llm.max_repairs,
                 shard: None,
+                structured_output: b.config.llm.structured_output,
             };
             let questions = b.path(layout::QUESTIONS);
             let out = b.path(layout::NUGGETS);
@@ -498,10 +516,11 @@ impl Builder<'_> {
             let before = llm.stats();
             let summary = generate_nuggets(llm, &config, &questions, &out, progress)?;
             Ok(format!(
-                "{} questions, {} failed after repairs; {}",
+                "{} questions, {} failed after repairs; {}{}",
                 summary.items,
                 summary.failed,
-                calls_line(&before, &llm.stats())
+                calls_line(&before, &llm.stats()),
+                Self::structured_note(&summary)
             ))
         })
     }
@@ -512,7 +531,7 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint()
+            .llm_fingerprint(&QUERY_VARIANTS)
             .setting("variants", &self.config.variants)
             .input("questions", &self.hash(layout::QUESTIONS))
             .finish();
@@ -527,6 +546,7 @@ impl Builder<'_> {
                     max_sub_questions: b.config.variants.max_sub_questions,
                     max_repairs: b.config.llm.max_repairs,
                     shard: None,
+                    structured_output: b.config.llm.structured_output,
                 };
                 let questions = b.path(layout::QUESTIONS);
                 let out = b.path(layout::VARIANTS);
@@ -534,10 +554,11 @@ impl Builder<'_> {
                 let before = llm.stats();
                 let summary = generate_query_variants(llm, &config, &questions, &out, progress)?;
                 Ok(format!(
-                    "{} questions, {} failed after repairs; {}",
+                    "{} questions, {} failed after repairs; {}{}",
                     summary.items,
                     summary.failed,
-                    calls_line(&before, &llm.stats())
+                    calls_line(&before, &llm.stats()),
+                    Self::structured_note(&summary)
                 ))
             },
         )
@@ -649,7 +670,7 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint()
+            .llm_fingerprint(&JUDGE)
             .setting("judge", &self.config.judge)
             .input("questions", &self.hash(layout::QUESTIONS))
             .input("nuggets", &self.hash(layout::NUGGETS))
@@ -665,6 +686,7 @@ impl Builder<'_> {
             let out = b.path(layout::JUDGMENTS);
             let params = b.params(section.max_tokens);
             let max_repairs = b.config.llm.max_repairs;
+            let structured_output = b.config.llm.structured_output;
             let opened = b.llm()?;
             let default = JudgeConfig::default();
             let config = JudgeConfig {
@@ -677,6 +699,7 @@ impl Builder<'_> {
                 max_doc_tokens: section.max_doc_tokens,
                 max_repairs,
                 shard: None,
+                structured_output,
             };
             let inputs = JudgeInputs {
                 questions: &questions,
@@ -687,11 +710,12 @@ impl Builder<'_> {
             let before = opened.llm.stats();
             let summary = judge(&opened.llm, &config, &inputs, &out, progress)?;
             Ok(format!(
-                "{} judgments in {} batches ({} failed after repairs); {}",
+                "{} judgments in {} batches ({} failed after repairs); {}{}",
                 summary.judgments,
                 summary.stage.items,
                 summary.stage.failed,
-                calls_line(&before, &opened.llm.stats())
+                calls_line(&before, &opened.llm.stats()),
+                Self::structured_note(&summary.stage)
             ))
         })
     }

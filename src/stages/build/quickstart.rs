@@ -110,6 +110,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             seed: None,
             max_repairs: 0,
             cache: None,
+            structured_output: crate::llm::StructuredOutput::default(),
         },
         nuggets: NuggetsSection {
             max_nuggets: 5,
