@@ -56,7 +56,8 @@ pub(crate) fn corpus(dir: &Path) -> PathBuf {
     let lines: Vec<String> = DOCS
         .iter()
         .map(|(id, text)| {
-            serde_json::json!({"_id": id, "title": "", "text": text, "metadata": {}}).to_string()
+            // Keys in sorted order, the bytes the manifest golden's corpus hash was made from.
+            serde_json::json!({"_id": id, "metadata": {}, "text": text, "title": ""}).to_string()
         })
         .collect();
     write(dir, "corpus.jsonl", lines.join("\n") + "\n")
@@ -395,7 +396,7 @@ fn manifest_golden() {
     manifest["files"] = serde_json::json!(files);
     let golden_path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/index-manifest-v1.json");
-    let got = serde_json::to_string_pretty(&manifest).unwrap() + "\n";
+    let got = serde_json::to_string_pretty(&sorted_keys(manifest)).unwrap() + "\n";
     if std::env::var_os("FRESHSTACK_BLESS").is_some() {
         std::fs::write(&golden_path, &got).unwrap();
     }
@@ -404,6 +405,27 @@ fn manifest_golden() {
         got, want,
         "manifest changed: rerun with FRESHSTACK_BLESS=1 if intended"
     );
+}
+
+/// `value` with every object's keys in sorted order (the golden file's order), whatever order
+/// serde_json keeps (llguidance turns on its `preserve_order`).
+fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
+        }
+        other => other,
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

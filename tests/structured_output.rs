@@ -163,8 +163,9 @@ fn each_call_carries_its_schema_and_enforced_answers_need_no_repair() {
     sent.sort_by_key(|s| s.to_string());
     let max_tokens = JudgeConfig::default().params.max_tokens;
     let mut want = vec![
-        judge_schema(3, 2, max_tokens),
-        judge_schema(2, 2, max_tokens),
+        // What is sent has its keys sorted (llm::schema::sorted_keys; generation order).
+        freshstack::llm::schema::sorted_keys(judge_schema(3, 2, max_tokens)),
+        freshstack::llm::schema::sorted_keys(judge_schema(2, 2, max_tokens)),
     ];
     want.sort_by_key(|s| s.to_string());
     assert_eq!(sent, want);

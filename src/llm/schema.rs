@@ -67,6 +67,27 @@ pub const PORTABLE_KEYWORDS: &[&str] = &[
     "maxLength",
 ];
 
+/// `value` with every object's keys in sorted order. The schemas' property order is their
+/// generation order (engines emit properties as listed), and serde_json keeps insertion order
+/// or sorts depending on a feature another crate may turn on (llguidance does): sorting here
+/// makes the order, and so the answers and the cache keys, the same either way.
+pub fn sorted_keys(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
+}
+
 /// The `maxLength` of a string field that `tokens` tokens of the answer budget must be able to
 /// hold: 1.5 characters per token, at least 16, at most `cap`. English and code average 3 to 4,
 /// but a small model looping under a grammar does not (SmolLM2 wrote `fuse_fuse_...` at 1.7

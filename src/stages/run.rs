@@ -85,7 +85,7 @@ pub(crate) fn call_params(
 ) -> ChatParams {
     ChatParams {
         json_schema: match mode {
-            StructuredOutput::JsonSchema => Some(schema()),
+            StructuredOutput::JsonSchema => Some(crate::llm::schema::sorted_keys(schema())),
             StructuredOutput::Off => None,
         },
         ..base.clone()

@@ -217,6 +217,8 @@ impl Tile<'_> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
+    // Index loops over the register arrays: each unrolls into independent accumulator chains.
+    #[allow(clippy::needless_range_loop)]
     unsafe fn tile_avx512<const C: usize>(&self, scores: &mut [f32], out: &mut [f32]) {
         use std::arch::x86_64::*;
         let hd = self.head_dim;

@@ -112,19 +112,20 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             cache: None,
             structured_output: crate::llm::StructuredOutput::default(),
         },
+        // Budgets that leave the schema's strings room (their lengths derive from these).
         nuggets: NuggetsSection {
             max_nuggets: 5,
-            max_tokens: 256,
+            max_tokens: 512,
         },
         variants: VariantsSection {
             max_sub_questions: 3,
-            max_tokens: 256,
+            max_tokens: 384,
         },
         judge: JudgeSection {
             docs_per_call: 10,
             context_tokens: None,
             max_doc_tokens: 256,
-            max_tokens: 384,
+            max_tokens: 768,
         },
         filter: FilterSection {
             require_all_nuggets_supported: true,
