@@ -523,6 +523,9 @@ impl LocalChat {
             .map(|(i, t)| {
                 matches!(token_types.get(i), Some(3) | Some(4))
                     || (t.starts_with("<|") && t.ends_with("|>"))
+                    // End-of-text markers typed as normal text (Qwen's `</s>`): llama.cpp
+                    // overrides them to control tokens, so they are matched whole there too.
+                    || matches!(t.as_str(), "</s>" | "<end_of_turn>")
             })
             .collect();
         let specials: Vec<AddedToken> = tokens
