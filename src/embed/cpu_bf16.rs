@@ -371,11 +371,12 @@ impl CustomOp1 for PackedForward<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::Tensor;
 
-    fn random(len: usize, seed: u64) -> Vec<f32> {
+    /// Seeded uniform values in [-0.5, 0.5) (an LCG), for kernel tests.
+    pub(crate) fn random(len: usize, seed: u64) -> Vec<f32> {
         let mut state = seed;
         (0..len)
             .map(|_| {

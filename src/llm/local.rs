@@ -782,15 +782,7 @@ impl LocalChat {
                     return Ok(generated);
                 }
                 let (mut logits, _) = session.prefill(model, prompt_ids).map_err(native_fail)?;
-                loop {
-                    if !self.allow(&mut constraint, &mut logits)? {
-                        break;
-                    }
-                    let next = sample(logits)?;
-                    if self.stop_ids.contains(&next) {
-                        break;
-                    }
-                    self.advance(&mut constraint, next)?;
+                while let Some(next) = self.choose(&mut constraint, logits, &mut sample)? {
                     generated.push(next);
                     if generated.len() >= budget {
                         break;
@@ -804,16 +796,11 @@ impl LocalChat {
                 let mut input = prompt_ids.to_vec();
                 let mut pos = 0;
                 while generated.len() < budget {
-                    let mut logits = self.candle_step(&mut weights, &input, pos).map_err(fail)?;
+                    let logits = self.candle_step(&mut weights, &input, pos).map_err(fail)?;
                     pos += input.len();
-                    if !self.allow(&mut constraint, &mut logits)? {
+                    let Some(next) = self.choose(&mut constraint, logits, &mut sample)? else {
                         break;
-                    }
-                    let next = sample(logits)?;
-                    if self.stop_ids.contains(&next) {
-                        break;
-                    }
-                    self.advance(&mut constraint, next)?;
+                    };
                     generated.push(next);
                     input = vec![next];
                 }
@@ -868,21 +855,29 @@ impl LocalChat {
             .collect()
     }
 
-    /// Masks `logits` by the grammar, when there is one; false: the answer is complete.
-    fn allow(&self, constraint: &mut Option<Constraint>, logits: &mut [f32]) -> Result<bool> {
-        match constraint {
-            Some(c) => c
-                .mask(logits, &self.stop_ids)
-                .map_err(|e| gguf_error(&self.path, e)),
-            None => Ok(true),
+    /// The next token from `logits` (masked by the grammar when there is one, which then
+    /// advances past it); `None` when the answer ends here (a stop token, or a complete
+    /// grammar). Both engines' generation loops take each token through this.
+    fn choose(
+        &self,
+        constraint: &mut Option<Constraint>,
+        mut logits: Vec<f32>,
+        sample: &mut dyn FnMut(Vec<f32>) -> Result<u32>,
+    ) -> Result<Option<u32>> {
+        let grammar = |e: String| gguf_error(&self.path, e);
+        if let Some(c) = constraint.as_mut()
+            && !c.mask(&mut logits, &self.stop_ids).map_err(grammar)?
+        {
+            return Ok(None);
         }
-    }
-
-    fn advance(&self, constraint: &mut Option<Constraint>, token: u32) -> Result<()> {
-        match constraint {
-            Some(c) => c.accept(token).map_err(|e| gguf_error(&self.path, e)),
-            None => Ok(()),
+        let next = sample(logits)?;
+        if self.stop_ids.contains(&next) {
+            return Ok(None);
         }
+        if let Some(c) = constraint.as_mut() {
+            c.accept(next).map_err(grammar)?;
+        }
+        Ok(Some(next))
     }
 
     fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> Result<std::sync::MutexGuard<'a, T>> {

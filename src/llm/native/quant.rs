@@ -901,20 +901,9 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::cpu_bf16::tests::random;
     use candle_core::quantized::QTensor;
     use candle_core::{Device, Tensor};
-
-    fn random(len: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed;
-        (0..len)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    }
 
     /// A `[rows, cols]` matrix of `dtype` (quantized by candle) in a mapped temp file.
     fn matrix(
