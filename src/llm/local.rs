@@ -174,7 +174,7 @@ impl<T: std::io::Read + std::io::Seek> ReadSeek for T {}
 /// candle then multiplies as plain tensors.
 fn dequantized_copy(
     content: &gguf_file::Content,
-    file: &mut std::fs::File,
+    file: &mut (impl std::io::Read + std::io::Seek),
 ) -> candle_core::Result<(gguf_file::Content, std::io::Cursor<Vec<u8>>)> {
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
@@ -447,8 +447,10 @@ impl LocalChat {
 
     fn load_with(path: impl AsRef<Path>, may_dequantize: bool) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let mut file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        // Buffered: the header is ~150k small reads (one per vocabulary string) otherwise.
+        let mut file = std::io::BufReader::with_capacity(1 << 20, file);
         let content = gguf_file::Content::read(&mut file)
             .map_err(|e| gguf_error(&path, format!("not a readable GGUF file: {e}")))?;
         let md = &content.metadata;
@@ -567,7 +569,7 @@ impl LocalChat {
                 // SAFETY: the file is opened read-only and treated as immutable while mapped
                 // (as every GGUF runtime does); a file changed underneath gives wrong answers,
                 // not undefined behaviour in safe code, because every read is bounds-checked.
-                let map = unsafe { memmap2::Mmap::map(&file) }
+                let map = unsafe { memmap2::Mmap::map(file.get_ref()) }
                     .map_err(|e| gguf_error(&path, format!("cannot map the file: {e}")))?;
                 let model = native::Model::load(&content, std::sync::Arc::new(map), family)
                     .map_err(|e| gguf_error(&path, e))?;

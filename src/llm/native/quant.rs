@@ -642,7 +642,7 @@ mod x86 {
         }
     }
 
-    /// Rows of a 32-value block type, two at a time (one activation load for both rows, two
+    /// Rows of a 32-value block type, four at a time (one activation load for all of them,
     /// independent accumulator chains); each row's sum runs in the same order as alone.
     #[inline(always)]
     unsafe fn rows32<const VNNI: bool, B: Block32>(
@@ -651,18 +651,34 @@ mod x86 {
         act: &Q8Activation,
         out: &mut [f32],
     ) {
-        let mut pairs = out.chunks_exact_mut(2);
+        let mut quads = out.chunks_exact_mut(4);
         let mut r = first;
-        for pair in &mut pairs {
+        for quad in &mut quads {
             // SAFETY: forwarded from dot_rows.
-            let [a, b] = unsafe { dot32::<VNNI, B, 2>([m.row(r), m.row(r + 1)], act) };
-            pair[0] = a;
-            pair[1] = b;
-            r += 2;
+            let sums = unsafe {
+                dot32::<VNNI, B, 4>([m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)], act)
+            };
+            quad.copy_from_slice(&sums);
+            r += 4;
         }
-        if let [last] = pairs.into_remainder() {
+        for last in quads.into_remainder() {
             // SAFETY: forwarded from dot_rows.
             *last = unsafe { dot32::<VNNI, B, 1>([m.row(r)], act) }[0];
+            r += 1;
+        }
+    }
+
+    /// Asks for the cache lines of `base[from..from + len]` (addresses past the matrix are
+    /// harmless: a prefetch never faults). The matrix x vector kernels read weights once, from
+    /// memory, in order; the hardware prefetcher alone leaves them waiting on it (measured: the
+    /// 146 MB Q8_0 output head of Qwen2.5-0.5B ran at ~4.5 GB/s without, ~10-16 GB/s with).
+    #[inline(always)]
+    fn prefetch(base: *const u8, from: usize, len: usize) {
+        let mut line = 0;
+        while line < len {
+            // SAFETY: a prefetch has no architectural effect; SSE is baseline on x86_64.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(from + line).cast()) };
+            line += 64;
         }
     }
 
@@ -678,6 +694,14 @@ mod x86 {
         for b in 0..blocks {
             // SAFETY: b < blocks, so each row's block and the activation block are in bounds.
             unsafe {
+                // Rows are adjacent in memory: fetch ahead of the last one (a prefetch past the
+                // matrix's end is harmless).
+                // The rows are adjacent: fetch the next R rows at the pace these are read.
+                prefetch(
+                    rows[0].as_ptr(),
+                    R * rows[0].len() + b * R * B::BYTES,
+                    R * B::BYTES,
+                );
                 let a = load_act(act, b);
                 let da = act.scales[b];
                 let sa = act.scaled_sum32(b);
@@ -794,6 +818,7 @@ mod x86 {
         let mut acc = unsafe { _mm256_setzero_ps() };
         let mut offset = 0f32;
         for (s, block) in row.chunks_exact(size).enumerate() {
+            prefetch(row.as_ptr(), row.len() + s * size, size);
             let d = half(block, 0);
             let dmin = half(block, 2);
             let scales = &block[4..16];
@@ -859,6 +884,7 @@ mod x86 {
         let mut acc = unsafe { _mm256_setzero_ps() };
         let mut offset = 0f32;
         for (s, block) in row.chunks_exact(210).enumerate() {
+            prefetch(row.as_ptr(), row.len() + s * 210, 210);
             let d = half(block, 208);
             let scales = &block[192..208];
             for h in 0..2 {

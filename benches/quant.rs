@@ -1,0 +1,78 @@
+//! The native engine's matrix x vector kernels on one thread, per GGUF storage type, at the
+//! shapes of Qwen2.5-Coder-0.5B (hidden 896, feed-forward 4864, vocabulary ~152k) and
+//! SmolLM2-135M (576 / 1536). Throughput is weight bytes read per second: one generated token
+//! reads every weight once, so this is the ceiling of generation speed.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use freshstack::llm::native::quant::{Isa, Q8Activation, QMatrix, QType, matvec};
+use memmap2::MmapMut;
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// A `[rows, cols]` matrix of `dtype`: a quantized `[base_rows, cols]` block repeated (the
+/// kernels' speed does not depend on the values), in anonymous memory.
+fn matrix(dtype: GgmlDType, base_rows: usize, repeats: usize, cols: usize) -> QMatrix {
+    let w = Tensor::from_vec(values(base_rows * cols, 7), (base_rows, cols), &Device::Cpu)
+        .expect("tensor");
+    let bytes = QTensor::quantize(&w, dtype)
+        .expect("quantize")
+        .data()
+        .expect("bytes")
+        .into_owned();
+    let mut map = MmapMut::map_anon(bytes.len() * repeats).expect("anonymous map");
+    for chunk in map.chunks_exact_mut(bytes.len()) {
+        chunk.copy_from_slice(&bytes);
+    }
+    let map = Arc::new(map.make_read_only().expect("read-only map"));
+    let qtype = QType::of_ggml(dtype).expect("supported type");
+    QMatrix::new(map, 0, qtype, base_rows * repeats, cols).expect("matrix")
+}
+
+fn kernels(c: &mut Criterion) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    let isa = Isa::detect();
+    let shapes = [
+        ("q5_0_ffn_up_4864x896", GgmlDType::Q5_0, 4864, 1, 896),
+        ("q8_0_output_151k_x896", GgmlDType::Q8_0, 4864, 31, 896),
+        ("q8_0_4864x896", GgmlDType::Q8_0, 4864, 1, 896),
+        ("q6k_ffn_down_896x4864", GgmlDType::Q6K, 896, 1, 4864),
+        ("q4k_ffn_down_896x4864", GgmlDType::Q4K, 896, 1, 4864),
+        ("q4_1_ffn_up_1536x576", GgmlDType::Q4_1, 1536, 1, 576),
+        ("q4_0_4864x896", GgmlDType::Q4_0, 4864, 1, 896),
+    ];
+    let mut group = c.benchmark_group("native_matvec_1_thread");
+    group.sample_size(20);
+    for (name, dtype, base_rows, repeats, cols) in shapes {
+        let m = matrix(dtype, base_rows, repeats, cols);
+        let x = values(cols, 3);
+        let mut act = Q8Activation::new();
+        act.quantize(&x);
+        let mut out = vec![0f32; m.rows];
+        group.throughput(Throughput::Bytes((m.rows * m.row_bytes()) as u64));
+        group.bench_function(format!("{name}_{isa:?}"), |b| {
+            b.iter(|| pool.install(|| matvec(isa, &[&m], &x, &act, &mut [&mut out[..]])))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, kernels);
+criterion_main!(benches);
