@@ -43,7 +43,7 @@
 //! - *nugget*: an atomic fact the answer to a question must contain.
 //! - *judgment*: (question, nugget, document, supported).
 //! - *run*: a ranked list of documents per question; *qrels*: judgments as relevance labels.
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod benchmark;
 pub mod dataset;

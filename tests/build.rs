@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use freshstack::dataset::{Question, read_jsonl};
 use serde_json::Value;
 
-use crate::llm::MockServer;
+use crate::support::MockServer;
 use crate::util::{freshstack, write};
 
 /// A repository whose documents mention the facts the mock model's nuggets need.

@@ -6,7 +6,6 @@
 //! bytes. Skips loudly without the server binary or the model.
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +21,8 @@ use freshstack::stages::{
     generate_nuggets, generate_query_variants, judge, read_questions,
 };
 use serde_json::{Value, json};
+
+use crate::support::free_port;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,11 +64,7 @@ impl Drop for Server {
 impl Server {
     /// Starts `binary` on a free loopback port with `model` and waits for `/health`.
     fn start(binary: &Path, model: &Path, alias: &str, dir: &Path) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let log = dir.join(format!("{alias}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(binary)

@@ -19,6 +19,8 @@ use freshstack::source::stackoverflow::{
 use freshstack::stages::read_questions;
 use serde_json::{Value, json};
 
+use crate::support::free_port;
+
 const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const QWEN_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
@@ -320,11 +322,7 @@ struct LlamaServer {
 
 impl LlamaServer {
     fn start(bin: &Path, gguf: &Path, log: &Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let log_file = std::fs::File::create(log).unwrap();
         let child = Command::new(bin.join("llama-server"))
             .arg("-m")

@@ -3,11 +3,8 @@
 //! the LLM stages (a deterministic fake model, in process and over two fake HTTP servers making
 //! a fleet, one of them down).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use freshstack::NoProgress;
 use freshstack::dataset::Shard;
@@ -19,6 +16,7 @@ use freshstack::stages::{
 };
 use serde_json::json;
 
+use crate::support::{FakeServer, dead_url};
 use crate::util::{freshstack, write};
 
 fn fnv(text: &str) -> u64 {
@@ -337,89 +335,15 @@ fn embed_shards_merge_to_the_unsharded_bytes() {
     assert!(!dir.join("bad.npy").exists());
 }
 
-/// A minimal OpenAI-compatible server on loopback answering with [`fake_answer`]; counts requests.
-struct FakeServer {
-    url: String,
-    requests: Arc<AtomicUsize>,
-}
-
-impl FakeServer {
-    fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
-        let requests = Arc::new(AtomicUsize::new(0));
-        let counter = requests.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let counter = counter.clone();
-                std::thread::spawn(move || serve(stream, &counter));
-            }
-        });
-        Self { url, requests }
-    }
-}
-
-fn serve(stream: TcpStream, requests: &AtomicUsize) {
-    let Ok(clone) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(clone);
-    let mut writer = stream;
-    loop {
-        let mut length = 0;
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        requests.fetch_add(1, Ordering::SeqCst);
-        let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        let messages: Vec<Message> =
-            serde_json::from_value(request["messages"].clone()).unwrap_or_default();
-        let answer = json!({"choices": [{"message": {"role": "assistant", "content": fake_answer(&messages)}}]})
-            .to_string();
-        let reply = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
-            answer.len()
-        );
-        if writer.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
-/// A loopback URL nothing listens on (connections are refused).
-fn dead_url() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    drop(listener);
-    url
-}
-
 #[test]
 fn cli_shards_over_a_fleet_with_a_dead_server_merge_to_the_unsharded_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let questions = questions(dir, 9);
-    let (a, b) = (FakeServer::start(), FakeServer::start());
+    let (a, b) = (
+        FakeServer::start(fake_answer),
+        FakeServer::start(fake_answer),
+    );
     let nuggets = |out: &Path, urls: &str, extra: &[&str]| {
         let mut args = vec![
             "nuggets",

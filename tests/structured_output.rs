@@ -15,7 +15,8 @@ use freshstack::stages::{
 };
 use serde_json::{Value, json};
 
-use crate::llm::{MockServer, SchemaServer, client, read_lines};
+use crate::llm::read_lines;
+use crate::support::{MockServer, SchemaServer, client};
 use crate::util::write;
 
 /// Questions without the prose markers of `llm.rs`; `[cutoff]` / `[bug]` where asked.

@@ -19,4 +19,5 @@ mod rerank;
 mod shard;
 mod stackoverflow;
 mod structured_output;
+mod support;
 mod util;

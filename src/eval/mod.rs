@@ -4,7 +4,7 @@
 //!
 //! Guarantees:
 //! - Means equal the reference's output (same tie rules, denominators, summation order and
-//!   Python rounding to 4 decimals); see [`metrics`] for the three orderings.
+//!   Python rounding to 4 decimals); see `metrics.rs` for the three orderings.
 //! - Never panics on odd input. Where the reference crashes (a question with an empty ranking, a
 //!   question without any judged document, only k > 20 for alpha-nDCG) the question scores 0 and
 //!   one warning per kind is logged through `tracing`.

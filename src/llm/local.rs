@@ -440,7 +440,7 @@ impl LocalChat {
     }
 
     /// Like [`LocalChat::load`], but quantized weights stay quantized whatever the model's size
-    /// (as they do above [`DEQUANTIZE_MAX_BYTES`]).
+    /// (as they do above `DEQUANTIZE_MAX_BYTES`).
     pub fn load_quantized(path: impl AsRef<Path>) -> Result<Self> {
         Self::load_with(path, false)
     }

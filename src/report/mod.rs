@@ -90,7 +90,7 @@ impl Default for ReportOptions {
     }
 }
 
-/// Where [`write`] put the files.
+/// Where [`write()`] put the files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportFiles {
     /// `DIR/stats.json`.
@@ -196,7 +196,7 @@ pub fn write(
     Ok(files)
 }
 
-/// [`compute`] then [`write`] with the defaults (`dir/report.html`, no note): what `freshstack
+/// [`compute`] then [`write()`] with the defaults (`dir/report.html`, no note): what `freshstack
 /// build` and `quickstart` call after the export.
 pub fn generate(
     dir: &Path,

@@ -347,7 +347,7 @@ impl Engine {
     }
 
     /// Dense top `options.k` for many query vectors of model `name`, in order: exact search of
-    /// the whole batch on the GPU after [`Engine::use_gpu_exact`] (feature `cuda`; the same
+    /// the whole batch on the GPU after `Engine::use_gpu_exact` (feature `cuda`; the same
     /// results), else [`Engine::search_vector`] per query, in parallel.
     pub fn search_vectors(
         &self,

@@ -115,7 +115,7 @@ pub const MAX_REASONING_CHARS: usize = 250;
 /// The JSON Schema of one judge call's answer: `{"judgments": [...]}` with exactly one entry
 /// per document, in order (`prefixItems`, `minItems` = `maxItems` = `num_docs`); entry `i` is `{"doc": "D<i>", "reasoning": "...", "supported":
 /// [...]}` (in that order: the model reasons before its verdict), `doc` fixed by `const`,
-/// `reasoning` 1 to [`MAX_REASONING_CHARS`] characters (less when `max_tokens` shared among
+/// `reasoning` 1 to `MAX_REASONING_CHARS` characters (less when `max_tokens` shared among
 /// the entries would not hold that many: [`chars_within_tokens`]), `supported` distinct labels
 /// among `N1..N<num_nuggets>`.
 pub fn judge_schema(num_docs: usize, num_nuggets: usize, max_tokens: u32) -> Value {

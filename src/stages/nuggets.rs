@@ -53,7 +53,7 @@ impl Default for NuggetsConfig {
 pub const MAX_NUGGET_CHARS: usize = 300;
 
 /// The JSON Schema of a nuggets answer: `{"nuggets": [1 to max_nuggets strings]}`, no other
-/// field, each string at least 1 character and at most [`MAX_NUGGET_CHARS`], or less when
+/// field, each string at least 1 character and at most `MAX_NUGGET_CHARS`, or less when
 /// `max_tokens` shared among `max_nuggets` strings would not hold that many
 /// ([`chars_within_tokens`]).
 pub fn nuggets_schema(max_nuggets: usize, max_tokens: u32) -> Value {

@@ -57,7 +57,7 @@ pub const MAX_CLOSED_BOOK_CHARS: usize = 2000;
 /// The JSON Schema of a query-variants answer: `{"closed_book_answer": "...", "sub_questions":
 /// [...]}` in that order (serde_json sorts object keys, and engines generate properties in the
 /// order they are listed: the answer first, then its decomposition), 2 (1 when only one is allowed) to `max_sub_questions` sub-questions of
-/// 1 to [`MAX_SUB_QUESTION_CHARS`] characters, an answer of 1 to [`MAX_CLOSED_BOOK_CHARS`]; less
+/// 1 to `MAX_SUB_QUESTION_CHARS` characters, an answer of 1 to `MAX_CLOSED_BOOK_CHARS`; less
 /// when `max_tokens` would not hold that much (a third of it for the sub-questions, the rest for
 /// the answer; [`chars_within_tokens`]).
 pub fn variants_schema(max_sub_questions: usize, max_tokens: u32) -> Value {
