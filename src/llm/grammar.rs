@@ -83,7 +83,18 @@ impl GrammarCompiler {
     /// A constraint for one answer matching `schema`; an error when the schema cannot be
     /// compiled.
     pub fn constraint(&self, schema: &serde_json::Value) -> Result<Constraint, String> {
-        let grammar = TopLevelGrammar::from_json_schema(schema.clone());
+        let mut schema = schema.clone();
+        if let Some(object) = schema.as_object_mut() {
+            // Whitespace between JSON tokens is bounded: with the default (any amount), a
+            // small model whose string hit its maxLength pads with spaces until max_tokens
+            // instead of closing the object (seen with Qwen2.5-Coder-0.5B's query variants).
+            // Pretty-printed JSON needs a newline and its indentation at most.
+            object.insert(
+                "x-guidance".into(),
+                serde_json::json!({ "whitespace_pattern": WHITESPACE_PATTERN }),
+            );
+        }
+        let grammar = TopLevelGrammar::from_json_schema(schema);
         let parser = self
             .factory
             .create_parser(grammar)
@@ -98,6 +109,10 @@ impl GrammarCompiler {
         })
     }
 }
+
+/// What may separate two JSON tokens in a constrained answer: one run of up to 40 spaces, tabs
+/// and line breaks.
+const WHITESPACE_PATTERN: &str = r"[\x20\x0A\x0D\x09]{1,40}";
 
 /// The grammar state of one answer being generated.
 pub struct Constraint {
