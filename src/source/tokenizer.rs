@@ -283,7 +283,7 @@ impl TokenCounter {
                 .split(text)
                 .map(|piece| count_piece(*kind, bpe, piece))
                 .sum()),
-            Inner::HuggingFace(hf) => Ok(self.encode(hf, text)?.len() + hf.num_special),
+            Inner::HuggingFace(hf) => Ok(self.encode(hf, text, false)?.len() + hf.num_special),
         }
     }
 
@@ -309,7 +309,7 @@ impl TokenCounter {
             Inner::HuggingFace(hf) => {
                 // Byte offsets into `text`; tokens of one character share its span, and the
                 // running maximum keeps the list sorted whatever the normalizer did.
-                let encoding = self.encode(hf, text)?;
+                let encoding = self.encode(hf, text, true)?;
                 let mut last = 0;
                 Ok(encoding
                     .get_offsets()
@@ -323,13 +323,17 @@ impl TokenCounter {
         }
     }
 
-    fn encode(&self, hf: &HfTokenizer, text: &str) -> Result<tokenizers::Encoding> {
-        hf.tokenizer
-            .encode(text, false)
-            .map_err(|e| Error::Resource {
-                what: format!("tokenizer {}", self.spec),
-                message: format!("cannot encode a text: {e}"),
-            })
+    /// `text`'s own tokens (no special ones), with byte offsets when `offsets` is set.
+    fn encode(&self, hf: &HfTokenizer, text: &str, offsets: bool) -> Result<tokenizers::Encoding> {
+        let encoded = if offsets {
+            hf.tokenizer.encode(text, false)
+        } else {
+            hf.tokenizer.encode_fast(text, false)
+        };
+        encoded.map_err(|e| Error::Resource {
+            what: format!("tokenizer {}", self.spec),
+            message: format!("cannot encode a text: {e}"),
+        })
     }
 }
 
