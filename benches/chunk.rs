@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use freshstack::source::{Chunker, Language, TokenizerKind};
+use freshstack::source::{Chunker, Language, TokenCounter, TokenizerKind, TokenizerSpec};
 use rayon::prelude::*;
 
 fn bench_tree() -> PathBuf {
@@ -72,7 +72,7 @@ fn chunking(c: &mut Criterion) {
         b.iter(|| {
             files
                 .iter()
-                .map(|(lang, text)| chunker.chunk(text, *lang).len())
+                .map(|(lang, text)| chunker.chunk(text, *lang).unwrap().len())
                 .sum::<usize>()
         })
     });
@@ -80,10 +80,30 @@ fn chunking(c: &mut Criterion) {
         b.iter(|| {
             files
                 .par_iter()
-                .map(|(lang, text)| chunker.chunk(text, *lang).len())
+                .map(|(lang, text)| chunker.chunk(text, *lang).unwrap().len())
                 .sum::<usize>()
         })
     });
+    // A Hugging Face tokenizer (the quickstart's: MiniLM's, 256 tokens), when fetched.
+    let minilm =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2/tokenizer.json");
+    if minilm.is_file() {
+        let counter = TokenCounter::load(&TokenizerSpec::HuggingFace(minilm)).unwrap();
+        let chunker = Chunker::new(counter, 256).unwrap();
+        group.bench_function("chunk_256_minilm_one_thread", |b| {
+            b.iter(|| {
+                files
+                    .iter()
+                    .map(|(lang, text)| chunker.chunk(text, *lang).unwrap().len())
+                    .sum::<usize>()
+            })
+        });
+    } else {
+        eprintln!(
+            "SKIPPED chunk_256_minilm_one_thread: {} is absent",
+            minilm.display()
+        );
+    }
     // The floor: one plain tokenizer pass (bpe-openai, no memo) over the same bytes.
     group.bench_function("tokenize_one_thread", |b| {
         b.iter(|| {

@@ -378,9 +378,18 @@ fn a_dense_model_adds_its_runs_and_their_fusion() {
         model.to_str().unwrap()
     );
     let config = config(dir.path(), &server.url, "");
+    // Documents measured by the dense model's own tokenizer, as the quickstart does.
+    let tokenizer = model.join("tokenizer.json");
     let text = std::fs::read_to_string(&config)
         .unwrap()
-        .replace("[retrieval]\npool_depth = 3\nfusion_depth = 10\n", &extra);
+        .replace("[retrieval]\npool_depth = 3\nfusion_depth = 10\n", &extra)
+        .replace(
+            "max_tokens = 64\n",
+            &format!(
+                "max_tokens = 64\ntokenizer = \"hf:{}\"\n",
+                tokenizer.display()
+            ),
+        );
     write(dir.path(), "demo.toml", text);
     let out = dir.path().join("out");
     build_ok(&config, &out);
@@ -390,6 +399,21 @@ fn a_dense_model_adds_its_runs_and_their_fusion() {
             let text = std::fs::read_to_string(&run).unwrap();
             assert!(!text.is_empty(), "{}", run.display());
         }
+    }
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let corpus = &manifest["corpus"];
+    assert_eq!(
+        corpus["tokenizer"], "hf:all-MiniLM-L6-v2/tokenizer.json",
+        "no local path"
+    );
+    assert_eq!(corpus["tokenizer_sha256"].as_str().map(str::len), Some(64));
+    let mut minilm = tokenizers::Tokenizer::from_file(&tokenizer).unwrap();
+    minilm.with_truncation(None).unwrap();
+    let docs: Vec<freshstack::Document> = read_jsonl(out.join("corpus.jsonl")).unwrap();
+    for doc in &docs {
+        let n = minilm.encode(doc.text.as_str(), true).unwrap().len();
+        assert!(n <= 64, "{}: {n} MiniLM tokens", doc.id);
     }
 }
 

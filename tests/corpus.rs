@@ -44,7 +44,7 @@ fn assert_tiles(root: &Path, docs: &[Document], chunker: &Chunker) {
             );
             assert_eq!(&bytes[s..e], d.text.as_bytes(), "{}", d.id);
             assert!(
-                chunker.count_tokens(&d.text) <= chunker.max_tokens(),
+                chunker.count_tokens(&d.text).unwrap() <= chunker.max_tokens(),
                 "{}",
                 d.id
             );
@@ -377,7 +377,7 @@ proptest! {
         ]),
     ) {
         let chunker = Chunker::new(TokenizerKind::Cl100kBase, max_tokens).unwrap();
-        let chunks = chunker.chunk(&text, lang);
+        let chunks = chunker.chunk(&text, lang).unwrap();
         let mut covered = vec![false; text.len()];
         let mut last_end = 0;
         for c in &chunks {
@@ -385,7 +385,7 @@ proptest! {
             prop_assert!(text.is_char_boundary(c.start) && text.is_char_boundary(c.end));
             let piece = &text[c.start..c.end];
             prop_assert!(!piece.trim().is_empty());
-            prop_assert!(chunker.count_tokens(piece) <= max_tokens);
+            prop_assert!(chunker.count_tokens(piece).unwrap() <= max_tokens);
             covered[c.start..c.end].iter_mut().for_each(|b| *b = true);
             last_end = c.end;
         }
@@ -422,4 +422,136 @@ fn exclude_globs_leave_paths_out() {
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(text.contains("src/lib.rs"));
+}
+
+/// MiniLM's tokenizer.json (`scripts/setup.sh`), when fetched.
+fn minilm_tokenizer(test: &str) -> Option<std::path::PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2/tokenizer.json");
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED {test}: {} is absent (run scripts/setup.sh)",
+            path.display()
+        );
+        None
+    }
+}
+
+/// MiniLM's own count of a text, special tokens included: what the encoder reads.
+fn minilm_count(tokenizer: &tokenizers::Tokenizer, text: &str) -> usize {
+    tokenizer.encode(text, true).unwrap().len()
+}
+
+/// `--tokenizer hf:` bounds every document by the Hugging Face tokenizer's own count (checked
+/// here with the tokenizers crate directly), which cl100k_base at the same budget does not.
+#[test]
+fn hf_tokenizer_bounds_every_document_by_its_own_count() {
+    let test = "hf_tokenizer_bounds_every_document_by_its_own_count";
+    let Some(path) = minilm_tokenizer(test) else {
+        return;
+    };
+    let mut reference = tokenizers::Tokenizer::from_file(&path).unwrap();
+    reference.with_truncation(None).unwrap();
+    reference.with_padding(None);
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/stages");
+    let run = |tokenizer: &str, name: &str| {
+        let out = dir.path().join(format!("{name}.jsonl"));
+        let summary = dir.path().join(format!("{name}.summary.json"));
+        let o = freshstack(&[
+            "corpus",
+            "--repo",
+            &format!("freshstack/freshstack={}", src.display()),
+            "--out",
+            out.to_str().unwrap(),
+            "--max-tokens",
+            "128",
+            "--tokenizer",
+            tokenizer,
+            "--summary",
+            summary.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let docs: Vec<Document> = freshstack::dataset::read_jsonl(&out).unwrap();
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+        (docs, summary)
+    };
+    let spec = format!("hf:{}", path.display());
+    let (docs, summary) = run(&spec, "minilm");
+    assert_eq!(summary["tokenizer"], spec.as_str());
+    assert_eq!(summary["tokenizer_sha256"].as_str().map(str::len), Some(64));
+    let counts: Vec<usize> = docs
+        .iter()
+        .map(|d| minilm_count(&reference, &d.text))
+        .collect();
+    let longest = counts.iter().max().copied().unwrap();
+    assert!(longest <= 128, "a document has {longest} MiniLM tokens");
+    assert!(longest > 96, "the budget is used ({longest} of 128)");
+    let summed: u64 = counts.iter().map(|&n| n as u64).sum();
+    assert_eq!(
+        summary["tokens"].as_u64(),
+        Some(summed),
+        "the summary counts what MiniLM reads"
+    );
+    let chunker = Chunker::new(
+        freshstack::source::TokenCounter::load(
+            &freshstack::source::TokenizerSpec::parse(&spec).unwrap(),
+        )
+        .unwrap(),
+        128,
+    )
+    .unwrap();
+    assert_tiles(&src, &docs, &chunker);
+
+    let (cl100k, _) = run("cl100k_base", "cl100k");
+    let over = cl100k
+        .iter()
+        .filter(|d| minilm_count(&reference, &d.text) > 128)
+        .count();
+    assert!(over > 0, "cl100k_base chunks would all fit MiniLM anyway");
+    eprintln!(
+        "{test}: {} documents by MiniLM, longest {longest} tokens; by cl100k_base {} documents, \
+         {over} over 128 MiniLM tokens",
+        docs.len(),
+        cl100k.len()
+    );
+}
+
+#[test]
+fn bad_hf_tokenizer_is_a_one_line_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    write(&repo, "a.md", "# a\n");
+    let not_json = write(dir.path(), "tokenizer.json", "not json");
+    let missing = dir.path().join("missing/tokenizer.json");
+    let out = dir.path().join("corpus.jsonl");
+    for (spec, want) in [
+        (
+            format!("hf:{}", missing.display()),
+            missing.display().to_string(),
+        ),
+        (
+            format!("hf:{}", not_json.display()),
+            not_json.display().to_string(),
+        ),
+        ("hf:".to_string(), "needs a path".to_string()),
+    ] {
+        let o = freshstack(&[
+            "corpus",
+            "--repo",
+            &format!("a/b={}", repo.display()),
+            "--out",
+            out.to_str().unwrap(),
+            "--tokenizer",
+            &spec,
+        ]);
+        assert!(!o.status.success());
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(&want), "{spec}: {stderr}");
+        assert!(!out.exists());
+    }
 }

@@ -328,10 +328,6 @@ fn check_model(binary: &Path, model: &Path, alias: &str, max_questions: usize) {
 }
 
 #[test]
-#[ignore = "not met on the merged main: 1 of 12 SmolLM2 judge answers from llama-server fails \
-            our schema check (0 repairs, all parsed; likely a repeated id in `supported`, since \
-            llama.cpp's grammar cannot express uniqueItems); run with --ignored after \
-            scripts/setup-llama-server.sh"]
 fn llama_server_structured_output_parses_every_answer_without_repair() {
     let Some(binary) = llama_server_binary() else {
         eprintln!(

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use freshstack::llm::{ChatParams, LocalChat, Message};
+use freshstack::stages::judge_schema;
 use serde_json::{Value, json};
 
 use crate::util::write;
@@ -144,6 +145,41 @@ fn native_json_schema_answers_parse() {
             .generate_ids(&ids, &greedy(300, Some(nuggets_schema())))
             .unwrap();
         assert_eq!(chat.decode(&again).unwrap(), text, "{file}");
+    }
+}
+
+/// The judge stage's schema, natively constrained: one entry per document in order and exactly
+/// one boolean verdict per nugget, by construction (issue 17: with a list of supported labels,
+/// a repeated label slipped past llama.cpp's grammar).
+#[test]
+fn native_judge_schema_answers_match_it() {
+    let schema = freshstack::llm::schema::sorted_keys(judge_schema(2, 3, 512));
+    for file in [SMOLLM2, QWEN_05B] {
+        let Some(path) = model(file, "native_judge_schema_answers_match_it") else {
+            continue;
+        };
+        let chat = LocalChat::load(&path).unwrap();
+        let prompt = chat.format().render(&[Message::user(
+            "Nuggets: N1. Use my_list.reverse() to reverse in place. N2. my_list[::-1] returns \
+             a reversed copy. N3. reversed() returns an iterator.\n\nDocuments:\n[D1] \
+             list.reverse() reverses the items of the list in place.\n[D2] Slicing with a \
+             negative step, s[::-1], gives a reversed copy; reversed(s) gives an iterator.\n\n\
+             For each document, say in \"reasoning\" what it states, then give in \
+             \"supported\" true or false for each nugget N1 to N3.",
+        )]);
+        let (text, _) = chat
+            .generate(&prompt, &greedy(512, Some(schema.clone())))
+            .unwrap();
+        freshstack::llm::schema::check_answer(&schema, &text)
+            .unwrap_or_else(|e| panic!("{file}: {e}: {text}"));
+        let value: Value = serde_json::from_str(&text).unwrap();
+        for (i, entry) in value["judgments"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(entry["doc"], format!("D{}", i + 1), "{file}: {text}");
+            let verdicts = entry["supported"].as_object().unwrap();
+            let labels: Vec<&String> = verdicts.keys().collect();
+            assert_eq!(labels, ["N1", "N2", "N3"], "{file}: {text}");
+            assert!(verdicts.values().all(Value::is_boolean), "{file}: {text}");
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use freshstack::llm::{Chat, ChatParams, Llm, Message};
 use freshstack::merge::merge_shards;
 use freshstack::stages::{
     JudgeConfig, JudgeInputs, NuggetsConfig, VariantsConfig, generate_nuggets,
-    generate_query_variants, judge,
+    generate_query_variants, judge, nugget_labels,
 };
 use serde_json::json;
 
@@ -39,9 +39,19 @@ fn fake_answer(messages: &[Message]) -> String {
             .and_then(|s| s.rsplit(' ').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
+        let nuggets: usize = user
+            .split(" nuggets (N")
+            .next()
+            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
         let judgments: Vec<_> = (1..=docs)
             .map(|d| {
-                let supported: Vec<&str> = if (h >> d) & 1 == 1 { vec!["N1"] } else { vec![] };
+                let supported: serde_json::Map<String, serde_json::Value> = nugget_labels(nuggets)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, label)| (label, json!((h >> (d + 8 * n)) & 1 == 1)))
+                    .collect();
                 json!({"doc": format!("D{d}"), "reason": format!("r{}", h % 97), "supported": supported})
             })
             .collect();

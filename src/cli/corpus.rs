@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use freshstack::source::{
-    CorpusConfig, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TOKENS, RepoSpec, SkipReason, TokenizerKind,
+    CorpusConfig, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TOKENS, RepoSpec, SkipReason, TokenizerSpec,
     build_corpus, write_summary,
 };
 
@@ -20,11 +20,13 @@ pub struct CorpusArgs {
     /// Output corpus (JSONL, one document per line; written atomically).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
-    /// Maximum tokens per document.
+    /// Maximum tokens per document (with `hf:`, the special tokens included: set it to the
+    /// dense model's max length).
     #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     max_tokens: usize,
-    /// Tokenizer that counts the budget: cl100k_base (as the reference) or o200k_base.
-    #[arg(long, default_value = "cl100k_base")]
+    /// Tokenizer that counts the budget: cl100k_base (as the reference), o200k_base, or
+    /// hf:PATH to a Hugging Face tokenizer.json (e.g. the dense model's own).
+    #[arg(long, default_value = "cl100k_base", value_name = "NAME|hf:PATH")]
     tokenizer: String,
     /// Skip files larger than this many bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES)]
@@ -50,7 +52,7 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
     let config = CorpusConfig {
         repos,
         max_tokens: args.max_tokens,
-        tokenizer: TokenizerKind::parse(&args.tokenizer)?,
+        tokenizer: TokenizerSpec::parse(&args.tokenizer)?,
         max_file_bytes: args.max_file_bytes,
         exclude: args.exclude,
     };

@@ -46,10 +46,11 @@ impl fmt::Display for StructuredOutput {
     }
 }
 
-/// The keywords our schemas may use: those every grammar engine we target understands
-/// (`title` is an annotation every engine ignores; it names the schema in `response_format`).
-/// `uniqueItems` is not enforced by every engine (llama.cpp's grammar cannot express it): the
-/// stages check it again when they read the answer.
+/// The keywords our schemas may use: those every grammar engine we target enforces (`title`
+/// is an annotation every engine ignores; it names the schema in `response_format`). Not
+/// `uniqueItems`: llama.cpp's grammar cannot express it, so an answer that matches the
+/// grammar could still break the schema; a schema must make every valid answer a matter of
+/// shape alone (the judge gives a verdict per nugget instead of a list of distinct labels).
 pub const PORTABLE_KEYWORDS: &[&str] = &[
     "title",
     "type",
@@ -60,7 +61,6 @@ pub const PORTABLE_KEYWORDS: &[&str] = &[
     "prefixItems",
     "minItems",
     "maxItems",
-    "uniqueItems",
     "enum",
     "const",
     "minLength",
@@ -246,13 +246,6 @@ fn validate_at(schema: &Value, value: &Value, path: &str) -> std::result::Result
         {
             return Err(format!("{path}: {n} items, more than {max}"));
         }
-        if map.get("uniqueItems") == Some(&Value::Bool(true)) {
-            for (i, item) in items.iter().enumerate() {
-                if items[..i].contains(item) {
-                    return Err(format!("{path}[{i}]: {} appears twice", short(item)));
-                }
-            }
-        }
         let prefix = map
             .get("prefixItems")
             .and_then(Value::as_array)
@@ -324,7 +317,6 @@ mod tests {
                     "type": "array",
                     "minItems": 1,
                     "maxItems": 2,
-                    "uniqueItems": true,
                     "items": {"type": "string", "minLength": 1, "maxLength": 5}
                 },
                 "pair": {
@@ -357,8 +349,8 @@ mod tests {
                 "more than 2",
             ),
             (
-                json!({"items": ["a", "a"], "pair": ["D1", "a"]}),
-                "$.items[1]",
+                json!({"items": ["a", 2], "pair": ["D1", "a"]}),
+                "$.items[1]: expected string",
             ),
             (json!({"items": [""], "pair": ["D1", "a"]}), "fewer than 1"),
             (
@@ -404,6 +396,10 @@ mod tests {
         assert!(err.contains("pattern"), "{err}");
         let err = check_portable(&json!({"$ref": "#/x"})).unwrap_err();
         assert!(err.contains("$ref"), "{err}");
+        // llama.cpp's grammar cannot enforce it (issue 17: SmolLM2 repeated a judge label).
+        let unique = json!({"type": "array", "items": {"enum": ["N1"]}, "uniqueItems": true});
+        let err = check_portable(&unique).unwrap_err();
+        assert!(err.contains("uniqueItems"), "{err}");
         let unordered = json!({
             "type": "object",
             "properties": {"a": {"type": "string"}, "b": {"type": "string"}},

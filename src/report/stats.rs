@@ -12,7 +12,7 @@ use crate::dataset::QueryRecord;
 use crate::error::{Error, Result};
 use crate::eval::py_round;
 use crate::progress::Progress;
-use crate::source::{Chunker, TokenizerKind};
+use crate::source::{TokenCounter, TokenizerKind};
 
 /// Documents of one repository.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,8 +204,7 @@ pub(crate) fn statistics(
     docs_per_repo: BTreeMap<String, usize>,
     tokenizer: TokenizerKind,
 ) -> Result<Statistics> {
-    // The budget is irrelevant here: only the counter is used.
-    let counter = Chunker::new(tokenizer, usize::MAX)?;
+    let counter = TokenCounter::from(tokenizer);
     let num_queries = queries.len();
     let mut num_nuggets = 0usize;
     let mut query_tokens = 0usize;
@@ -215,8 +214,8 @@ pub(crate) fn statistics(
     let mut relevant_per_nugget_total = 0usize;
     let mut relevant_per_query_total = 0usize;
     for q in queries {
-        query_tokens += counter.count_tokens(&q.query_string());
-        answer_tokens += counter.count_tokens(&q.answer_text);
+        query_tokens += counter.count(&q.query_string())?;
+        answer_tokens += counter.count(&q.answer_text)?;
         queries_with_code +=
             usize::from(contains_code(&q.query_title) || contains_code(&q.query_text));
         answers_with_code += usize::from(contains_code(&q.answer_text));

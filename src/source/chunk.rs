@@ -1,8 +1,9 @@
 //! Token-bounded, structure-aware chunking of one file's text.
 //!
 //! Every chunk is a byte range of the input (`text[start..end]`), at most `max_tokens` tokens of
-//! the chosen tiktoken vocabulary, trimmed of surrounding ASCII whitespace. Chunks never overlap
-//! and, together, cover every non-whitespace byte of the input.
+//! the chosen tokenizer ([`super::tokenizer`]: a tiktoken vocabulary, or a Hugging Face
+//! `tokenizer.json` with its special tokens counted), trimmed of surrounding ASCII whitespace.
+//! Chunks never overlap and, together, cover every non-whitespace byte of the input.
 //!
 //! How: the text is tokenized once, giving the byte offset where every token ends, so the
 //! farthest end that fits the budget from any cursor is a binary search. Candidate cut points
@@ -16,60 +17,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt;
 
-use bpe_openai::Tokenizer;
-use serde::{Deserialize, Serialize};
-
+use super::tokenizer::{TokenCounter, TokenizerSpec};
 use crate::error::{Error, Result};
-
-/// The GPT tokenizers whose token counts bound a chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TokenizerKind {
-    /// GPT-4 / GPT-3.5 vocabulary: what the reference chunker counts with.
-    #[default]
-    Cl100kBase,
-    /// GPT-4o vocabulary.
-    O200kBase,
-}
-
-impl TokenizerKind {
-    /// Parses `cl100k_base` or `o200k_base`.
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "cl100k_base" => Ok(TokenizerKind::Cl100kBase),
-            "o200k_base" => Ok(TokenizerKind::O200kBase),
-            other => Err(Error::invalid(
-                "--tokenizer",
-                format!("`{other}` (expected cl100k_base or o200k_base)"),
-            )),
-        }
-    }
-
-    /// The vocabulary's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TokenizerKind::Cl100kBase => "cl100k_base",
-            TokenizerKind::O200kBase => "o200k_base",
-        }
-    }
-
-    /// The tokenizer (vocabularies are compiled into the binary by bpe-openai; no network). Its
-    /// counts equal tiktoken's.
-    pub fn tokenizer(self) -> &'static Tokenizer {
-        match self {
-            TokenizerKind::Cl100kBase => bpe_openai::cl100k_base(),
-            TokenizerKind::O200kBase => bpe_openai::o200k_base(),
-        }
-    }
-}
-
-impl fmt::Display for TokenizerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// How a file's text is split: chosen from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -195,7 +145,7 @@ pub struct Chunk {
     pub start: usize,
     /// Byte offset one past the last byte.
     pub end: usize,
-    /// Tokens in `text[start..end]`.
+    /// Tokens in `text[start..end]`, as [`TokenCounter::count`] counts them.
     pub num_tokens: usize,
 }
 
@@ -220,49 +170,33 @@ mod level {
     }
 }
 
-/// Pieces up to this long are memoised by [`Chunker::count_piece`].
-const MAX_CACHED_PIECE_BYTES: usize = 48;
-/// The memo is cleared when it holds this many pieces (bounds memory on odd inputs).
-const MAX_CACHED_PIECES: usize = 1 << 20;
-
-thread_local! {
-    /// Per thread and tokenizer kind: token count of each short piece seen.
-    static PIECE_COUNTS: RefCell<[rustc_hash::FxHashMap<Box<[u8]>, u32>; 2]> =
-        RefCell::new(Default::default());
-}
-
 /// A chunk must reach this share of the budget before a lower-level cut is preferred over it.
 const MIN_FILL_DIVISOR: usize = 4;
 
 /// Splits texts into token-bounded chunks. Cheap to clone and share across threads.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Chunker {
-    tokenizer: &'static Tokenizer,
-    kind: TokenizerKind,
+    counter: TokenCounter,
     max_tokens: usize,
 }
 
-impl fmt::Debug for Chunker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Chunker")
-            .field("tokenizer", &self.kind)
-            .field("max_tokens", &self.max_tokens)
-            .finish()
-    }
-}
-
 impl Chunker {
-    /// A chunker producing chunks of at most `max_tokens` tokens of `tokenizer`.
-    pub fn new(tokenizer: TokenizerKind, max_tokens: usize) -> Result<Self> {
-        if max_tokens < 16 {
+    /// A chunker producing chunks of at most `max_tokens` tokens of `counter` (a
+    /// [`super::TokenizerKind`], or a [`TokenCounter`] loaded from a [`TokenizerSpec`]).
+    pub fn new(counter: impl Into<TokenCounter>, max_tokens: usize) -> Result<Self> {
+        let counter = counter.into();
+        if max_tokens < 16 + counter.num_special() {
             return Err(Error::invalid(
                 "--max-tokens",
-                format!("{max_tokens} is too small (at least 16)"),
+                format!(
+                    "{max_tokens} is too small (at least {} with {})",
+                    16 + counter.num_special(),
+                    counter.spec()
+                ),
             ));
         }
         Ok(Self {
-            tokenizer: tokenizer.tokenizer(),
-            kind: tokenizer,
+            counter,
             max_tokens,
         })
     }
@@ -273,73 +207,36 @@ impl Chunker {
     }
 
     /// The tokenizer counting the budget.
-    pub fn tokenizer(&self) -> TokenizerKind {
-        self.kind
+    pub fn tokenizer(&self) -> &TokenizerSpec {
+        self.counter.spec()
     }
 
-    /// Number of tokens in `text` (no special tokens), as tiktoken counts.
-    pub fn count_tokens(&self, text: &str) -> usize {
-        self.tokenizer
-            .split(text)
-            .map(|piece| self.count_piece(piece))
-            .sum()
+    /// The counter measuring the budget.
+    pub fn counter(&self) -> &TokenCounter {
+        &self.counter
     }
 
-    /// Tokens in one pre-tokenized piece. Pieces (words, punctuation runs, indentation) repeat
-    /// endlessly in code and prose, so short ones are memoised per thread: the BPE then runs once
-    /// per distinct piece, not once per occurrence.
-    fn count_piece(&self, piece: &str) -> usize {
-        if piece.len() > MAX_CACHED_PIECE_BYTES {
-            return self.tokenizer.bpe.count(piece.as_bytes());
-        }
-        PIECE_COUNTS.with(|cache| {
-            let mut cache = cache.borrow_mut();
-            let counts = &mut cache[self.kind as usize];
-            if let Some(&n) = counts.get(piece.as_bytes()) {
-                return n as usize;
-            }
-            let n = self.tokenizer.bpe.count(piece.as_bytes());
-            if counts.len() >= MAX_CACHED_PIECES {
-                counts.clear();
-            }
-            counts.insert(piece.as_bytes().into(), n as u32);
-            n
-        })
+    /// Number of tokens in `text` as [`TokenCounter::count`] counts them.
+    pub fn count_tokens(&self, text: &str) -> Result<usize> {
+        self.counter.count(text)
     }
 
-    /// Where each token of `text` ends, in order (one pre-tokenizer pass). Inside a piece the
-    /// token ends are spread evenly: only the counts are exact, which is all cut selection needs
-    /// (every chunk is counted exactly afterwards).
-    fn token_ends(&self, text: &str) -> Vec<usize> {
-        let mut ends = Vec::with_capacity(text.len() / 3 + 1);
-        let mut offset = 0;
-        for piece in self.tokenizer.split(text) {
-            let n = self.count_piece(piece);
-            let len = piece.len();
-            for i in 1..n {
-                ends.push(offset + len * i / n);
-            }
-            offset += len;
-            ends.push(offset);
-        }
-        ends
-    }
-
-    /// Splits `text` as `language`. Never fails and never loses a non-whitespace byte: a grammar
-    /// that cannot be loaded, or a parse error, only leaves fewer syntax split points.
-    pub fn chunk(&self, text: &str, language: Language) -> Vec<Chunk> {
+    /// Splits `text` as `language`. Never loses a non-whitespace byte: a grammar that cannot be
+    /// loaded, or a parse error, only leaves fewer syntax split points. Fails only when a
+    /// Hugging Face tokenizer cannot encode the text.
+    pub fn chunk(&self, text: &str, language: Language) -> Result<Vec<Chunk>> {
         let points = split_points(text, language);
-        let ends = self.token_ends(text);
+        let ends = self.counter.token_ends(text)?;
         let mut chunks = Vec::new();
         let mut cursor = skip_whitespace(text, 0);
         while cursor < text.len() {
-            let (chunk, next) = self.next_chunk(text, &ends, &points, cursor);
+            let (chunk, next) = self.next_chunk(text, &ends, &points, cursor)?;
             if let Some(chunk) = chunk {
                 chunks.push(chunk);
             }
             cursor = skip_whitespace(text, next);
         }
-        chunks
+        Ok(chunks)
     }
 
     /// The chunk starting at `cursor` (already past whitespace) and where the next one starts.
@@ -349,22 +246,23 @@ impl Chunker {
         ends: &[usize],
         points: &[(usize, u8)],
         cursor: usize,
-    ) -> (Option<Chunk>, usize) {
-        let mut budget = self.max_tokens;
+    ) -> Result<(Option<Chunk>, usize)> {
+        // `ends` holds the text's own tokens: the special ones come on top.
+        let mut budget = self.max_tokens - self.counter.num_special();
         loop {
             let cut = choose_cut(text, ends, points, cursor, budget);
             let end = trim_end(text, cursor, cut);
             if end == cursor {
-                return (None, cut);
+                return Ok((None, cut));
             }
-            let num_tokens = self.count_tokens(&text[cursor..end]);
+            let num_tokens = self.count_tokens(&text[cursor..end])?;
             if num_tokens <= self.max_tokens {
                 let chunk = Chunk {
                     start: cursor,
                     end,
                     num_tokens,
                 };
-                return (Some(chunk), cut);
+                return Ok((Some(chunk), cut));
             }
             // Over budget: tokenization at the cut differs from the whole text's. Shrink the
             // budget by the excess and choose again.
@@ -715,6 +613,7 @@ fn syntax_points(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::TokenizerKind;
 
     fn chunker(max: usize) -> Chunker {
         Chunker::new(TokenizerKind::Cl100kBase, max).unwrap()
@@ -722,13 +621,16 @@ mod tests {
 
     /// Checks the invariants every splitter promises and returns the chunk texts.
     fn check<'a>(chunker: &Chunker, text: &'a str, language: Language) -> Vec<&'a str> {
-        let chunks = chunker.chunk(text, language);
+        let chunks = chunker.chunk(text, language).unwrap();
         let mut covered = vec![false; text.len()];
         let mut last_end = 0;
         for c in &chunks {
             assert!(c.start >= last_end, "overlap or disorder at {c:?}");
             assert!(c.num_tokens <= chunker.max_tokens(), "{c:?} over budget");
-            assert_eq!(c.num_tokens, chunker.count_tokens(&text[c.start..c.end]));
+            assert_eq!(
+                c.num_tokens,
+                chunker.count_tokens(&text[c.start..c.end]).unwrap()
+            );
             covered[c.start..c.end].iter_mut().for_each(|b| *b = true);
             last_end = c.end;
         }
@@ -834,20 +736,21 @@ mod tests {
     fn counts_match_tiktoken() {
         // Values from tiktoken (cl100k_base / o200k_base).
         let c = chunker(64);
-        assert_eq!(c.count_tokens("hello world"), 2);
-        assert_eq!(c.count_tokens("An apple a"), 3);
+        let count = |c: &Chunker, text: &str| c.count_tokens(text).unwrap();
+        assert_eq!(count(&c, "hello world"), 2);
+        assert_eq!(count(&c, "An apple a"), 3);
         let text = "fn main() {\n    println!(\"héllo 日本\");\n}\n";
         assert_eq!(
-            c.count_tokens(text),
+            count(&c, text),
             TokenizerKind::Cl100kBase.tokenizer().count(text)
         );
         let o = Chunker::new(TokenizerKind::O200kBase, 64).unwrap();
         assert_eq!(
-            o.count_tokens(text),
+            count(&o, text),
             TokenizerKind::O200kBase.tokenizer().count(text)
         );
         // The memo must not mix vocabularies.
-        assert_eq!(c.count_tokens(text), c.count_tokens(text));
+        assert_eq!(count(&c, text), count(&c, text));
     }
 
     #[test]
@@ -872,7 +775,8 @@ mod tests {
 
     #[test]
     fn whitespace_only_yields_nothing() {
-        assert!(chunker(64).chunk(" \n\n\t \r\n", Language::Text).is_empty());
+        let chunks = chunker(64).chunk(" \n\n\t \r\n", Language::Text).unwrap();
+        assert!(chunks.is_empty());
     }
 
     #[test]

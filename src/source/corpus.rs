@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::chunk::{Chunker, Language, TokenizerKind};
+use super::chunk::{Chunker, Language};
 use super::notebook::notebook_text;
 use super::repo::{RepoSpec, SkipReason, read_commit_id, skip_by_content, walk};
+use super::tokenizer::{TokenCounter, TokenizerSpec};
 use crate::dataset::{AtomicWriter, Document, DocumentMetadata, write_json_atomic};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
@@ -32,8 +33,8 @@ pub struct CorpusConfig {
     pub repos: Vec<RepoSpec>,
     /// Token budget per document.
     pub max_tokens: usize,
-    /// Vocabulary counting the budget.
-    pub tokenizer: TokenizerKind,
+    /// Tokenizer counting the budget (`cl100k_base`, `o200k_base` or `hf:PATH`).
+    pub tokenizer: TokenizerSpec,
     /// Files larger than this are skipped.
     pub max_file_bytes: u64,
     /// Gitignore-style globs, relative to each checkout, of paths to leave out.
@@ -46,7 +47,7 @@ impl CorpusConfig {
         Self {
             repos,
             max_tokens: DEFAULT_MAX_TOKENS,
-            tokenizer: TokenizerKind::Cl100kBase,
+            tokenizer: TokenizerSpec::default(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             exclude: Vec::new(),
         }
@@ -88,8 +89,11 @@ impl RepoSummary {
 /// What the stage did overall: written to `--summary`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CorpusSummary {
-    /// Vocabulary used for the budget.
+    /// Tokenizer used for the budget (`cl100k_base`, `o200k_base` or `hf:PATH`).
     pub tokenizer: String,
+    /// SHA-256 of the tokenizer file, for `hf:` tokenizers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer_sha256: Option<String>,
     /// Token budget per document.
     pub max_tokens: usize,
     /// Per-file size cap.
@@ -111,6 +115,8 @@ enum FileOutcome {
     Skipped(SkipReason),
     /// The file's documents and their total token count.
     Chunked(Vec<Document>, u64),
+    /// The tokenizer could not encode the file (only a Hugging Face tokenizer can fail).
+    Failed(Error),
 }
 
 /// Builds the corpus of `config.repos` into `out` (JSONL, reference corpus schema) and returns
@@ -151,13 +157,15 @@ pub fn chunk_repositories(
             ));
         }
     }
-    let chunker = Chunker::new(config.tokenizer, config.max_tokens)?;
+    let counter = TokenCounter::load(&config.tokenizer)?;
     let mut summary = CorpusSummary {
-        tokenizer: config.tokenizer.name().to_string(),
+        tokenizer: config.tokenizer.to_string(),
+        tokenizer_sha256: counter.file_sha256().map(str::to_string),
         max_tokens: config.max_tokens,
         max_file_bytes: config.max_file_bytes,
         ..Default::default()
     };
+    let chunker = Chunker::new(counter, config.max_tokens)?;
     for repo in &config.repos {
         let repo_summary = chunk_repository(
             repo,
@@ -218,6 +226,12 @@ fn chunk_repository(
                     }
                     summary.skip(reason, 1);
                 }
+                FileOutcome::Failed(e) => {
+                    return Err(Error::Resource {
+                        what: format!("{}/{rel}", repo.name),
+                        message: e.to_string(),
+                    });
+                }
                 FileOutcome::Chunked(docs, tokens) => {
                     summary.tokens += tokens;
                     summary.files_chunked += 1;
@@ -264,7 +278,10 @@ fn chunk_file(
         }
     }
     let url = github_url(&repo.name, commit_id, rel);
-    let chunks = chunker.chunk(&text, language);
+    let chunks = match chunker.chunk(&text, language) {
+        Ok(chunks) => chunks,
+        Err(e) => return FileOutcome::Failed(e),
+    };
     let tokens = chunks.iter().map(|c| c.num_tokens as u64).sum();
     let docs = chunks
         .into_iter()

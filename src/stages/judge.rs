@@ -112,32 +112,46 @@ struct DocVerdict {
 /// Longest reasoning of one entry the schema allows, in characters (one or two sentences).
 pub const MAX_REASONING_CHARS: usize = 250;
 
+/// The labels of `num_nuggets` nuggets, `N1`, `N2`, ..., zero-padded to one width (`N01` to
+/// `N12`) so that their sorted order is their numeric order: schemas are sent key-sorted
+/// ([`crate::llm::schema::sorted_keys`]), and engines emit properties in the order listed.
+pub fn nugget_labels(num_nuggets: usize) -> Vec<String> {
+    let width = num_nuggets.to_string().len();
+    (1..=num_nuggets).map(|n| format!("N{n:0width$}")).collect()
+}
+
 /// The JSON Schema of one judge call's answer: `{"judgments": [...]}` with exactly one entry
-/// per document, in order (`prefixItems`, `minItems` = `maxItems` = `num_docs`); entry `i` is `{"doc": "D<i>", "reasoning": "...", "supported":
-/// [...]}` (in that order: the model reasons before its verdict), `doc` fixed by `const`,
-/// `reasoning` 1 to `MAX_REASONING_CHARS` characters (less when `max_tokens` shared among
-/// the entries would not hold that many: [`chars_within_tokens`]), `supported` distinct labels
-/// among `N1..N<num_nuggets>`.
+/// per document, in order (`prefixItems`, `minItems` = `maxItems` = `num_docs`); entry `i` is
+/// `{"doc": "D<i>", "reasoning": "...", "supported": {"N1": bool, ...}}` (in that order: the
+/// model reasons before its verdict), `doc` fixed by `const`, `reasoning` 1 to
+/// `MAX_REASONING_CHARS` characters (less when `max_tokens` shared among the entries would
+/// not hold that many: [`chars_within_tokens`]), `supported` one required boolean per nugget
+/// label ([`nugget_labels`]), in order.
+///
+/// A verdict per nugget rather than a list of the supported ones: a list of distinct labels
+/// needs `uniqueItems`, which llama.cpp's grammar cannot enforce (SmolLM2 repeated a label),
+/// whereas fixed required keys are plain grammar, so every engine returns exactly one verdict
+/// per nugget by construction, and none is left out silently.
 pub fn judge_schema(num_docs: usize, num_nuggets: usize, max_tokens: u32) -> Value {
     // Per entry: its share of the budget less its frame (`{"doc": "D12", "reasoning": "",
-    // "supported": []}` pretty-printed, ~30 tokens) and every label listed (~4 tokens each).
+    // "supported": {}}` pretty-printed, ~30 tokens) and a verdict per nugget (`"N3": false,`
+    // on its own line, ~6 tokens).
     let per_entry = (max_tokens as usize).saturating_sub(16) / num_docs.max(1);
     let reasoning_chars = chars_within_tokens(
-        per_entry.saturating_sub(30 + 4 * num_nuggets),
+        per_entry.saturating_sub(30 + 6 * num_nuggets),
         MAX_REASONING_CHARS,
     );
-    let nugget_labels: Vec<String> = (1..=num_nuggets).map(|n| format!("N{n}")).collect();
-    // An empty `enum` is invalid in llama.cpp: without nuggets, an empty list is the only verdict.
-    let supported = if nugget_labels.is_empty() {
-        json!({"type": "array", "maxItems": 0})
-    } else {
-        json!({
-            "type": "array",
-            "items": {"enum": nugget_labels},
-            "uniqueItems": true,
-            "maxItems": num_nuggets,
-        })
-    };
+    let labels = nugget_labels(num_nuggets);
+    let verdicts: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|label| (label.clone(), json!({"type": "boolean"})))
+        .collect();
+    let supported = json!({
+        "type": "object",
+        "properties": verdicts,
+        "required": labels,
+        "additionalProperties": false,
+    });
     let entries: Vec<Value> = (1..=num_docs)
         .map(|d| {
             json!({
@@ -174,18 +188,25 @@ pub fn judge_schema(num_docs: usize, num_nuggets: usize, max_tokens: u32) -> Val
     })
 }
 
+/// `first to last` of the nugget labels, for the prompt and the repair request.
+fn label_range(num_nuggets: usize) -> String {
+    let labels = nugget_labels(num_nuggets.max(1));
+    format!("{} to {}", labels[0], labels[labels.len() - 1])
+}
+
 /// The shape a repair request asks for, in words.
 fn format_words(num_docs: usize, num_nuggets: usize) -> String {
     format!(
         "one JSON object with one field, \"judgments\": an array of exactly {num_docs} entries, \
          D1 to D{num_docs} in order, each an object with the fields \"doc\" (the label), \
-         \"reasoning\" (one or two sentences) and \"supported\" (an array of labels among N1 \
-         to N{num_nuggets}, possibly empty)"
+         \"reasoning\" (one or two sentences) and \"supported\" (an object with one field per \
+         nugget, {} in order, each true or false)",
+        label_range(num_nuggets)
     )
 }
 
-/// Reads the judgments object: one entry per document D1..Dn, each listing supported nuggets
-/// (an array of `N`-numbers, or a map nugget -> yes/no).
+/// Reads the judgments object: one entry per document D1..Dn, each with a verdict (true or
+/// false, or yes/no) for every nugget under its label.
 fn parse_judgments(
     text: &str,
     num_docs: usize,
@@ -204,6 +225,7 @@ fn parse_judgments(
             None,
         ));
     };
+    let labels = nugget_labels(num_nuggets);
     let mut verdicts: Vec<Option<DocVerdict>> = vec![None; num_docs];
     let mut problems = Vec::new();
     for entry in &entries {
@@ -219,41 +241,34 @@ fn parse_judgments(
             problems.push(format!("a judgment names no document D1..D{num_docs}"));
             continue;
         };
-        let mut supported = vec![false; num_nuggets];
+        let Some(Value::Object(map)) = obj.get("supported") else {
+            problems.push(format!(
+                "D{doc}: no \"supported\" object with a verdict per nugget"
+            ));
+            continue;
+        };
+        let mut found: Vec<Option<bool>> = vec![None; num_nuggets];
         let mut ok = true;
-        match obj
-            .get("supported")
-            .or_else(|| obj.get("supported_nuggets"))
-        {
-            Some(Value::Array(items)) => {
-                for item in items {
-                    match parse::parse_index(item).filter(|n| (1..=num_nuggets).contains(n)) {
-                        Some(n) => supported[n - 1] = true,
-                        None => {
-                            problems
-                                .push(format!("D{doc}: {item} is not a nugget N1..N{num_nuggets}"));
-                            ok = false;
-                        }
-                    }
+        for (key, value) in map {
+            let n = parse::parse_index(&Value::String(key.clone()))
+                .filter(|n| (1..=num_nuggets).contains(n));
+            match (n, parse::parse_verdict(value)) {
+                (Some(n), Some(v)) => found[n - 1] = Some(v),
+                _ => {
+                    problems.push(format!("D{doc}: cannot read {key:?}: {value}"));
+                    ok = false;
                 }
             }
-            Some(Value::Object(map)) => {
-                for (key, value) in map {
-                    let n = parse::parse_index(&Value::String(key.clone()))
-                        .filter(|n| (1..=num_nuggets).contains(n));
-                    match (n, parse::parse_verdict(value)) {
-                        (Some(n), Some(v)) => supported[n - 1] = v,
-                        _ => {
-                            problems.push(format!("D{doc}: cannot read {key:?}: {value}"));
-                            ok = false;
-                        }
-                    }
-                }
-            }
-            _ => {
-                problems.push(format!("D{doc}: no \"supported\" array"));
-                ok = false;
-            }
+        }
+        let unjudged: Vec<&str> = labels
+            .iter()
+            .zip(&found)
+            .filter(|(_, v)| v.is_none())
+            .map(|(label, _)| label.as_str())
+            .collect();
+        if !unjudged.is_empty() {
+            problems.push(format!("D{doc}: no verdict for {}", unjudged.join(", ")));
+            ok = false;
         }
         let reason = ["reason", "rationale", "reasoning"]
             .iter()
@@ -261,7 +276,8 @@ fn parse_judgments(
             .unwrap_or_default()
             .trim()
             .to_string();
-        if ok && verdicts[doc - 1].is_none() {
+        let supported: Option<Vec<bool>> = found.into_iter().collect();
+        if let (true, Some(supported), None) = (ok, supported, &verdicts[doc - 1]) {
             verdicts[doc - 1] = Some(DocVerdict { supported, reason });
         }
     }
@@ -307,19 +323,20 @@ fn count_tokens(text: &str) -> usize {
 
 fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<BatchResult> {
     let q = batch.question;
-    let nuggets_text: String = batch
-        .nuggets
+    let nuggets_text: String = nugget_labels(batch.nuggets.len())
         .iter()
-        .enumerate()
-        .map(|(i, n)| format!("N{}. {}\n", i + 1, n.text.trim()))
+        .zip(batch.nuggets)
+        .map(|(label, n)| format!("{label}. {}\n", n.text.trim()))
         .collect();
     let num_nuggets = batch.nuggets.len().to_string();
+    let nugget_range = label_range(batch.nuggets.len());
     let num_docs = batch.docs.len().to_string();
     let vars_without_docs = [
         ("title", q.query_title.trim()),
         ("question", q.query_text.trim()),
         ("nuggets", nuggets_text.trim_end()),
         ("num_nuggets", num_nuggets.as_str()),
+        ("nugget_range", nugget_range.as_str()),
         ("num_docs", num_docs.as_str()),
         ("documents", ""),
     ];
@@ -362,7 +379,7 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
         documents.push_str(&format!("[D{}] {}\n{}\n\n", i + 1, doc.id, text.trim_end()));
     }
     let mut vars = vars_without_docs;
-    vars[5] = ("documents", documents.trim_end());
+    vars[6] = ("documents", documents.trim_end());
     let messages = JUDGE.render(&vars)?;
     let (n_docs, n_nuggets) = (batch.docs.len(), batch.nuggets.len());
     let params = call_params(&config.params, config.structured_output, || {
@@ -637,11 +654,12 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::schema::{check_answer, check_portable, sorted_keys};
 
     #[test]
     fn parses_reasoning_then_json() {
         let text = "D1 shows the config key {x}. D2 is unrelated.\n\
-            ```json\n{\"judgments\": [{\"doc\": \"D1\", \"reason\": \"sets x\", \"supported\": [\"N2\"]},\
+            ```json\n{\"judgments\": [{\"doc\": \"D1\", \"reason\": \"sets x\", \"supported\": {\"N1\": false, \"N2\": true}},\
             {\"doc\": 2, \"reasoning\": \"no\", \"supported\": {\"N1\": \"no\", \"N2\": false}}]}\n```";
         let verdicts = parse_judgments(text, 2, 2).unwrap();
         let d1 = verdicts[0].as_ref().unwrap();
@@ -651,8 +669,8 @@ mod tests {
     }
 
     #[test]
-    fn missing_documents_are_reported_with_the_partial_result() {
-        let text = r#"{"judgments": [{"doc": "D1", "supported": ["N1"]}, {"doc": "D9", "supported": []}]}"#;
+    fn missing_documents_and_verdicts_are_reported_with_the_partial_result() {
+        let text = r#"{"judgments": [{"doc": "D1", "supported": {"N1": true}}, {"doc": "D9", "supported": {}}]}"#;
         let (problem, partial) = parse_judgments(text, 3, 1).unwrap_err();
         assert!(problem.contains("D2, D3"), "{problem}");
         assert!(problem.contains("D1..D3"), "{problem}");
@@ -660,15 +678,34 @@ mod tests {
         assert!(partial[0].is_some() && partial[1].is_none());
         let (problem, _) = parse_judgments("I think D1 is relevant.", 1, 1).unwrap_err();
         assert!(problem.contains("judgments"));
-        let (problem, _) =
-            parse_judgments(r#"{"judgments": [{"doc": 1, "supported": ["N7"]}]}"#, 1, 2)
-                .unwrap_err();
+        let (problem, _) = parse_judgments(
+            r#"{"judgments": [{"doc": 1, "supported": {"N1": true, "N7": true}}]}"#,
+            1,
+            2,
+        )
+        .unwrap_err();
         assert!(problem.contains("N7"), "{problem}");
+        // A nugget without a verdict is not taken as "not supported".
+        let (problem, partial) = parse_judgments(
+            r#"{"judgments": [{"doc": "D1", "supported": {"N1": true}}]}"#,
+            1,
+            3,
+        )
+        .unwrap_err();
+        assert!(problem.contains("D1: no verdict for N2, N3"), "{problem}");
+        assert!(partial.unwrap()[0].is_none());
+        // The v2 shape, a list of the supported labels, is not this prompt's answer.
+        let (problem, _) = parse_judgments(
+            r#"{"judgments": [{"doc": "D1", "supported": ["N1"]}]}"#,
+            1,
+            1,
+        )
+        .unwrap_err();
+        assert!(problem.contains("\"supported\" object"), "{problem}");
     }
 
     #[test]
     fn schema_fixes_each_position_and_its_answers_parse() {
-        use crate::llm::schema::{check_answer, check_portable};
         let schema = judge_schema(2, 3, 4096);
         check_portable(&schema).unwrap();
         let entry = &schema["properties"]["judgments"]["prefixItems"][1];
@@ -679,48 +716,107 @@ mod tests {
             "reasoning before the verdict"
         );
         assert_eq!(
+            entry["properties"]["supported"]["required"],
+            json!(["N1", "N2", "N3"])
+        );
+        assert_eq!(
             schema.to_string().find("\"doc\""),
             schema.to_string().find("\"doc\":{\"const\":\"D1\"}"),
             "serialized in generation order"
         );
         let answer = r#"{"judgments": [
-            {"doc": "D1", "reasoning": "Sets x.", "supported": ["N3", "N1"]},
-            {"doc": "D2", "reasoning": "Unrelated.", "supported": []}]}"#;
+            {"doc": "D1", "reasoning": "Sets x.", "supported": {"N1": true, "N2": false, "N3": true}},
+            {"doc": "D2", "reasoning": "Unrelated.", "supported": {"N1": false, "N2": false, "N3": false}}]}"#;
         check_answer(&schema, answer).unwrap();
         let verdicts = parse_judgments(answer, 2, 3).unwrap();
         let d1 = verdicts[0].as_ref().unwrap();
         assert_eq!(d1.supported, vec![true, false, true]);
         assert_eq!(d1.reason, "Sets x.");
         assert_eq!(verdicts[1].as_ref().unwrap().supported, vec![false; 3]);
+        let no = r#"{"N1": false, "N2": false, "N3": false}"#;
         for bad in [
-            // Swapped positions, a missing entry, an extra one, an unknown or repeated nugget.
-            r#"{"judgments": [{"doc": "D2", "reasoning": "a", "supported": []},
-                {"doc": "D1", "reasoning": "b", "supported": []}]}"#,
-            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": []}]}"#,
-            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": []},
-                {"doc": "D2", "reasoning": "b", "supported": []},
-                {"doc": "D3", "reasoning": "c", "supported": []}]}"#,
-            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": ["N4"]},
-                {"doc": "D2", "reasoning": "b", "supported": []}]}"#,
-            r#"{"judgments": [{"doc": "D1", "reasoning": "a", "supported": ["N1", "N1"]},
-                {"doc": "D2", "reasoning": "b", "supported": []}]}"#,
-            r#"{"judgments": [{"doc": "D1", "supported": []},
-                {"doc": "D2", "reasoning": "b", "supported": []}]}"#,
+            // Swapped positions, a missing entry, an extra one.
+            format!(
+                r#"{{"judgments": [{{"doc": "D2", "reasoning": "a", "supported": {no}}},
+                {{"doc": "D1", "reasoning": "b", "supported": {no}}}]}}"#
+            ),
+            format!(r#"{{"judgments": [{{"doc": "D1", "reasoning": "a", "supported": {no}}}]}}"#),
+            format!(
+                r#"{{"judgments": [{{"doc": "D1", "reasoning": "a", "supported": {no}}},
+                {{"doc": "D2", "reasoning": "b", "supported": {no}}},
+                {{"doc": "D3", "reasoning": "c", "supported": {no}}}]}}"#
+            ),
+            // An unknown nugget, a missing verdict, a verdict that is not a boolean, no reasoning.
+            format!(
+                r#"{{"judgments": [{{"doc": "D1", "reasoning": "a", "supported": {{"N1": false, "N2": false, "N3": false, "N4": true}}}},
+                {{"doc": "D2", "reasoning": "b", "supported": {no}}}]}}"#
+            ),
+            format!(
+                r#"{{"judgments": [{{"doc": "D1", "reasoning": "a", "supported": {{"N1": true, "N3": true}}}},
+                {{"doc": "D2", "reasoning": "b", "supported": {no}}}]}}"#
+            ),
+            format!(
+                r#"{{"judgments": [{{"doc": "D1", "reasoning": "a", "supported": {{"N1": "yes", "N2": false, "N3": false}}}},
+                {{"doc": "D2", "reasoning": "b", "supported": {no}}}]}}"#
+            ),
+            format!(
+                r#"{{"judgments": [{{"doc": "D1", "supported": {no}}},
+                {{"doc": "D2", "reasoning": "b", "supported": {no}}}]}}"#
+            ),
         ] {
-            assert!(check_answer(&schema, bad).is_err(), "{bad}");
+            assert!(check_answer(&schema, &bad).is_err(), "{bad}");
         }
         assert!(!format_words(2, 3).contains("one short sentence"));
+        assert!(format_words(2, 3).contains("N1 to N3"));
         let reasoning = |s: &Value| s["properties"]["judgments"]["prefixItems"][0].clone();
         assert_eq!(
             reasoning(&schema)["properties"]["reasoning"]["maxLength"],
             MAX_REASONING_CHARS
         );
-        // 10 documents in 1024 tokens: 100 tokens each, 50 for the frame and 5 labels.
+        // 10 documents in 1024 tokens: 100 tokens each, 60 for the frame and 5 verdicts.
         let tight = judge_schema(10, 5, 1024);
         assert_eq!(
             reasoning(&tight)["properties"]["reasoning"]["maxLength"],
-            75
+            60
         );
+    }
+
+    /// Regression (issue 17): with `supported` a list of distinct labels, llama.cpp (whose
+    /// grammar cannot enforce `uniqueItems`) let SmolLM2 repeat a label. Keyed verdicts leave
+    /// no room for a repeat: one required boolean per label, in numeric order also when the
+    /// labels have two digits and the schema is sent key-sorted.
+    #[test]
+    fn verdicts_are_one_per_nugget_in_order_whatever_the_count() {
+        assert_eq!(nugget_labels(3), ["N1", "N2", "N3"]);
+        let labels = nugget_labels(12);
+        assert_eq!((labels[0].as_str(), labels[11].as_str()), ("N01", "N12"));
+        assert_eq!(label_range(12), "N01 to N12");
+        let sent = sorted_keys(judge_schema(1, 12, 4096));
+        assert!(!sent.to_string().contains("uniqueItems"));
+        let supported =
+            &sent["properties"]["judgments"]["prefixItems"][0]["properties"]["supported"];
+        let keys: Vec<&String> = supported["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(keys, labels.iter().collect::<Vec<_>>());
+        assert_eq!(supported["required"], json!(labels));
+        assert_eq!(supported["additionalProperties"], false);
+        // A two-digit label parses back to its nugget.
+        let verdicts: Vec<String> = labels
+            .iter()
+            .map(|l| format!("\"{l}\": {}", l == "N10"))
+            .collect();
+        let answer = format!(
+            r#"{{"judgments": [{{"doc": "D1", "reasoning": "r", "supported": {{{}}}}}]}}"#,
+            verdicts.join(", ")
+        );
+        check_answer(&sent, &answer).unwrap();
+        let parsed = parse_judgments(&answer, 1, 12).unwrap();
+        let supported = &parsed[0].as_ref().unwrap().supported;
+        assert_eq!(supported.iter().position(|&v| v), Some(9));
+        assert_eq!(supported.iter().filter(|&&v| v).count(), 1);
     }
 
     #[test]

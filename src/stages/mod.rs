@@ -24,7 +24,7 @@ pub use input::{
     JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QuestionInput, VariantsRecord,
     read_questions,
 };
-pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema};
+pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema, nugget_labels};
 pub use nuggets::{NuggetsConfig, generate_nuggets, nuggets_schema};
 pub use variants::{VariantsConfig, generate_query_variants, variants_schema};
 

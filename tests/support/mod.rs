@@ -331,15 +331,9 @@ fn judge_documents(first_user: &str) -> Vec<&str> {
     docs_part.split("[D").skip(1).collect()
 }
 
-fn supported_by(text: &str) -> Vec<&'static str> {
-    let mut supported = Vec::new();
-    if text.contains("ALPHA") {
-        supported.push("N1");
-    }
-    if text.contains("BETA") {
-        supported.push("N2");
-    }
-    supported
+/// The verdicts of a judge document for the two nuggets every mock question has.
+fn supported_by(text: &str) -> Value {
+    json!({"N1": text.contains("ALPHA"), "N2": text.contains("BETA")})
 }
 
 /// What a constrained decoder returns: one JSON value in the requested shape (the schema's

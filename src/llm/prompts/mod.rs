@@ -9,6 +9,11 @@
 //! Schema sent with each call enforces the shape. The judge's chain of thought moved from free
 //! text before the JSON into a `reasoning` field of each entry, before its verdict. The same
 //! prompts serve `structured_output = "off"`. The v1 texts are in the history.
+//!
+//! Judge version 3: `supported` is an object with one true/false verdict per nugget label
+//! instead of a list of the supported labels (a list of distinct labels needs `uniqueItems`,
+//! which llama.cpp's grammar cannot enforce; see `stages::judge_schema`). The v2 text is in
+//! the history.
 
 use super::{Message, Role};
 use crate::error::{Error, Result};
@@ -36,11 +41,11 @@ pub const QUERY_VARIANTS: Prompt = Prompt {
 };
 
 /// Question, its nuggets and up to N documents -> per document, in order, a short chain of
-/// thought then the supported nuggets (paper §3.5). Placeholders: `title`, `question`,
-/// `nuggets`, `num_nuggets`, `documents`, `num_docs`.
+/// thought then a verdict per nugget (paper §3.5). Placeholders: `title`, `question`,
+/// `nuggets`, `num_nuggets`, `nugget_range` (`N1 to N5`), `documents`, `num_docs`.
 pub const JUDGE: Prompt = Prompt {
-    id: "judge.v2",
-    text: include_str!("judge.v2.txt"),
+    id: "judge.v3",
+    text: include_str!("judge.v3.txt"),
 };
 
 /// Follow-up when an answer cannot be parsed. Placeholders: `problem`, `format`.
@@ -154,6 +159,7 @@ mod tests {
             "max_sub_questions",
             "nuggets",
             "num_nuggets",
+            "nugget_range",
             "documents",
             "num_docs",
             "problem",

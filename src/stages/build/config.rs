@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::source::TokenizerSpec;
 
 /// A whole build: which questions, which repositories, which retrievers, which LLM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,7 +113,8 @@ pub struct CorpusSection {
     /// Most tokens per document.
     #[serde(default = "default_max_tokens")]
     pub max_tokens: usize,
-    /// `cl100k_base` (default, as the reference) or `o200k_base`.
+    /// `cl100k_base` (default, as the reference), `o200k_base`, or `hf:PATH` to a Hugging Face
+    /// `tokenizer.json` (relative to the config file), e.g. the dense model's own.
     #[serde(default = "default_tokenizer")]
     pub tokenizer: String,
     /// Larger files are skipped.
@@ -405,6 +407,9 @@ impl BuildConfig {
         for p in self.corpus.repositories.values_mut() {
             resolve(p);
         }
+        if let Ok(spec) = TokenizerSpec::parse(&self.corpus.tokenizer) {
+            self.corpus.tokenizer = spec.resolved(base).to_string();
+        }
         if let Some(p) = self.llm.gguf.as_mut() {
             resolve(p);
         }
@@ -482,6 +487,24 @@ impl BuildConfig {
         }
         if self.corpus.max_tokens == 0 {
             return bad("corpus.max_tokens", "must be at least 1".into());
+        }
+        match TokenizerSpec::parse(&self.corpus.tokenizer) {
+            Err(_) => {
+                return bad(
+                    "corpus.tokenizer",
+                    format!(
+                        "{:?} (expected cl100k_base, o200k_base or hf:PATH to a tokenizer.json)",
+                        self.corpus.tokenizer
+                    ),
+                );
+            }
+            Ok(TokenizerSpec::HuggingFace(path)) if !path.is_file() => {
+                return bad(
+                    "corpus.tokenizer",
+                    format!("{} is not a file", path.display()),
+                );
+            }
+            Ok(_) => {}
         }
         if !self.retrieval.bm25 && self.retrieval.dense.is_empty() {
             return bad(
@@ -593,5 +616,35 @@ model = "m"
         assert!(err.contains("not a directory"), "{err}");
         let deep_pool = MINIMAL.to_string() + "[retrieval]\npool_depth = 200\n";
         assert!(parse(&deep_pool).is_err());
+    }
+
+    #[test]
+    fn tokenizer_files_resolve_against_the_config_and_must_exist() {
+        let with = |tokenizer: &str| {
+            MINIMAL.replace(
+                "[corpus.repositories]",
+                &format!("[corpus]\ntokenizer = \"{tokenizer}\"\n[corpus.repositories]"),
+            )
+        };
+        // Any file will do for the check at load time (it is parsed by the corpus stage).
+        let config = parse(&with("hf:Cargo.toml")).unwrap();
+        assert_eq!(config.corpus.tokenizer, "hf:./Cargo.toml");
+        assert_eq!(
+            parse(&with("o200k_base")).unwrap().corpus.tokenizer,
+            "o200k_base"
+        );
+        let err = parse(&with("hf:no/such/tokenizer.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("corpus.tokenizer"), "{err}");
+        assert!(
+            err.contains("no/such/tokenizer.json is not a file"),
+            "{err}"
+        );
+        let err = parse(&with("gpt2")).unwrap_err().to_string();
+        assert!(
+            err.contains("corpus.tokenizer") && err.contains("gpt2"),
+            "{err}"
+        );
     }
 }

@@ -42,7 +42,7 @@ use crate::search::{
 use crate::source::stackoverflow::{
     DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions, parse_day,
 };
-use crate::source::{CorpusConfig, RepoSpec, TokenizerKind, build_corpus};
+use crate::source::{CorpusConfig, RepoSpec, TokenizerSpec, build_corpus};
 use crate::stages::input::{NuggetsRecord, VariantsRecord, read_rows};
 use crate::stages::{
     JudgeConfig, JudgeInputs, NuggetsConfig, StageSummary, VariantsConfig, generate_nuggets,
@@ -148,6 +148,7 @@ pub fn build(
         documents: 0,
         questions_out: 0,
         repositories: Vec::new(),
+        tokenizer_sha256: None,
     };
     run.questions(progress, on_stage)?;
     run.corpus(progress, on_stage)?;
@@ -177,6 +178,8 @@ struct Builder<'a> {
     documents: usize,
     questions_out: usize,
     repositories: Vec<(String, Option<String>)>,
+    /// SHA-256 of the corpus's `hf:` tokenizer file.
+    tokenizer_sha256: Option<String>,
 }
 
 struct OpenedLlm {
@@ -414,7 +417,7 @@ impl Builder<'_> {
                 .collect(),
         );
         corpus.max_tokens = c.max_tokens;
-        corpus.tokenizer = TokenizerKind::parse(&c.tokenizer)?;
+        corpus.tokenizer = TokenizerSpec::parse(&c.tokenizer)?;
         corpus.max_file_bytes = c.max_file_bytes;
         corpus.exclude = c.exclude.clone();
         let before = self.book.fresh("corpus", "corpus")?;
@@ -423,6 +426,7 @@ impl Builder<'_> {
         let unchanged = before.as_ref() == Some(&hashes);
         self.hashes.extend(hashes);
         self.documents = summary.documents as usize;
+        self.tokenizer_sha256 = summary.tokenizer_sha256.clone();
         self.repositories = summary
             .repos
             .iter()
@@ -791,7 +795,7 @@ impl Builder<'_> {
     /// The parts of the export manifest known before exporting.
     fn export_manifest_base(&self) -> serde_json::Value {
         let c = self.config;
-        serde_json::json!({
+        let mut manifest = serde_json::json!({
             "freshstack_version": env!("CARGO_PKG_VERSION"),
             "topic": c.topic,
             "repositories": self.repositories.iter().map(|(name, commit)| serde_json::json!({
@@ -812,7 +816,9 @@ impl Builder<'_> {
             },
             "corpus": {
                 "max_tokens": c.corpus.max_tokens,
-                "tokenizer": c.corpus.tokenizer,
+                // No local path: `hf:<model dir>/<file>`, and the file's hash below.
+                "tokenizer": TokenizerSpec::parse(&c.corpus.tokenizer)
+                    .map_or_else(|_| c.corpus.tokenizer.clone(), |t| t.portable_name()),
                 "max_file_bytes": c.corpus.max_file_bytes,
                 "exclude": c.corpus.exclude,
             },
@@ -831,7 +837,11 @@ impl Builder<'_> {
             "variants": c.variants,
             "judge": c.judge,
             "filter": c.filter,
-        })
+        });
+        if let Some(sha256) = &self.tokenizer_sha256 {
+            manifest["corpus"]["tokenizer_sha256"] = sha256.as_str().into();
+        }
+        manifest
     }
 
     fn write_export(&self, filtered: &Filtered) -> Result<()> {

@@ -11,6 +11,7 @@ use super::config::{
     QuestionsConfig, RetrievalConfig, VariantsSection,
 };
 use crate::error::{Error, Result};
+use crate::source::TokenizerSpec;
 
 /// The quickstart's questions, relative to the repository root.
 pub const QUICKSTART_POSTS: &str = "examples/quickstart/Posts.xml";
@@ -60,6 +61,14 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
     } else {
         Vec::new()
     };
+    // Documents measured by MiniLM's own tokenizer (special tokens included), so that the
+    // encoder cuts none; the same corpus with or without dense retrieval.
+    let minilm_tokenizer = encoder.join("tokenizer.json");
+    let tokenizer = if minilm_tokenizer.is_file() {
+        TokenizerSpec::HuggingFace(minilm_tokenizer).to_string()
+    } else {
+        "cl100k_base".to_string()
+    };
     let mut repositories = BTreeMap::new();
     repositories.insert("freshstack/freshstack".to_string(), options.repo.clone());
     Ok(BuildConfig {
@@ -80,7 +89,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             repositories,
             // all-MiniLM-L6-v2 reads 256 word pieces: longer documents would be cut.
             max_tokens: 256,
-            tokenizer: "cl100k_base".into(),
+            tokenizer,
             max_file_bytes: 200_000,
             // Source and docs, not test data, and not the questions' own answers: the dump and
             // the script that wrote it would otherwise be retrieved as the answer text itself.
@@ -137,4 +146,39 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
 /// Whether `path` holds a model directory (for messages).
 pub fn has_model(path: &Path) -> bool {
     path.join("config.json").is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_are_measured_by_minilm_when_its_tokenizer_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, models) = (dir.path().join("repo"), dir.path().join("models"));
+        for (path, text) in [
+            (repo.join(QUICKSTART_POSTS), "<posts/>"),
+            (models.join(QUICKSTART_GGUF), ""),
+        ] {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let options = QuickstartOptions {
+            repo,
+            models: models.clone(),
+            max_questions: None,
+            dense: true,
+        };
+        let config = quickstart_config(&options).unwrap();
+        assert_eq!(config.corpus.tokenizer, "cl100k_base");
+        let tokenizer = models.join(QUICKSTART_ENCODER).join("tokenizer.json");
+        std::fs::create_dir_all(tokenizer.parent().unwrap()).unwrap();
+        std::fs::write(&tokenizer, "{}").unwrap();
+        let config = quickstart_config(&options).unwrap();
+        assert_eq!(
+            config.corpus.tokenizer,
+            format!("hf:{}", tokenizer.display())
+        );
+        assert_eq!(config.corpus.max_tokens, 256);
+    }
 }
