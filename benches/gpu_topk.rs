@@ -14,7 +14,8 @@
 
 use std::time::Instant;
 
-use freshstack::index::{DocIds, Dtype, GpuFlat, VectorMatrix, flat_search, write_npy};
+use freshstack::dataset::{VectorDtype, VectorMatrix, write_npy};
+use freshstack::index::{DocIds, GpuFlat, flat_search};
 
 fn values(n: usize, seed: u64) -> impl Iterator<Item = f32> {
     let mut state = seed.max(1);
@@ -48,7 +49,7 @@ fn main() {
     let path = dir.path().join("m.npy");
     let started = Instant::now();
     let mut rng = values(rows * dim, 7);
-    write_npy(&path, rows, dim, Dtype::F16, |_, row| {
+    write_npy(&path, rows, dim, VectorDtype::F16, |_, row| {
         for v in row.iter_mut() {
             *v = rng.next().unwrap_or(0.0);
         }

@@ -12,9 +12,10 @@
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use freshstack::dataset::{VectorDtype, VectorMatrix, write_npy};
 use freshstack::index::{
-    Bm25Settings, DocIds, DocumentEncoder, Dtype, EncodedVectors, HnswGraph, HnswSettings,
-    IndexConfig, VectorMatrix, build_index_with_encoders, flat_search, write_npy,
+    Bm25Settings, DocIds, DocumentEncoder, EncodedVectors, HnswGraph, HnswSettings, IndexConfig,
+    build_index_with_encoders, flat_search,
 };
 use freshstack::search::{Engine, QueryEncoder, SearchOptions};
 use freshstack::{NoProgress, Progress};
@@ -46,7 +47,7 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v.npy");
     let data = unit_vectors(n, 42);
-    write_npy(&path, n, DIM, Dtype::F32, |i, row| {
+    write_npy(&path, n, DIM, VectorDtype::F32, |i, row| {
         row.copy_from_slice(&data[i])
     })
     .unwrap();
@@ -94,7 +95,7 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     let small = 2_000.min(n);
     let small_path = dir.path().join("small.npy");
-    write_npy(&small_path, small, DIM, Dtype::F32, |i, row| {
+    write_npy(&small_path, small, DIM, VectorDtype::F32, |i, row| {
         row.copy_from_slice(&data[i])
     })
     .unwrap();

@@ -61,8 +61,7 @@ pub mod source;
 pub mod stages;
 
 pub use dataset::{
-    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryRecord, Question, QuestionMetadata,
-    Run,
+    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryId, Question, QuestionMetadata, Run,
 };
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};

@@ -8,7 +8,7 @@
 //! - `embed` outputs (`.npy` + `.ids`) are interleaved back into input order from the rows'
 //!   recorded positions, the matrix bytes copied as they are (memory-mapped, streaming).
 //!
-//! Layer: imports `dataset` and `embed` (the `.npy` format); imported by `cli`.
+//! Layer: imports `dataset` (shards, question ids, the vectors format); imported by `cli`.
 
 use std::cmp::Ordering;
 use std::fs::File;
@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, SHARD_FORMAT, ShardInfo, shard_info_path};
-use crate::embed::{NpyLayout, write_ids};
+use crate::dataset::{
+    AtomicWriter, NpyWriter, QueryId, SHARD_FORMAT, ShardInfo, VectorMatrix, ids_path,
+    shard_info_path, write_ids,
+};
 use crate::error::{Error, Result};
 
 /// What [`merge_shards`] joined.
@@ -132,25 +134,10 @@ pub fn merge_shards(shards: &[PathBuf], out: &Path) -> Result<MergeSummary> {
     })
 }
 
+/// The key of a stage output row.
 #[derive(Deserialize)]
 struct KeyOnly {
-    #[serde(deserialize_with = "string_or_integer")]
-    query_id: String,
-}
-
-fn string_or_integer<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<String, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Id {
-        S(String),
-        I(i64),
-    }
-    Ok(match Id::deserialize(d)? {
-        Id::S(s) => s,
-        Id::I(i) => i.to_string(),
-    })
+    query_id: QueryId,
 }
 
 /// One shard's JSONL, read a line ahead.
@@ -199,7 +186,7 @@ impl Cursor {
                 ));
             }
             self.rows += 1;
-            self.head = Some((key.query_id, line));
+            self.head = Some((key.query_id.into_string(), line));
             return Ok(());
         }
         Ok(())
@@ -279,53 +266,47 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
     let total = infos[0].1.total_items;
     // (shard, row in shard) of each input position.
     let mut source = vec![(u32::MAX, 0usize); total];
-    let mut maps = Vec::with_capacity(infos.len());
+    let mut matrices: Vec<VectorMatrix> = Vec::with_capacity(infos.len());
     let mut ids: Vec<Option<String>> = vec![None; total];
-    let mut layout: Option<NpyLayout> = None;
     for (s, (path, info)) in infos.iter().enumerate() {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        // SAFETY: read-only map of a finished shard file; like every mmap user we rely on it not
-        // being truncated while we read it.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        let this = NpyLayout::parse(path, &map)?;
-        if let Some(first) = layout
-            && (first.dtype, first.dim) != (this.dtype, this.dim)
+        let this = VectorMatrix::open(path)?;
+        if let Some(first) = matrices.first()
+            && (first.dtype(), first.dim()) != (this.dtype(), this.dim())
         {
             return Err(Error::invalid(
                 "merge",
                 format!(
                     "{}: dtype/dim {:?}/{} differ from the first shard's {:?}/{}",
                     path.display(),
-                    this.dtype,
-                    this.dim,
-                    first.dtype,
-                    first.dim
+                    this.dtype(),
+                    this.dim(),
+                    first.dtype(),
+                    first.dim()
                 ),
             ));
         }
-        layout.get_or_insert(this);
-        if this.rows != info.positions.len() || this.rows != info.rows {
+        if this.rows() != info.positions.len() || this.rows() != info.rows {
             return Err(Error::invalid(
                 "merge",
                 format!(
                     "{} has {} rows, its sidecar lists {} positions",
                     path.display(),
-                    this.rows,
+                    this.rows(),
                     info.positions.len()
                 ),
             ));
         }
-        let ids_path = path.with_extension("ids");
+        let ids_path = ids_path(path);
         let text = std::fs::read_to_string(&ids_path).map_err(|e| Error::io(&ids_path, e))?;
         let shard_ids: Vec<&str> = text.lines().collect();
-        if shard_ids.len() != this.rows {
+        if shard_ids.len() != this.rows() {
             return Err(Error::invalid(
                 "merge",
                 format!(
                     "{} has {} ids for {} rows",
                     ids_path.display(),
                     shard_ids.len(),
-                    this.rows
+                    this.rows()
                 ),
             ));
         }
@@ -342,7 +323,7 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
             source[p] = (s as u32, row);
             ids[p] = Some(id.to_string());
         }
-        maps.push((map, this));
+        matrices.push(this);
     }
     let ids: Vec<String> = ids
         .into_iter()
@@ -351,22 +332,15 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
             id.ok_or_else(|| Error::invalid("merge", format!("no shard holds input row {p}")))
         })
         .collect::<Result<_>>()?;
-    let Some(layout) = layout else {
+    let Some(first) = matrices.first() else {
         return Err(Error::invalid("merge", "no shard files given"));
     };
-    let row_bytes = layout.dim * layout.element_bytes();
-    let mut writer = AtomicWriter::create(out)?;
-    writer
-        .write_all(&NpyLayout::header(layout.dtype, total, layout.dim))
-        .map_err(|e| Error::io(out, e))?;
+    // The stored bytes are copied as they are: no value is converted twice.
+    let mut writer = NpyWriter::create(out, first.dtype(), total, first.dim())?;
     for &(s, row) in &source {
-        let (map, this) = &maps[s as usize];
-        let start = this.data_offset + row * row_bytes;
-        writer
-            .write_all(&map[start..start + row_bytes])
-            .map_err(|e| Error::io(out, e))?;
+        writer.write_row_bytes(matrices[s as usize].row_bytes(row))?;
     }
-    writer.commit()?;
-    write_ids(&out.with_extension("ids"), &ids)?;
+    writer.finish()?;
+    write_ids(&ids_path(out), &ids)?;
     Ok(total)
 }

@@ -70,7 +70,7 @@ fn loads_the_hub_cache_layout_with_nested_nuggets() {
         vec!["acme/lib/README.md_0_120"]
     );
     assert_eq!(
-        q.query_string(),
+        q.query_text(),
         format!("{} {}", q.query_title, q.query_text)
     );
     let doc = &data.corpus[2];

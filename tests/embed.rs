@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use freshstack::NoProgress;
+use freshstack::dataset::read_npy_f32;
 use freshstack::embed::{
-    Embeddings, Encoder, EncoderOptions, ModelDType, TextEncoder, TextKind, read_npy_f32,
-    resolve_model,
+    Embeddings, Encoder, EncoderOptions, ModelDType, TextEncoder, TextKind, resolve_model,
 };
 
 fn root() -> PathBuf {

@@ -4,9 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
-use freshstack::index::{
-    Bm25Settings, Dtype, HnswSettings, IndexConfig, VectorSource, build_index, write_npy,
-};
+use freshstack::dataset::{VectorDtype, write_npy};
+use freshstack::index::{Bm25Settings, HnswSettings, IndexConfig, VectorSource, build_index};
 use freshstack::search::{Ann, Engine, SearchOptions};
 
 use crate::util::{freshstack, write};
@@ -274,7 +273,7 @@ fn unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn write_vectors(path: &Path, ids: &[String], vectors: &[Vec<f32>], dtype: Dtype) {
+fn write_vectors(path: &Path, ids: &[String], vectors: &[Vec<f32>], dtype: VectorDtype) {
     write_npy(path, vectors.len(), vectors[0].len(), dtype, |i, row| {
         row.copy_from_slice(&vectors[i])
     })
@@ -282,7 +281,11 @@ fn write_vectors(path: &Path, ids: &[String], vectors: &[Vec<f32>], dtype: Dtype
     std::fs::write(path.with_extension("ids"), ids.join("\n") + "\n").unwrap();
 }
 
-fn dense_fixture(dir: &Path, n: usize, dtype: Dtype) -> (PathBuf, Vec<String>, Vec<Vec<f32>>) {
+fn dense_fixture(
+    dir: &Path,
+    n: usize,
+    dtype: VectorDtype,
+) -> (PathBuf, Vec<String>, Vec<Vec<f32>>) {
     let ids: Vec<String> = (0..n).map(|i| format!("a/b/f{i:04}.md_0_1")).collect();
     let docs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "some text")).collect();
     let corpus = corpus(dir, &docs);
@@ -310,7 +313,7 @@ fn dense_fixture(dir: &Path, n: usize, dtype: Dtype) -> (PathBuf, Vec<String>, V
 
 #[test]
 fn dense_exact_and_hnsw_agree_on_small_data() {
-    for dtype in [Dtype::F32, Dtype::F16] {
+    for dtype in [VectorDtype::F32, VectorDtype::F16] {
         let dir = tempfile::tempdir().unwrap();
         let (index, ids, vectors) = dense_fixture(dir.path(), 300, dtype);
         let engine = Engine::open(&index).unwrap();
@@ -357,7 +360,7 @@ fn vector_ids_must_match_the_corpus() {
         &npy,
         &["a".into(), "c".into()],
         &unit_vectors(2, 4, 3),
-        Dtype::F32,
+        VectorDtype::F32,
     );
     let index = dir.path().join("index");
     let out = freshstack(&[
@@ -508,10 +511,65 @@ fn cli_index_search_retrieve() {
     assert!(stderr.contains("dense:nope: no such model"), "{stderr}");
 }
 
+/// Regression: `retrieve` refused numeric `query_id`s (`invalid type: integer`) that `embed`
+/// and the LLM stages accept; a numeric id now runs exactly as the same id written as a string.
+#[test]
+fn cli_retrieve_accepts_numeric_query_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = bm25_index(dir.path());
+    let rows = |numeric: bool| {
+        let id = |n: u64| {
+            if numeric {
+                serde_json::json!(n)
+            } else {
+                serde_json::json!(n.to_string())
+            }
+        };
+        [
+            serde_json::json!({"query_id": id(101), "query_title": "Database config",
+                "query_text": "where is the connection set?"}),
+            serde_json::json!({"query_id": id(102), "query_title": "Send email later",
+                "query_text": "defer tasks"}),
+            serde_json::json!({"_id": id(7), "text": "cache driver"}),
+        ]
+        .map(|row| row.to_string())
+        .join("\n")
+    };
+    let mut runs = Vec::new();
+    for numeric in [false, true] {
+        let queries = write(dir.path(), &format!("q-{numeric}.jsonl"), rows(numeric));
+        let run = dir.path().join(format!("run-{numeric}.trec"));
+        let out = freshstack(&[
+            "retrieve",
+            "--index",
+            index.to_str().unwrap(),
+            "--queries",
+            queries.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+            "-k",
+            "2",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        runs.push(std::fs::read_to_string(&run).unwrap());
+    }
+    assert_eq!(runs[0], runs[1]);
+    let mut ids: Vec<&str> = runs[1]
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    ids.dedup();
+    assert_eq!(ids, ["101", "102", "7"]);
+}
+
 #[test]
 fn cli_retrieve_with_query_vectors() {
     let dir = tempfile::tempdir().unwrap();
-    let (index, ids, vectors) = dense_fixture(dir.path(), 200, Dtype::F16);
+    let (index, ids, vectors) = dense_fixture(dir.path(), 200, VectorDtype::F16);
     let queries = write(
         dir.path(),
         "queries.jsonl",
@@ -522,7 +580,7 @@ fn cli_retrieve_with_query_vectors() {
         &qnpy,
         &["q2".into(), "q1".into()],
         &[vectors[5].clone(), vectors[9].clone()],
-        Dtype::F32,
+        VectorDtype::F32,
     );
     let mut runs = Vec::new();
     for ann in ["exact", "hnsw"] {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use freshstack::Run;
-use freshstack::dataset::{NuggetQrels, QueryRecord};
+use freshstack::dataset::{NuggetQrels, Question};
 use freshstack::eval::{EvalConfig, Judgments, Metric, evaluate, paired_t_test, py_round};
 
 fn fixture(name: &str) -> String {
@@ -26,8 +26,7 @@ fn every_reference_value_is_reproduced() {
             std::fs::write(&path, case["ndeval"].as_str().unwrap()).unwrap();
             NuggetQrels::read_ndeval(&path).unwrap()
         } else {
-            let records: Vec<QueryRecord> =
-                serde_json::from_value(case["queries"].clone()).unwrap();
+            let records: Vec<Question> = serde_json::from_value(case["queries"].clone()).unwrap();
             NuggetQrels::from_queries(&records)
         };
         let judgments = Judgments::new(&qrels);

@@ -5,9 +5,10 @@
 use std::path::Path;
 
 use freshstack::NoProgress;
+use freshstack::dataset::{VectorDtype, VectorMatrix, write_npy};
 use freshstack::index::{
-    Bm25Settings, DocIds, Dtype, GpuFlat, IndexConfig, VectorMatrix, VectorSource, build_index,
-    compile_kernels, flat_search, write_npy,
+    Bm25Settings, DocIds, GpuFlat, IndexConfig, VectorSource, build_index, compile_kernels,
+    flat_search,
 };
 use freshstack::search::{Ann, Engine, SearchOptions};
 
@@ -85,7 +86,7 @@ fn tricky_matrix(dir: &Path, rows: usize, dim: usize) -> (VectorMatrix, DocIds, 
         }
     }
     let path = dir.join(format!("m{rows}x{dim}.npy"));
-    write_npy(&path, rows, dim, Dtype::F16, |i, out| {
+    write_npy(&path, rows, dim, VectorDtype::F16, |i, out| {
         out.copy_from_slice(&data[i * dim..(i + 1) * dim])
     })
     .unwrap();
@@ -139,7 +140,7 @@ fn gpu_engine_search_batch_equals_cpu() {
     std::fs::write(&corpus, lines.join("\n") + "\n").unwrap();
     let data = values(n * dim, 5);
     let npy = dir.path().join("vectors.npy");
-    write_npy(&npy, n, dim, Dtype::F16, |i, row| {
+    write_npy(&npy, n, dim, VectorDtype::F16, |i, row| {
         row.copy_from_slice(&data[i * dim..(i + 1) * dim])
     })
     .unwrap();

@@ -109,8 +109,8 @@ impl DocumentEncoder for HashEncoder {
         "hash"
     }
 
-    fn storage_dtype(&self) -> freshstack::index::Dtype {
-        freshstack::index::Dtype::F32
+    fn storage_dtype(&self) -> freshstack::dataset::VectorDtype {
+        freshstack::dataset::VectorDtype::F32
     }
 
     fn encode_documents(

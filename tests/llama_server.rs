@@ -11,14 +11,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use freshstack::NoProgress;
+use freshstack::dataset::{NuggetsRecord, read_questions};
 use freshstack::llm::{Llm, OpenAiChat, OpenAiConfig, ResponseCache};
 use freshstack::source::stackoverflow::{
     DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions,
 };
 use freshstack::source::{CorpusConfig, RepoSpec, build_corpus};
 use freshstack::stages::{
-    JudgeConfig, JudgeInputs, NuggetsConfig, NuggetsRecord, StructuredOutputUsed, VariantsConfig,
-    generate_nuggets, generate_query_variants, judge, read_questions,
+    JudgeConfig, JudgeInputs, NuggetsConfig, StructuredOutputUsed, VariantsConfig,
+    generate_nuggets, generate_query_variants, judge,
 };
 use serde_json::{Value, json};
 

@@ -12,10 +12,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use freshstack::NoProgress;
+use freshstack::dataset::{JudgmentRecord, NuggetsRecord, VariantsRecord};
 use freshstack::llm::{Llm, OpenAiChat, OpenAiConfig, ResponseCache};
 use freshstack::stages::{
-    JudgeConfig, JudgeInputs, JudgmentRecord, NuggetsConfig, NuggetsRecord, VariantsConfig,
-    VariantsRecord, generate_nuggets, generate_query_variants, judge,
+    JudgeConfig, JudgeInputs, NuggetsConfig, VariantsConfig, generate_nuggets,
+    generate_query_variants, judge,
 };
 use serde_json::json;
 
@@ -245,7 +246,13 @@ fn judge_survives_faults_truncates_and_resumes() {
     // Sorted: question, nugget, document.
     let keys: Vec<(String, String, String)> = rows
         .iter()
-        .map(|r| (r.query_id.clone(), r.nugget_id.clone(), r.doc_id.clone()))
+        .map(|r| {
+            (
+                r.query_id.to_string(),
+                r.nugget_id.clone(),
+                r.doc_id.clone(),
+            )
+        })
         .collect();
     let mut sorted = keys.clone();
     sorted.sort();

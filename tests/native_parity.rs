@@ -11,12 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use freshstack::NoProgress;
+use freshstack::dataset::read_questions;
 use freshstack::llm::prompts::NUGGETS;
 use freshstack::llm::{ChatParams, LocalChat};
 use freshstack::source::stackoverflow::{
     DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions,
 };
-use freshstack::stages::read_questions;
 use serde_json::{Value, json};
 
 use crate::support::free_port;
@@ -309,7 +309,7 @@ fn nugget_prompts(chat: &LocalChat) -> Vec<(String, String)> {
                     ("max_nuggets", "5"),
                 ])
                 .unwrap();
-            (q.query_id, chat.format().render(&messages))
+            (q.query_id.into_string(), chat.format().render(&messages))
         })
         .collect()
 }

@@ -7,10 +7,11 @@
 use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
+use freshstack::dataset::{JudgmentRecord, NuggetsRecord};
 use freshstack::llm::StructuredOutput;
 use freshstack::stages::{
-    JudgeConfig, JudgeInputs, JudgmentRecord, NuggetsConfig, NuggetsRecord, StructuredOutputUsed,
-    VariantsConfig, generate_nuggets, generate_query_variants, judge, judge_schema, nuggets_schema,
+    JudgeConfig, JudgeInputs, NuggetsConfig, StructuredOutputUsed, VariantsConfig,
+    generate_nuggets, generate_query_variants, judge, judge_schema, nuggets_schema,
     variants_schema,
 };
 use serde_json::{Value, json};

@@ -183,12 +183,7 @@ pub fn run_benchmark(
             let queries: HashMap<String, String> = data
                 .queries
                 .iter()
-                .map(|q| {
-                    (
-                        q.query_id.clone(),
-                        format!("{} {}", q.query_title, q.query_text),
-                    )
-                })
+                .map(|q| (q.query_id.to_string(), q.query_text()))
                 .collect();
             let documents: HashMap<String, String> = data
                 .corpus

@@ -17,12 +17,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Document, QueryRecord, Run, ScoredDoc, write_json_atomic};
+use crate::dataset::{
+    AtomicWriter, Document, Question, Run, ScoredDoc, VectorDtype, write_json_atomic,
+};
 use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
-use crate::index::{
-    Bm25Settings, Dtype, IndexConfig, Manifest, build_index, fnv1a64, fnv1a64_file,
-};
+use crate::index::{Bm25Settings, IndexConfig, Manifest, build_index, fnv1a64, fnv1a64_file};
 use crate::progress::Progress;
 use crate::search::{
     Ann, DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
@@ -152,7 +152,7 @@ pub(crate) fn prepare_index(
                     hnsw: None,
                     encoder: encoder.clone(),
                     // Full precision: benchmark numbers should not move with storage.
-                    vector_dtype: Dtype::F32,
+                    vector_dtype: VectorDtype::F32,
                 };
                 build_hybrid_index(&config, &index_dir, progress)?;
             }
@@ -180,10 +180,10 @@ pub(crate) fn prepare_index(
 pub(crate) fn retrieve(
     engine: &Engine,
     retriever: &RetrieverKind,
-    queries: &[QueryRecord],
+    queries: &[Question],
     depth: usize,
 ) -> Result<(Run, usize)> {
-    let texts: Vec<String> = queries.iter().map(QueryRecord::query_string).collect();
+    let texts: Vec<String> = queries.iter().map(Question::query_text).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let name = retriever.name();
     let options = SearchOptions {

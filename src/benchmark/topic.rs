@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::dataset::{
-    DatasetPart, DatasetSpec, Document, QueryRecord, load_corpus, load_queries, resolve_files,
+    DatasetPart, DatasetSpec, Document, Question, load_corpus, load_queries, resolve_files,
 };
 use crate::error::{Error, Result};
 
@@ -139,7 +139,7 @@ pub struct TopicData {
     /// Files read for the corpus.
     pub corpus_files: Vec<PathBuf>,
     /// The questions.
-    pub queries: Vec<QueryRecord>,
+    pub queries: Vec<Question>,
     /// The documents.
     pub corpus: Vec<Document>,
     /// The judged-documents check.
@@ -174,7 +174,7 @@ pub fn load_topic(
 }
 
 /// Counts judged documents missing from `corpus`.
-pub fn check_judged(queries: &[QueryRecord], corpus: &[Document]) -> JudgedCheck {
+pub fn check_judged(queries: &[Question], corpus: &[Document]) -> JudgedCheck {
     let ids: HashSet<&str> = corpus.iter().map(|d| d.id.as_str()).collect();
     let mut judged: Vec<&str> = queries
         .iter()

@@ -4,10 +4,13 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use freshstack::dataset::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
+use freshstack::dataset::{
+    SHARD_FORMAT, Shard, ShardInfo, VectorDtype, ids_path, keys_hash, shard_info_path, write_ids,
+    write_npy_matrix,
+};
 use freshstack::embed::{
-    DeviceSpec, Encoder, EncoderOptions, InputKind, ModelDType, NpyDType, Pooling, TextEncoder,
-    TextKind, read_embed_input, resolve_model, write_ids, write_npy,
+    DeviceSpec, Encoder, EncoderOptions, InputKind, ModelDType, Pooling, TextEncoder, TextKind,
+    read_embed_input, resolve_model,
 };
 
 use super::progress::Bars;
@@ -63,7 +66,7 @@ pub struct EmbedArgs {
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
-    let out_dtype = NpyDType::parse(&args.dtype)?;
+    let out_dtype = VectorDtype::parse(&args.dtype)?;
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let options = EncoderOptions {
         device: DeviceSpec::parse(&args.device)?,
@@ -111,7 +114,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     };
     let seconds = started.elapsed().as_secs_f64() - loaded;
 
-    let ids_path = args.out.with_extension("ids");
+    let ids_path = ids_path(&args.out);
     let ids: Vec<String> = positions.iter().map(|&p| input.ids[p].clone()).collect();
     let manifest = encoder.manifest();
     if let Some(shard) = shard {
@@ -142,7 +145,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         };
         freshstack::dataset::write_json_atomic(shard_info_path(&args.out), &info)?;
     }
-    write_npy(&args.out, &embeddings.data, embeddings.dim, out_dtype)?;
+    write_npy_matrix(&args.out, &embeddings.data, embeddings.dim, out_dtype)?;
     write_ids(&ids_path, &ids)?;
     eprintln!(
         "embedded {} of {} {} with {} ({:?}, dim {}, max length {}): {} tokens, {} truncated; \

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use freshstack::dataset::VectorDtype;
 use freshstack::embed::{DeviceSpec, EncoderOptions, ModelDType};
 use freshstack::index::{
-    AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1, Dtype, HnswSettings, RefreshConfig,
-    VectorSource,
+    AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1, HnswSettings, RefreshConfig, VectorSource,
 };
 use freshstack::search::{
     DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index,
@@ -122,8 +122,8 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         analyzer: AnalyzerKind::parse(&args.analyzer)?,
     });
     let vector_dtype = match args.vector_dtype.as_str() {
-        "f16" => Dtype::F16,
-        "f32" => Dtype::F32,
+        "f16" => VectorDtype::F16,
+        "f32" => VectorDtype::F32,
         other => anyhow::bail!("--vector-dtype {other:?}: expected f16 or f32"),
     };
     let config = HybridIndexConfig {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 use freshstack::Progress;
+use freshstack::dataset::{VectorMatrix, ids_path, read_ids};
 use freshstack::embed::{DeviceSpec, ModelDType};
-use freshstack::index::{VectorMatrix, ids_path, read_ids};
 use freshstack::search::{
     Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, Engine, FusionMethod, Hit, QueryEncoderOptions,
     QueryField, SearchOptions, read_queries, write_trec,
@@ -230,7 +230,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
             .collect::<anyhow::Result<Vec<Vec<f32>>>>()?;
         let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
         let hits = engine.search_vectors(model, &refs, &options)?;
-        queries.iter().map(|q| q.id.clone()).zip(hits).collect()
+        queries.iter().map(|q| q.id.to_string()).zip(hits).collect()
     } else {
         if args.query_vectors.is_some() {
             bail!("--query-vectors is for a single dense retriever, not {retriever}");
@@ -247,7 +247,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                 if hits.is_empty() {
                     unsearchable += 1;
                 } else {
-                    results.push((query.id.clone(), hits));
+                    results.push((query.id.to_string(), hits));
                 }
             }
             bars.advance(slice.len() as u64);
@@ -259,7 +259,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         Some(reranker) => {
             let texts: std::collections::HashMap<String, String> = queries
                 .iter()
-                .map(|q| (q.id.clone(), q.text.clone()))
+                .map(|q| (q.id.to_string(), q.text.clone()))
                 .collect();
             let reranked = reranker.apply(results, &texts, &retriever, args.k, &Bars::new())?;
             (reranked, format!("{retriever}+rerank"))

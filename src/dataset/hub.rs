@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::document::Document;
 use super::jsonl::read_jsonl;
 use super::parquet::read_parquet;
-use super::queries::QueryRecord;
+use super::question::Question;
 use crate::error::{Error, Result};
 
 /// Columns a query file must have, and those read when present.
@@ -322,8 +322,8 @@ fn read_rows<T: DeserializeOwned>(
 
 /// Reads questions (with nuggets) from `files` (JSONL or Parquet). Duplicate question ids and
 /// a question without nuggets are errors naming the file.
-pub fn load_queries(files: &[PathBuf]) -> Result<Vec<QueryRecord>> {
-    let queries: Vec<QueryRecord> = read_rows(files, QUERY_COLUMNS, QUERY_OPTIONAL)?;
+pub fn load_queries(files: &[PathBuf]) -> Result<Vec<Question>> {
+    let queries: Vec<Question> = read_rows(files, QUERY_COLUMNS, QUERY_OPTIONAL)?;
     let where_ = files.first().cloned().unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     for q in &queries {

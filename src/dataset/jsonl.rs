@@ -92,19 +92,30 @@ pub fn write_json_atomic<T: Serialize>(path: impl AsRef<Path>, value: &T) -> Res
 /// Reads a JSONL file into a vector; blank lines are skipped; a bad line is an error naming
 /// `path:line` and serde's reason (which names the field).
 pub fn read_jsonl<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<Vec<T>> {
-    let path = path.as_ref();
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut out = Vec::new();
+    for_each_row(path.as_ref(), |_, row| out.push(row))?;
+    Ok(out)
+}
+
+/// [`read_jsonl`] with the 1-based line number of each row, for checks that name the line.
+pub fn read_jsonl_lines<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<Vec<(usize, T)>> {
+    let mut out = Vec::new();
+    for_each_row(path.as_ref(), |line, row| out.push((line, row)))?;
+    Ok(out)
+}
+
+fn for_each_row<T: DeserializeOwned>(path: &Path, mut each: impl FnMut(usize, T)) -> Result<()> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| Error::io(path, e))?;
         if line.trim().is_empty() {
             continue;
         }
-        let value =
+        let row =
             serde_json::from_str(&line).map_err(|e| Error::parse(path, i + 1, e.to_string()))?;
-        out.push(value);
+        each(i + 1, row);
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Reading Parquet datasets (the Hugging Face `freshstack/*` files) row by row through the
 //! `parquet` crate's record API, without Arrow: each row becomes JSON and is deserialised into
-//! the same types the JSONL readers produce ([`QueryRecord`](super::QueryRecord),
+//! the same types the JSONL readers produce ([`Question`](super::Question),
 //! [`Document`](super::Document)), so both formats share one schema and one set of checks.
 
 use std::fs::File;
@@ -86,7 +86,7 @@ mod tests {
         let mut row = serde_json::json!({"query_id": "1", "query_title": null,
             "nuggets": [{"_id": "1_0", "relevant_corpus_ids": null, "text": "t"}]});
         drop_nulls(&mut row);
-        let q: crate::dataset::QueryRecord = serde_json::from_value(row).unwrap();
+        let q: crate::dataset::Question = serde_json::from_value(row).unwrap();
         assert_eq!(q.query_title, "");
         assert!(q.nuggets[0].relevant_corpus_ids.is_empty());
     }

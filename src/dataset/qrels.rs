@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 use super::jsonl::{AtomicWriter, read_jsonl};
-use super::queries::QueryRecord;
+use super::question::Question;
 use crate::error::{Error, Result};
 
 /// The judged documents of one nugget.
@@ -142,7 +142,7 @@ impl NuggetQrels {
 
     /// Judgments from `queries.jsonl` rows, as the reference's loader builds them. A question
     /// with no nugget is left out (the reference never sees it).
-    pub fn from_queries(records: &[QueryRecord]) -> Self {
+    pub fn from_queries(records: &[Question]) -> Self {
         let mut qrels = Self::new();
         for record in records {
             for nugget in &record.nuggets {
@@ -178,7 +178,7 @@ impl NuggetQrels {
 
     /// Reads a dataset's `queries.jsonl` (reference schema).
     pub fn read_queries_jsonl(path: impl AsRef<Path>) -> Result<Self> {
-        let records: Vec<QueryRecord> = read_jsonl(path)?;
+        let records: Vec<Question> = read_jsonl(path)?;
         Ok(Self::from_queries(&records))
     }
 
@@ -245,14 +245,14 @@ impl NuggetQrels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataset::queries::NuggetRecord;
+    use crate::dataset::Nugget;
 
-    fn record(qid: &str, nuggets: Vec<(&str, Vec<&str>, Vec<&str>)>) -> QueryRecord {
-        QueryRecord {
+    fn record(qid: &str, nuggets: Vec<(&str, Vec<&str>, Vec<&str>)>) -> Question {
+        Question {
             query_id: qid.into(),
             nuggets: nuggets
                 .into_iter()
-                .map(|(id, rel, non)| NuggetRecord {
+                .map(|(id, rel, non)| Nugget {
                     id: id.into(),
                     relevant_corpus_ids: rel.into_iter().map(String::from).collect(),
                     non_relevant_corpus_ids: non.into_iter().map(String::from).collect(),

@@ -1,12 +1,13 @@
 //! Reading what `freshstack embed` embeds: corpus rows `{"_id","title","text",...}` or query rows
-//! `{"query_id","query_title","query_text",...}` (the reference schema). Minimal on purpose: the
-//! full `Question` type lives in `dataset`; here only ids and texts matter.
+//! in the reference schema ([`Question`]). Only ids and texts are kept; ids are JSON strings or
+//! numbers either way.
 
 use std::io::BufRead;
 use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::dataset::{Question, RowIds};
 use crate::error::{Error, Result};
 
 /// Which schema the input file uses.
@@ -25,38 +26,19 @@ pub struct EmbedInput {
     pub kind: InputKind,
     /// Row ids.
     pub ids: Vec<String>,
-    /// Texts to embed: `title + " " + text` when the title is non-empty, else `text`; for
-    /// queries `query_title + " " + query_text` (the reference's query string).
+    /// Texts to embed: for documents `title + " " + text` when the title is non-empty, else
+    /// `text`; for queries [`Question::query_text`] (`query_title + " " + query_text`, what
+    /// `retrieve` and pooling search with).
     pub texts: Vec<String>,
 }
 
+/// A corpus row as embedding reads it.
 #[derive(Deserialize)]
-struct Row {
-    #[serde(rename = "_id")]
-    id: Option<serde_json::Value>,
+struct DocumentRow {
+    #[serde(rename = "_id", deserialize_with = "crate::dataset::string_id")]
+    id: String,
     title: Option<String>,
     text: Option<String>,
-    query_id: Option<serde_json::Value>,
-    query_title: Option<String>,
-    query_text: Option<String>,
-}
-
-fn id_string(value: serde_json::Value) -> Option<String> {
-    match value {
-        serde_json::Value::String(s) => Some(s),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-fn join(title: Option<String>, text: Option<String>) -> String {
-    let title = title.unwrap_or_default();
-    let text = text.unwrap_or_default();
-    match (title.trim().is_empty(), text.trim().is_empty()) {
-        (true, _) => text,
-        (false, true) => title,
-        (false, false) => format!("{title} {text}"),
-    }
 }
 
 /// Reads a corpus or query JSONL file. The schema is taken from the first row and every row
@@ -73,11 +55,11 @@ pub fn read_embed_input(path: &Path) -> Result<EmbedInput> {
         if line.trim().is_empty() {
             continue;
         }
-        let row: Row =
-            serde_json::from_str(&line).map_err(|e| Error::parse(path, number, e.to_string()))?;
-        let row_kind = if row.query_id.is_some() {
+        let bad = |e: serde_json::Error| Error::parse(path, number, e.to_string());
+        let row: RowIds = serde_json::from_str(&line).map_err(bad)?;
+        let row_kind = if row.has_query_id() {
             InputKind::Queries
-        } else if row.id.is_some() {
+        } else if row.has_id() {
             InputKind::Documents
         } else {
             return Err(Error::parse(
@@ -95,16 +77,24 @@ pub fn read_embed_input(path: &Path) -> Result<EmbedInput> {
             ));
         }
         let (id, text, field) = match kind {
-            InputKind::Documents => (row.id, join(row.title, row.text), "text"),
-            InputKind::Queries => (
-                row.query_id,
-                join(row.query_title, row.query_text),
-                "query_title/query_text",
-            ),
+            InputKind::Documents => {
+                let doc: DocumentRow = serde_json::from_str(&line).map_err(bad)?;
+                let (title, body) = (doc.title.unwrap_or_default(), doc.text.unwrap_or_default());
+                let text = if title.trim().is_empty() {
+                    body
+                } else if body.trim().is_empty() {
+                    title
+                } else {
+                    format!("{title} {body}")
+                };
+                (doc.id, text, "text")
+            }
+            InputKind::Queries => {
+                let q: Question = serde_json::from_str(&line).map_err(bad)?;
+                let text = q.query_text();
+                (q.query_id.into_string(), text, "query_title/query_text")
+            }
         };
-        let id = id
-            .and_then(id_string)
-            .ok_or_else(|| Error::parse(path, number, "id must be a string or a number"))?;
         if text.trim().is_empty() {
             return Err(Error::parse(path, number, format!("{id}: empty {field}")));
         }
@@ -132,9 +122,11 @@ mod tests {
         assert_eq!(docs.kind, InputKind::Documents);
         assert_eq!(docs.ids, ["a/b.md_0_3", "7"]);
         assert_eq!(docs.texts, ["abc", "T x"]);
-        let queries = read("{\"query_id\":\"q1\",\"query_title\":\"How?\",\"query_text\":\"Details\",\"nuggets\":[]}\n").unwrap();
+        let queries = read("{\"query_id\":\"q1\",\"query_title\":\"How?\",\"query_text\":\"Details\",\"nuggets\":[]}\n{\"query_id\":2,\"query_title\":null,\"query_text\":\"Why?\"}\n").unwrap();
         assert_eq!(queries.kind, InputKind::Queries);
-        assert_eq!(queries.texts, ["How? Details"]);
+        assert_eq!(queries.ids, ["q1", "2"]);
+        // The query text retrieve and pooling search with (Question::query_text).
+        assert_eq!(queries.texts, ["How? Details", " Why?"]);
     }
 
     #[test]

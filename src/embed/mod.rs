@@ -3,7 +3,8 @@
 //!
 //! Owns: model resolution (a local directory or the Hugging Face cache, never the network), the
 //! registry of `models/*.toml` manifests, one forward pass per architecture, pooling, L2
-//! normalisation, length-sorted token-budget batching, and the `.npy` + `.ids` output format.
+//! normalisation, length-sorted token-budget batching (the `.npy` + `.ids` output format is the
+//! data model's, [`VectorMatrix`](crate::dataset::VectorMatrix)).
 //! Guarantees: rows come back in input order; results do not depend on the thread count; the
 //! public API ([`Encoder`], [`Embeddings`]) carries no candle types. Imports only `dataset`,
 //! `error` and `progress`.
@@ -19,7 +20,6 @@ mod gemma2;
 mod input;
 mod manifest;
 mod mistral;
-mod npy;
 mod pooling;
 mod qwen;
 mod resolve;
@@ -35,5 +35,4 @@ pub use input::{EmbedInput, InputKind, read_embed_input};
 pub use manifest::{
     Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling, TextKind,
 };
-pub use npy::{NpyDType, NpyLayout, read_npy_f32, write_ids, write_npy};
 pub use resolve::{ModelFiles, resolve_model};

@@ -1,85 +1,47 @@
 //! Judgments straight from a dataset's `queries.jsonl`, the fast way: each row is parsed (in
-//! parallel) into only the fields evaluation needs, with ids borrowed from the file text, and
-//! indexed without the intermediate [`NuggetQrels`](crate::dataset::NuggetQrels).
+//! parallel) into a borrowed view of the [`Question`](crate::dataset::Question) holding only the
+//! fields evaluation needs, ids borrowed from the file text (read by the data model's one id
+//! reader), and indexed without the intermediate [`NuggetQrels`](crate::dataset::NuggetQrels).
 //!
-//! Same result as `NuggetQrels::from_queries` on [`QueryRecord`](crate::dataset::QueryRecord)s
+//! Same result as `NuggetQrels::from_queries` on [`Question`](crate::dataset::Question)s
 //! (tested): rows of one question are merged in order of first appearance, nuggets of one id
 //! merged within a question, relevant documents labelled 1 and then non-relevant ones 0 (so a
 //! document in both lists ends up 0), a question without nuggets left out. Fields evaluation does
 //! not read (titles, texts, answers, metadata) are skipped without being checked.
 
 use std::borrow::Cow;
-use std::fmt;
 use std::path::Path;
 
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
 
 use super::judgments::{Judgments, QueryJudgmentIndex};
+use crate::dataset::borrowed_id;
 use crate::error::{Error, Result};
 
 /// A string id, borrowed from the line when it has no escapes.
 #[derive(Debug, Deserialize)]
 struct Id<'a>(#[serde(borrow)] Cow<'a, str>);
 
-/// The fields of a `queries.jsonl` row that judgments need.
+/// A borrowed view of a `queries.jsonl` row: the fields judgments need.
 #[derive(Debug, Deserialize)]
-struct Row<'a> {
-    #[serde(borrow, deserialize_with = "string_or_number")]
+struct QuestionView<'a> {
+    #[serde(borrow, deserialize_with = "borrowed_id")]
     query_id: Cow<'a, str>,
     #[serde(default, borrow)]
-    nuggets: Vec<NuggetRow<'a>>,
+    nuggets: Vec<NuggetView<'a>>,
 }
 
+/// A borrowed view of one nugget of a [`QuestionView`].
 #[derive(Debug, Deserialize)]
-struct NuggetRow<'a> {
-    #[serde(rename = "_id", borrow, deserialize_with = "string_or_number")]
+struct NuggetView<'a> {
+    #[serde(rename = "_id", borrow, deserialize_with = "borrowed_id")]
     id: Cow<'a, str>,
     #[serde(default, borrow)]
     relevant_corpus_ids: Vec<Id<'a>>,
     #[serde(default, borrow)]
     non_relevant_corpus_ids: Vec<Id<'a>>,
-}
-
-/// An id given as a JSON string or number (the reference casts ids to strings), or null (empty),
-/// as `QueryRecord` reads it.
-fn string_or_number<'de: 'a, 'a, D: Deserializer<'de>>(
-    deserializer: D,
-) -> std::result::Result<Cow<'a, str>, D::Error> {
-    struct IdVisitor;
-    impl<'de> Visitor<'de> for IdVisitor {
-        type Value = Cow<'de, str>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a string or a number")
-        }
-        fn visit_borrowed_str<E: de::Error>(
-            self,
-            v: &'de str,
-        ) -> std::result::Result<Self::Value, E> {
-            Ok(Cow::Borrowed(v))
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
-            Ok(Cow::Owned(v.to_string()))
-        }
-        fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Self::Value, E> {
-            Ok(Cow::Owned(v))
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
-            Ok(Cow::Owned(v.to_string()))
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
-            Ok(Cow::Owned(v.to_string()))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
-            Ok(Cow::Owned(v.to_string()))
-        }
-        fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
-            Ok(Cow::Borrowed(""))
-        }
-    }
-    deserializer.deserialize_any(IdVisitor)
 }
 
 /// Reads the judgments of a dataset's `queries.jsonl` (see the module docs).
@@ -95,9 +57,11 @@ pub(crate) fn read_queries_jsonl(path: &Path) -> Result<Judgments> {
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .collect();
-    let rows: Vec<std::result::Result<Row, (usize, String)>> = lines
+    let rows: Vec<std::result::Result<QuestionView, (usize, String)>> = lines
         .par_iter()
-        .map(|&(i, line)| serde_json::from_str::<Row>(line).map_err(|e| (i + 1, e.to_string())))
+        .map(|&(i, line)| {
+            serde_json::from_str::<QuestionView>(line).map_err(|e| (i + 1, e.to_string()))
+        })
         .collect();
     let mut parsed = Vec::with_capacity(rows.len());
     for row in rows {
@@ -110,8 +74,8 @@ pub(crate) fn read_queries_jsonl(path: &Path) -> Result<Judgments> {
 }
 
 /// Merges rows by question and indexes each question (in parallel, order kept).
-fn judgments_from_rows(rows: &[Row<'_>]) -> Judgments {
-    let mut groups: Vec<(&str, Vec<&NuggetRow>)> = Vec::new();
+fn judgments_from_rows(rows: &[QuestionView<'_>]) -> Judgments {
+    let mut groups: Vec<(&str, Vec<&NuggetView>)> = Vec::new();
     let mut index: FxHashMap<&str, usize> = FxHashMap::default();
     for row in rows.iter().filter(|r| !r.nuggets.is_empty()) {
         let gi = *index.entry(&row.query_id).or_insert_with(|| {
@@ -163,7 +127,7 @@ fn judgments_from_rows(rows: &[Row<'_>]) -> Judgments {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataset::{NuggetQrels, QueryRecord};
+    use crate::dataset::{NuggetQrels, Question};
 
     /// Rows with every case the merge rules cover: a question in two rows, a nugget id twice,
     /// a document in both lists and twice in one, numeric and escaped ids, a row without
@@ -177,12 +141,12 @@ mod tests {
 "#;
 
     #[test]
-    fn lean_rows_give_the_same_judgments_as_query_records() {
+    fn borrowed_views_give_the_same_judgments_as_questions() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("queries.jsonl");
         std::fs::write(&path, ROWS).unwrap();
         let fast = read_queries_jsonl(&path).unwrap();
-        let records: Vec<QueryRecord> = crate::dataset::read_jsonl(&path).unwrap();
+        let records: Vec<Question> = crate::dataset::read_jsonl(&path).unwrap();
         let slow = Judgments::new(&NuggetQrels::from_queries(&records));
         assert_eq!(fast.queries, slow.queries);
         let ids: Vec<&str> = fast.query_ids().collect();
@@ -205,7 +169,7 @@ mod tests {
             std::fs::write(&path, case).unwrap();
             let err = read_queries_jsonl(&path).unwrap_err().to_string();
             assert!(err.contains(&format!("queries.jsonl:{line}:")), "{err}");
-            assert!(crate::dataset::read_jsonl::<QueryRecord>(&path).is_err());
+            assert!(crate::dataset::read_jsonl::<Question>(&path).is_err());
         }
         std::fs::write(&path, b"{\"query_id\": \"\xff\"}\n").unwrap();
         assert!(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
 
-use crate::dataset::Document;
+use crate::dataset::{Document, VectorDtype, VectorMatrix, ids_path, read_ids, write_npy};
 use crate::error::{Error, Result};
 use crate::index::bm25::{Bm25Settings, Bm25Writer};
 use crate::index::docids::DocIds;
@@ -15,7 +15,6 @@ use crate::index::layout;
 use crate::index::manifest::{
     CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, HnswSettings, Manifest,
 };
-use crate::index::vectors::{Dtype, VectorMatrix, ids_path, read_ids, write_npy};
 use crate::progress::Progress;
 
 /// Precomputed document vectors to add as dense model `name`.
@@ -66,8 +65,8 @@ pub trait DocumentEncoder: Sync {
     /// The retriever name (`dense:NAME`).
     fn name(&self) -> &str;
     /// How the stored matrix keeps its values.
-    fn storage_dtype(&self) -> Dtype {
-        Dtype::F16
+    fn storage_dtype(&self) -> VectorDtype {
+        VectorDtype::F16
     }
     /// Embeds `texts` (one per document, in corpus order; see [`document_text`]) and returns
     /// one L2-normalised row per text, in input order. Called once per build, so an
@@ -436,7 +435,7 @@ pub(crate) struct StoredModel<'a> {
     pub(crate) name: &'a str,
     pub(crate) rows: usize,
     pub(crate) dim: usize,
-    pub(crate) dtype: Dtype,
+    pub(crate) dtype: VectorDtype,
 }
 
 impl StoredModel<'_> {

@@ -1,12 +1,12 @@
-//! Exact (flat) inner-product search over a [`VectorMatrix`]: every row is scored, in parallel
+//! Exact (flat) inner-product search over a [`VectorMatrix`](crate::dataset::VectorMatrix): every row is scored, in parallel
 //! over row blocks with rayon; the result is the ground truth HNSW is measured against and the
 //! right choice for small corpora. Deterministic: each row's score does not depend on the
 //! blocking, and [`TopK`] orders ties by id.
 
 use rayon::prelude::*;
 
+use crate::dataset::VectorMatrix;
 use crate::index::docids::{DocIds, TopK};
-use crate::index::vectors::VectorMatrix;
 
 const BLOCK_ROWS: usize = 4096;
 

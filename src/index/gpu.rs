@@ -26,10 +26,10 @@ use cudarc::driver::{
 use cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
 use half::f16;
 
+use crate::dataset::{VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::docids::{DocIds, TopK};
 use crate::index::flat::{dot, search as flat_search};
-use crate::index::vectors::{Dtype, VectorMatrix};
 
 /// The CUDA C source of the kernels (`kernels/topk.cu`).
 pub const KERNEL_SOURCE: &str = include_str!("../../kernels/topk.cu");
@@ -98,7 +98,7 @@ impl GpuFlat {
     /// Opens CUDA device `ordinal`, compiles the kernels for it and uploads `matrix` (f16 only:
     /// an f32 matrix is an error, search it on the CPU).
     pub fn new(matrix: &VectorMatrix, ordinal: usize) -> Result<Self> {
-        if matrix.dtype() != Dtype::F16 {
+        if matrix.dtype() != VectorDtype::F16 {
             return Err(Error::invalid(
                 "GPU exact search",
                 format!(

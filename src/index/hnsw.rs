@@ -26,10 +26,10 @@ use std::path::Path;
 use hnsw_rs::hnsw::Hnsw;
 use rayon::prelude::*;
 
+use crate::dataset::VectorMatrix;
 use crate::error::{Error, Result};
 use crate::index::flat::dot;
 use crate::index::manifest::HnswSettings;
-use crate::index::vectors::VectorMatrix;
 use crate::progress::Progress;
 
 /// Layers of the graph (hnsw_rs caps at 16).
@@ -707,7 +707,7 @@ fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::vectors::{Dtype, write_npy};
+    use crate::dataset::{VectorDtype, write_npy};
     use crate::progress::NoProgress;
 
     fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
@@ -723,9 +723,13 @@ mod tests {
 
     fn matrix(dir: &Path, rows: &[Vec<f32>]) -> VectorMatrix {
         let path = dir.join("v.npy");
-        write_npy(&path, rows.len(), rows[0].len(), Dtype::F32, |i, out| {
-            out.copy_from_slice(&rows[i])
-        })
+        write_npy(
+            &path,
+            rows.len(),
+            rows[0].len(),
+            VectorDtype::F32,
+            |i, out| out.copy_from_slice(&rows[i]),
+        )
         .unwrap();
         VectorMatrix::open(&path).unwrap()
     }

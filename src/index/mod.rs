@@ -24,7 +24,6 @@ mod gpu;
 mod hnsw;
 mod manifest;
 mod refresh;
-mod vectors;
 
 pub use analyzer::{AnalyzerKind, MAX_TERM_BYTES};
 pub use bm25::{
@@ -44,7 +43,6 @@ pub use manifest::{
     Manifest, fnv1a64, fnv1a64_file,
 };
 pub use refresh::{RefreshConfig, RefreshSummary, refresh_index, refresh_index_with_encoders};
-pub use vectors::{Dtype, VectorMatrix, ids_path, read_ids, write_npy};
 
 /// File and directory names inside an index directory.
 pub mod layout {

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashSet;
 
+use crate::dataset::{VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
 use crate::index::build::{
@@ -21,7 +22,6 @@ use crate::index::build::{
 use crate::index::docids::DocIds;
 use crate::index::layout;
 use crate::index::manifest::{Manifest, fnv1a64_file};
-use crate::index::vectors::{Dtype, VectorMatrix};
 use crate::progress::Progress;
 
 /// What to change.
@@ -192,7 +192,7 @@ pub fn refresh_index_with_encoders(
                 name: &info.name,
                 rows: ids.len(),
                 dim,
-                dtype: Dtype::parse(&info.dtype)?,
+                dtype: VectorDtype::parse(&info.dtype)?,
             };
             stored.write(
                 tmp,

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, NuggetQrels, QueryRecord, read_jsonl, write_json_atomic};
+use crate::dataset::{AtomicWriter, NuggetQrels, Question, read_jsonl, write_json_atomic};
 use crate::error::{Error, Result};
 use crate::eval::Judgments;
 use crate::progress::Progress;
@@ -152,7 +152,7 @@ fn read_filtering(path: &Path) -> Result<Option<FilteringCounts>> {
 pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> Result<Report> {
     let (topic, repos) = read_manifest(&dir.join("manifest.json"))?;
     let filtering = read_filtering(&dir.join("filtering.json"))?;
-    let queries: Vec<QueryRecord> = read_jsonl(dir.join("queries.jsonl"))?;
+    let queries: Vec<Question> = read_jsonl(dir.join("queries.jsonl"))?;
     let docs_per_repo = stats::count_docs(&dir.join("corpus.jsonl"), &repos, progress)?;
     let statistics = stats::statistics(topic, &queries, docs_per_repo, options.tokenizer)?;
     let judgments = Judgments::new(&NuggetQrels::from_queries(&queries));

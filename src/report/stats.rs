@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::QueryRecord;
+use crate::dataset::Question;
 use crate::error::{Error, Result};
 use crate::eval::py_round;
 use crate::progress::Progress;
@@ -200,7 +200,7 @@ pub(crate) fn count_docs(
 /// Table 3 from the questions and the per-repository document counts.
 pub(crate) fn statistics(
     topic: Option<String>,
-    queries: &[QueryRecord],
+    queries: &[Question],
     docs_per_repo: BTreeMap<String, usize>,
     tokenizer: TokenizerKind,
 ) -> Result<Statistics> {
@@ -214,7 +214,7 @@ pub(crate) fn statistics(
     let mut relevant_per_nugget_total = 0usize;
     let mut relevant_per_query_total = 0usize;
     for q in queries {
-        query_tokens += counter.count(&q.query_string())?;
+        query_tokens += counter.count(&q.query_text())?;
         answer_tokens += counter.count(&q.answer_text)?;
         queries_with_code +=
             usize::from(contains_code(&q.query_title) || contains_code(&q.query_text));

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::dataset::VectorDtype;
 use crate::embed::{
     DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, TextKind,
     resolve_model,
@@ -16,7 +17,7 @@ use crate::embed::{
 use crate::embed::{Encoder, ModelManifest};
 use crate::error::{Error, Result};
 use crate::index::{
-    Bm25Settings, DenseModelRef, DocumentEncoder, Dtype, EncodedVectors, HnswSettings, IndexConfig,
+    Bm25Settings, DenseModelRef, DocumentEncoder, EncodedVectors, HnswSettings, IndexConfig,
     IndexSummary, Manifest, RefreshConfig, RefreshSummary, VectorSource, build_index_with_encoders,
     fnv1a64_file, refresh_index_with_encoders, validate_model_name,
 };
@@ -90,7 +91,7 @@ pub struct HybridIndexConfig {
     /// options apply to every model.
     pub encoder: EncoderOptions,
     /// How encoded vectors are stored (f16 halves the size; scores move by ~1e-3).
-    pub vector_dtype: Dtype,
+    pub vector_dtype: VectorDtype,
 }
 
 impl Default for HybridIndexConfig {
@@ -102,7 +103,7 @@ impl Default for HybridIndexConfig {
             vectors: Vec::new(),
             hnsw: Some(HnswSettings::default()),
             encoder: EncoderOptions::default(),
-            vector_dtype: Dtype::F16,
+            vector_dtype: VectorDtype::F16,
         }
     }
 }
@@ -158,7 +159,7 @@ pub fn refresh_hybrid_index(
                 reference: model.reference.clone(),
                 files: resolve_recorded_model(&info.name, model, None)?,
                 options: recorded_options(model, device, None, max_batch_tokens)?,
-                dtype: Dtype::parse(&info.dtype)?,
+                dtype: VectorDtype::parse(&info.dtype)?,
             });
         }
     }
@@ -173,7 +174,7 @@ struct ModelDocumentEncoder {
     reference: String,
     files: ModelFiles,
     options: EncoderOptions,
-    dtype: Dtype,
+    dtype: VectorDtype,
 }
 
 impl DocumentEncoder for ModelDocumentEncoder {
@@ -181,7 +182,7 @@ impl DocumentEncoder for ModelDocumentEncoder {
         &self.name
     }
 
-    fn storage_dtype(&self) -> Dtype {
+    fn storage_dtype(&self) -> VectorDtype {
         self.dtype
     }
 

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use crate::dataset::VectorMatrix;
 use crate::error::{Error, Result};
 use crate::index::{
-    Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, VectorMatrix, cache_key, dot,
-    flat_search, layout,
+    Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, cache_key, dot, flat_search, layout,
 };
 use crate::search::{Ann, Hit, QueryEncoder, Retriever, RetrieverSpec, SearchOptions};
 
@@ -371,7 +371,7 @@ impl Engine {
     #[cfg(feature = "cuda")]
     pub fn use_gpu_exact(&mut self, ordinal: usize) -> Result<()> {
         for (name, model) in &self.dense {
-            if model.matrix.dtype() != crate::index::Dtype::F16 {
+            if model.matrix.dtype() != crate::dataset::VectorDtype::F16 {
                 tracing::warn!("dense:{name}: f32 vectors; exact search stays on the CPU");
                 continue;
             }

@@ -1,6 +1,7 @@
 //! Reading query files for batch retrieval: either questions in the reference schema
-//! (`query_id`, `query_title`, `query_text`, `answer_text`, `nuggets[{_id, text}]`) or BEIR
-//! queries (`_id`, `text`). A minimal local reading of those rows: only what retrieval needs.
+//! ([`Question`]: `query_id`, `query_title`, `query_text`, `answer_text`, `nuggets[{_id, text}]`)
+//! or BEIR queries (`_id`, `text`). A row with a `query_id` is a question, one with only an
+//! `_id` a BEIR query; ids are JSON strings or numbers either way ([`QueryId`]).
 
 use std::io::BufRead;
 use std::path::Path;
@@ -8,6 +9,7 @@ use std::path::Path;
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
+use crate::dataset::{QueryId, Question, RowIds};
 use crate::error::{Error, Result};
 
 /// Which text of a question is the query (the paper's settings).
@@ -53,26 +55,17 @@ impl QueryField {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueryItem {
     /// Query id (`query_id` or `_id`).
-    pub id: String,
+    pub id: QueryId,
     /// The query text for the chosen field.
     pub text: String,
 }
 
+/// A BEIR query row.
 #[derive(Deserialize)]
-struct QueryRow {
-    query_id: Option<String>,
+struct BeirQuery {
     #[serde(rename = "_id")]
-    id: Option<String>,
-    query_title: Option<String>,
-    query_text: Option<String>,
-    answer_text: Option<String>,
-    nuggets: Option<Vec<NuggetRow>>,
+    id: QueryId,
     text: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct NuggetRow {
-    text: String,
 }
 
 /// Reads `path` (JSONL), taking `field` of every row. A row without an id or without the
@@ -80,48 +73,40 @@ struct NuggetRow {
 pub fn read_queries(path: &Path, field: QueryField) -> Result<Vec<QueryItem>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut out = Vec::new();
-    let mut seen: FxHashMap<String, usize> = FxHashMap::default();
+    let mut seen: FxHashMap<QueryId, usize> = FxHashMap::default();
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line_no = i + 1;
         let line = line.map_err(|e| Error::io(path, e))?;
         if line.trim().is_empty() {
             continue;
         }
-        let row: QueryRow =
-            serde_json::from_str(&line).map_err(|e| Error::parse(path, line_no, e.to_string()))?;
+        let bad = |e: serde_json::Error| Error::parse(path, line_no, e.to_string());
         let missing = |what: &str| Error::parse(path, line_no, format!("no {what}"));
-        let id = row
-            .query_id
-            .clone()
-            .or_else(|| row.id.clone())
-            .ok_or_else(|| missing("query_id or _id"))?;
-        let text = match field {
-            QueryField::Question | QueryField::Text => {
-                match (&row.query_title, &row.query_text, &row.text) {
-                    (Some(title), Some(body), _) if field == QueryField::Question => {
-                        format!("{title} {body}")
-                    }
-                    (_, _, Some(text)) => text.clone(),
-                    (title, body, None) if field == QueryField::Question => match (title, body) {
-                        (Some(t), None) => t.clone(),
-                        (None, Some(b)) => b.clone(),
-                        _ => return Err(missing("query_title/query_text or text")),
-                    },
-                    _ => return Err(missing("text")),
-                }
-            }
-            QueryField::Answer => row
-                .answer_text
-                .clone()
-                .ok_or_else(|| missing("answer_text"))?,
-            QueryField::Nuggets => {
-                let nuggets = row.nuggets.as_ref().ok_or_else(|| missing("nuggets"))?;
-                nuggets
+        let row: RowIds = serde_json::from_str(&line).map_err(bad)?;
+        let (id, text) = if row.has_query_id() {
+            let q: Question = serde_json::from_str(&line).map_err(bad)?;
+            let text = match field {
+                QueryField::Question => q.query_text(),
+                QueryField::Answer => q.answer_text,
+                QueryField::Nuggets => q
+                    .nuggets
                     .iter()
                     .map(|n| n.text.as_str())
                     .collect::<Vec<_>>()
-                    .join("\n")
-            }
+                    .join("\n"),
+                QueryField::Text => return Err(missing("text")),
+            };
+            (q.query_id, text)
+        } else if row.has_id() {
+            let q: BeirQuery = serde_json::from_str(&line).map_err(bad)?;
+            let text = match field {
+                QueryField::Question | QueryField::Text => q.text.ok_or_else(|| missing("text"))?,
+                QueryField::Answer => return Err(missing("answer_text")),
+                QueryField::Nuggets => return Err(missing("nuggets")),
+            };
+            (q.id, text)
+        } else {
+            return Err(missing("query_id or _id"));
         };
         if text.trim().is_empty() {
             return Err(Error::parse(
@@ -147,4 +132,76 @@ pub fn read_queries(path: &Path, field: QueryField) -> Result<Vec<QueryItem>> {
         out.push(QueryItem { id, text });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str, field: QueryField) -> Result<Vec<QueryItem>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queries.jsonl");
+        std::fs::write(&path, text).unwrap();
+        read_queries(&path, field)
+    }
+
+    #[test]
+    fn numeric_query_ids_are_read_as_text() {
+        // Regression: `retrieve` refused `"query_id": 101` that `embed` and the LLM stages
+        // accept.
+        let rows = "{\"query_id\": 101, \"query_title\": \"T\", \"query_text\": \"B\"}\n\
+                    {\"query_id\": \"q2\", \"query_title\": \"T2\", \"query_text\": \"B2\"}\n\
+                    {\"_id\": 7, \"text\": \"beir\"}\n";
+        let items = read(rows, QueryField::Question).unwrap();
+        let ids: Vec<&str> = items.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(ids, ["101", "q2", "7"]);
+        assert_eq!(items[0].text, "T B");
+        let err = read(
+            "{\"query_id\": 5, \"query_title\": \"a\"}\n{\"query_id\": \"5\", \"query_title\": \"b\"}\n",
+            QueryField::Question,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(":2: duplicate query id \"5\" (first on line 1)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fields_and_their_errors() {
+        let rows = "{\"query_id\": \"q\", \"query_title\": \"\", \"query_text\": \"B\", \"answer_text\": \"A\", \"nuggets\": [{\"_id\": \"q_0\", \"text\": \"n0\"}, {\"_id\": \"q_1\", \"text\": \"n1\"}]}\n";
+        let text = |field| read(rows, field).unwrap()[0].text.clone();
+        // The reference's join, as pooling builds it: an empty title leaves a leading space.
+        assert_eq!(text(QueryField::Question), " B");
+        assert_eq!(text(QueryField::Answer), "A");
+        assert_eq!(text(QueryField::Nuggets), "n0\nn1");
+        let err = |rows: &str, field| read(rows, field).unwrap_err().to_string();
+        assert!(err(rows, QueryField::Text).contains(":1: no text"));
+        let beir = "{\"_id\": \"b\", \"text\": \"t\"}\n";
+        assert_eq!(read(beir, QueryField::Text).unwrap()[0].text, "t");
+        assert!(err(beir, QueryField::Answer).contains("no answer_text"));
+        assert!(err(beir, QueryField::Nuggets).contains("no nuggets"));
+        assert!(err("{\"_id\": \"b\"}\n", QueryField::Question).contains("no text"));
+        assert!(err("{\"title\": \"t\"}\n", QueryField::Question).contains("no query_id or _id"));
+        assert!(
+            err(
+                "{\"query_id\": \"a b\", \"query_text\": \"x\"}\n",
+                QueryField::Question
+            )
+            .contains("whitespace")
+        );
+        assert!(
+            err(
+                "{\"query_id\": \"q\", \"query_text\": \" \"}\n",
+                QueryField::Answer
+            )
+            .contains("has an empty answer")
+        );
+        assert!(
+            err("{\"query_id\": true}\n", QueryField::Question)
+                .contains("expected a string or a number")
+        );
+        assert!(err("\nnot json\n", QueryField::Question).contains(":2:"));
+    }
 }

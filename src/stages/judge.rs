@@ -15,15 +15,15 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::input::{
-    JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QuestionInput, read_questions, read_rows,
-};
 use super::run::{
     AskCounts, ParseOutcome, ask, call_params, note_structured_output, run_items, select_shard,
     stage_settings, write_shard_info,
 };
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
-use crate::dataset::{AtomicWriter, Document, Shard};
+use crate::dataset::{
+    AtomicWriter, Document, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QueryId, Question,
+    Shard, read_jsonl_lines, read_questions,
+};
 use crate::error::{Error, Result};
 use crate::llm::prompts::JUDGE;
 use crate::llm::schema::chars_within_tokens;
@@ -89,7 +89,7 @@ pub struct JudgeSummary {
 
 /// One call's worth of work.
 struct Batch<'a> {
-    question: &'a QuestionInput,
+    question: &'a Question,
     nuggets: &'a [NuggetText],
     docs: Vec<&'a Document>,
 }
@@ -478,12 +478,12 @@ pub fn judge(
     if config.docs_per_call == 0 {
         return Err(Error::invalid("--docs-per-call", "must be at least 1"));
     }
-    let questions: HashMap<String, QuestionInput> = read_questions(questions)?
+    let questions: HashMap<QueryId, Question> = read_questions(questions)?
         .into_iter()
         .map(|q| (q.query_id.clone(), q))
         .collect();
-    let mut nuggets_by_query: HashMap<String, Vec<NuggetText>> = HashMap::new();
-    for (line, record) in read_rows::<NuggetsRecord>(nuggets)? {
+    let mut nuggets_by_query: HashMap<QueryId, Vec<NuggetText>> = HashMap::new();
+    for (line, record) in read_jsonl_lines::<NuggetsRecord>(nuggets)? {
         if nuggets_by_query.contains_key(&record.query_id) {
             return Err(Error::parse(
                 nuggets,
@@ -494,8 +494,8 @@ pub fn judge(
         nuggets_by_query.insert(record.query_id, record.nuggets);
     }
     // Pool: dedupe documents within a question, keep pool order.
-    let mut pool_rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (line, row) in read_rows::<PoolRow>(pool)? {
+    let mut pool_rows: BTreeMap<QueryId, Vec<String>> = BTreeMap::new();
+    for (line, row) in read_jsonl_lines::<PoolRow>(pool)? {
         if !questions.contains_key(&row.query_id) {
             return Err(Error::parse(
                 pool,

@@ -1,15 +1,15 @@
 //! The LLM stages of the pipeline (paper §3.3-3.5): nuggets from question + answer, query
 //! variants from the question alone, and nugget-level support judgments on a pool.
 //!
-//! Owns: the rows these stages read and write ([`input`]), the worker pool and the
-//! ask-parse-repair loop. Guarantees: outputs are sorted by question id (then nugget, then
+//! Owns: the worker pool and the ask-parse-repair loop; the rows these stages read and write are
+//! the data model's ([`Question`](crate::dataset::Question),
+//! [`NuggetsRecord`](crate::dataset::NuggetsRecord), ...). Guarantees: outputs are sorted by question id (then nugget, then
 //! document), whatever the concurrency; they are written atomically; every item ends with a
 //! result or a recorded failure (with the model's raw answer), never a silent default; a
 //! transport failure (server unreachable after retries) stops the stage with an error and no
 //! output, and a rerun resumes from the response cache.
 
 pub mod build;
-pub mod input;
 mod judge;
 mod nuggets;
 mod run;
@@ -20,10 +20,6 @@ use serde::Serialize;
 use crate::llm::LlmStats;
 pub use crate::llm::StructuredOutput;
 
-pub use input::{
-    JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QuestionInput, VariantsRecord,
-    read_questions,
-};
 pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema, nugget_labels};
 pub use nuggets::{NuggetsConfig, generate_nuggets, nuggets_schema};
 pub use variants::{VariantsConfig, generate_query_variants, variants_schema};

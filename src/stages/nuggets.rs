@@ -5,12 +5,11 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::input::{NuggetText, NuggetsRecord, QuestionInput};
 use super::run::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
 };
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
-use crate::dataset::Shard;
+use crate::dataset::{NuggetText, NuggetsRecord, Question, Shard};
 use crate::error::Result;
 use crate::llm::prompts::NUGGETS;
 use crate::llm::schema::chars_within_tokens;
@@ -101,7 +100,7 @@ fn parse_nuggets(text: &str) -> ParseOutcome<Vec<String>> {
 pub(crate) fn nuggets_for(
     llm: &Llm,
     config: &NuggetsConfig,
-    question: &QuestionInput,
+    question: &Question,
 ) -> Result<(NuggetsRecord, AskCounts)> {
     let max = config.max_nuggets.to_string();
     let messages = NUGGETS.render(&[

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::input::{QuestionInput, read_questions};
 use super::{StageSummary, StructuredOutput, StructuredOutputUsed};
 use crate::dataset::{
-    AtomicWriter, SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path, write_json_atomic,
+    AtomicWriter, Question, SHARD_FORMAT, Shard, ShardInfo, keys_hash, read_questions,
+    shard_info_path, write_json_atomic,
 };
 use crate::error::{Error, Result};
 use crate::llm::prompts::REPAIR;
@@ -275,7 +275,7 @@ pub(crate) fn run_question_stage<R: StageRecord>(
     out: &Path,
     (shard, settings): (Option<Shard>, String),
     progress: &dyn Progress,
-    per_question: impl Fn(&QuestionInput) -> Result<(R, AskCounts)> + Sync,
+    per_question: impl Fn(&Question) -> Result<(R, AskCounts)> + Sync,
 ) -> Result<StageSummary> {
     let mut questions = read_questions(questions)?;
     questions.sort_by(|a, b| a.query_id.cmp(&b.query_id));

@@ -5,12 +5,11 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::input::{QuestionInput, VariantsRecord};
 use super::run::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
 };
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
-use crate::dataset::Shard;
+use crate::dataset::{Question, Shard, VariantsRecord};
 use crate::error::Result;
 use crate::llm::prompts::QUERY_VARIANTS;
 use crate::llm::schema::chars_within_tokens;
@@ -138,7 +137,7 @@ fn parse_variants(text: &str) -> ParseOutcome<(Vec<String>, String)> {
 fn variants_for(
     llm: &Llm,
     config: &VariantsConfig,
-    question: &QuestionInput,
+    question: &Question,
 ) -> Result<(VariantsRecord, AskCounts)> {
     let max = config.max_sub_questions.to_string();
     let messages = QUERY_VARIANTS.render(&[

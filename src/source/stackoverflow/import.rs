@@ -293,7 +293,7 @@ pub fn import_questions(
             continue;
         };
         let row = Question {
-            query_id: id.to_string(),
+            query_id: id.to_string().into(),
             query_title: question.title,
             query_text: question.text,
             answer_id: answer_id.to_string(),

@@ -17,9 +17,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Nugget, Question, write_json_atomic};
+use crate::dataset::{
+    AtomicWriter, JudgmentRecord, Nugget, NuggetsRecord, QueryId, Question, write_json_atomic,
+};
 use crate::error::{Error, Result};
-use crate::stages::input::{JudgmentRecord, NuggetsRecord};
 
 /// Counts of the filtering step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,7 +51,7 @@ pub struct Filtered {
 /// Attaches judgments to nuggets and filters the questions.
 pub fn filter_questions(
     questions: Vec<Question>,
-    nuggets: &BTreeMap<String, NuggetsRecord>,
+    nuggets: &BTreeMap<QueryId, NuggetsRecord>,
     judgments: &[JudgmentRecord],
     require_all_nuggets_supported: bool,
 ) -> Filtered {
@@ -197,7 +198,7 @@ pub fn copy_file(from: &Path, to: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stages::input::NuggetText;
+    use crate::dataset::NuggetText;
 
     fn question(id: &str) -> Question {
         Question {
@@ -242,7 +243,7 @@ mod tests {
         let questions = vec![question("1"), question("2"), question("3"), question("4")];
         let mut records = BTreeMap::new();
         for (q, n) in [("1", 2), ("2", 2), ("3", 1)] {
-            records.insert(q.to_string(), nuggets(q, n));
+            records.insert(q.into(), nuggets(q, n));
         }
         let judgments = vec![
             judgment("1", 0, "d1", Some(true)),
@@ -273,7 +274,7 @@ mod tests {
     #[test]
     fn qrels_count_supported_nuggets_per_document() {
         let mut records = BTreeMap::new();
-        records.insert("1".to_string(), nuggets("1", 2));
+        records.insert("1".into(), nuggets("1", 2));
         let judgments = vec![
             judgment("1", 0, "d1", Some(true)),
             judgment("1", 1, "d1", Some(true)),

@@ -27,7 +27,10 @@ use export::{Filtered, copy_file, copy_run_for, filter_questions, write_dataset}
 use manifest::{Fingerprint, StageBook, hash_file};
 use pool::{PoolConfig, PoolReranker, PoolRetriever, Technique, technique_queries};
 
-use crate::dataset::{AtomicWriter, Question, read_jsonl, write_json_atomic};
+use crate::dataset::{
+    AtomicWriter, JudgmentRecord, NuggetsRecord, QueryId, Question, VariantsRecord, read_jsonl,
+    read_jsonl_lines, read_questions, write_json_atomic,
+};
 use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
 use crate::index::Bm25Settings;
@@ -43,7 +46,6 @@ use crate::source::stackoverflow::{
     DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions, parse_day,
 };
 use crate::source::{CorpusConfig, RepoSpec, TokenizerSpec, build_corpus};
-use crate::stages::input::{NuggetsRecord, VariantsRecord, read_rows};
 use crate::stages::{
     JudgeConfig, JudgeInputs, NuggetsConfig, StageSummary, VariantsConfig, generate_nuggets,
     generate_query_variants, judge,
@@ -113,9 +115,9 @@ pub struct BuildSummary {
 /// Rows of a per-question JSONL file keyed by question id (the stages write one row each).
 fn read_by_query<T: serde::de::DeserializeOwned>(
     path: &Path,
-    query_id: impl Fn(&T) -> &String,
-) -> Result<BTreeMap<String, T>> {
-    Ok(read_rows::<T>(path)?
+    query_id: impl Fn(&T) -> &QueryId,
+) -> Result<BTreeMap<QueryId, T>> {
+    Ok(read_jsonl_lines::<T>(path)?
         .into_iter()
         .map(|(_, row)| (query_id(&row).clone(), row))
         .collect())
@@ -372,11 +374,8 @@ impl Builder<'_> {
                 import_questions(posts, &import, &imported, progress)?;
                 read_jsonl(&imported)?
             }
-            (None, Some(file)) => {
-                // Validate ids and texts the way the LLM stages will.
-                crate::stages::read_questions(file)?;
-                read_jsonl(file)?
-            }
+            // Ids and texts checked the way the LLM stages will.
+            (None, Some(file)) => read_questions(file)?,
             (None, None) => Vec::new(),
         };
         if questions.is_empty() {
@@ -608,10 +607,10 @@ impl Builder<'_> {
             &[layout::RUNS, layout::POOL],
             on_stage,
             |b| {
-                let questions = crate::stages::read_questions(&b.path(layout::QUESTIONS))?;
-                let nuggets: BTreeMap<String, NuggetsRecord> =
+                let questions = read_questions(&b.path(layout::QUESTIONS))?;
+                let nuggets: BTreeMap<QueryId, NuggetsRecord> =
                     read_by_query(&b.path(layout::NUGGETS), |r: &NuggetsRecord| &r.query_id)?;
-                let variants: BTreeMap<String, VariantsRecord> =
+                let variants: BTreeMap<QueryId, VariantsRecord> =
                     read_by_query(&b.path(layout::VARIANTS), |r: &VariantsRecord| &r.query_id)?;
                 let queries: Vec<(Technique, Vec<(String, String)>)> = Technique::ALL
                     .iter()
@@ -737,13 +736,9 @@ impl Builder<'_> {
             .finish();
         self.stage("export", fingerprint, &EXPORTED, on_stage, |b| {
             let questions: Vec<Question> = read_jsonl(b.path(layout::QUESTIONS))?;
-            let nuggets: BTreeMap<String, NuggetsRecord> =
+            let nuggets: BTreeMap<QueryId, NuggetsRecord> =
                 read_by_query(&b.path(layout::NUGGETS), |r: &NuggetsRecord| &r.query_id)?;
-            let judgments: Vec<crate::stages::JudgmentRecord> =
-                read_rows(&b.path(layout::JUDGMENTS))?
-                    .into_iter()
-                    .map(|(_, r)| r)
-                    .collect();
+            let judgments: Vec<JudgmentRecord> = read_jsonl(b.path(layout::JUDGMENTS))?;
             let filtered = filter_questions(
                 questions,
                 &nuggets,

@@ -9,12 +9,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-use crate::dataset::{AtomicWriter, Run, ScoredDoc};
+use crate::dataset::{
+    AtomicWriter, NuggetsRecord, PoolRow, QueryId, Question, Run, ScoredDoc, VariantsRecord,
+};
 use crate::error::Result;
 use crate::progress::Progress;
 use crate::rerank::{Reranker, read_documents, rerank_run, top_document_ids};
 use crate::search::{Engine, FusionOptions, SearchOptions, fuse};
-use crate::stages::input::{NuggetsRecord, PoolRow, QuestionInput, VariantsRecord};
 
 /// A way of turning a question into a retrieval query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -67,14 +68,14 @@ impl Technique {
 /// empty have no query for the techniques that need it.
 pub fn technique_queries(
     technique: Technique,
-    questions: &[QuestionInput],
-    nuggets: &BTreeMap<String, NuggetsRecord>,
-    variants: &BTreeMap<String, VariantsRecord>,
+    questions: &[Question],
+    nuggets: &BTreeMap<QueryId, NuggetsRecord>,
+    variants: &BTreeMap<QueryId, VariantsRecord>,
 ) -> Vec<(String, String)> {
     let mut queries = Vec::new();
     for q in questions {
         let text = match technique {
-            Technique::Question => format!("{} {}", q.query_title, q.query_text),
+            Technique::Question => q.query_text(),
             Technique::SubQuestions => variants
                 .get(&q.query_id)
                 .filter(|v| v.error.is_none())
@@ -99,7 +100,7 @@ pub fn technique_queries(
                 .unwrap_or_default(),
         };
         if !text.trim().is_empty() {
-            queries.push((q.query_id.clone(), text));
+            queries.push((q.query_id.to_string(), text));
         }
     }
     queries
@@ -225,7 +226,10 @@ pub fn pool(
         }
         summary.questions += 1;
         summary.pooled_documents += doc_ids.len();
-        writer.write_json_line(&PoolRow { query_id, doc_ids })?;
+        writer.write_json_line(&PoolRow {
+            query_id: query_id.into(),
+            doc_ids,
+        })?;
     }
     writer.commit()?;
     Ok(summary)

@@ -1,0 +1,104 @@
+//! The rows the LLM stages and pooling write, one JSONL line each, keyed by [`QueryId`]:
+//! `nuggets.jsonl` ([`NuggetsRecord`]), `variants.jsonl` ([`VariantsRecord`]), the judgment pool
+//! ([`PoolRow`]) and `judgments.jsonl` ([`JudgmentRecord`]). Question ids may be JSON strings or
+//! numbers when read and are written as strings; a failed item keeps the model's raw answer and
+//! why it could not be used, never a silent default.
+
+use serde::{Deserialize, Serialize};
+
+use super::question::QueryId;
+
+/// One nugget as the nuggets stage writes it: an atomic fact a good answer must contain (the
+/// judged form, with its documents, is [`Nugget`](super::Nugget)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NuggetText {
+    /// `{query_id}_{n}`, n counting from 0 in order of importance.
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// The fact.
+    pub text: String,
+}
+
+/// A row of `nuggets.jsonl`: the nuggets of one question, or why there are none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NuggetsRecord {
+    /// The question.
+    pub query_id: QueryId,
+    /// Most important first; empty when `error` is set.
+    pub nuggets: Vec<NuggetText>,
+    /// Why the model's answer could not be used (after the repair attempts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The model's last raw answer, kept when `error` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+}
+
+/// A row of `variants.jsonl`: inference-setting query variants of one question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VariantsRecord {
+    /// The question.
+    pub query_id: QueryId,
+    /// Sub-questions that together cover the question.
+    pub sub_questions: Vec<String>,
+    /// The model's answer without seeing the accepted one (empty when `error` is set).
+    pub closed_book_answer: String,
+    /// Why the model's answer could not be used (after the repair attempts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The model's last raw answer, kept when `error` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+}
+
+/// A row of the judgment pool: the documents to judge for one question, in pool order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRow {
+    /// The question.
+    pub query_id: QueryId,
+    /// Corpus document ids.
+    pub doc_ids: Vec<String>,
+}
+
+/// A row of `judgments.jsonl`: does `doc_id` support nugget `nugget_id` of `query_id`?
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JudgmentRecord {
+    /// The question.
+    pub query_id: QueryId,
+    /// The nugget (`{query_id}_{n}`).
+    pub nugget_id: String,
+    /// The corpus document.
+    pub doc_id: String,
+    /// The verdict; `null` when the model's answer could not be used (see `error`), which is
+    /// never the same as "not supported".
+    pub supported: Option<bool>,
+    /// The model's short reason for this document.
+    pub rationale: String,
+    /// Why there is no verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The model's last raw answer for the failed call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_numeric_ids_and_write_the_same_bytes() {
+        let line = r#"{"query_id":"7","nuggets":[{"_id":"7_0","text":"a"}]}"#;
+        let record: NuggetsRecord = serde_json::from_str(line).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
+        let numeric: NuggetsRecord =
+            serde_json::from_str(r#"{"query_id": 7, "nuggets": [{"_id": "7_0", "text": "a"}]}"#)
+                .unwrap();
+        assert_eq!(numeric, record);
+        let pool: PoolRow = serde_json::from_str(r#"{"query_id": 12, "doc_ids": ["d"]}"#).unwrap();
+        assert_eq!(pool.query_id, "12");
+        let judgment = r#"{"query_id":"7","nugget_id":"7_0","doc_id":"d","supported":null,"rationale":"","error":"e","raw":"r"}"#;
+        let row: JudgmentRecord = serde_json::from_str(judgment).unwrap();
+        assert_eq!(serde_json::to_string(&row).unwrap(), judgment);
+    }
+}
