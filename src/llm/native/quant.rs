@@ -694,9 +694,8 @@ mod x86 {
         for b in 0..blocks {
             // SAFETY: b < blocks, so each row's block and the activation block are in bounds.
             unsafe {
-                // Rows are adjacent in memory: fetch ahead of the last one (a prefetch past the
-                // matrix's end is harmless).
-                // The rows are adjacent: fetch the next R rows at the pace these are read.
+                // The rows are adjacent in memory: fetch the next R rows at the pace these are
+                // read (a prefetch past the matrix's end is harmless).
                 prefetch(
                     rows[0].as_ptr(),
                     R * rows[0].len() + b * R * B::BYTES,
