@@ -99,6 +99,49 @@ fn native_prefix_reuse_changes_nothing() {
     }
 }
 
+/// Several generated tokens run in one pass (a sampled token and those the grammar forces
+/// after it) leave the same keys and values, and give the same logits, as one pass each.
+#[test]
+fn native_steps_equal_one_step_per_token() {
+    use freshstack::llm::native::{Family, Model, Session};
+    for file in [SMOLLM2, QWEN_05B] {
+        let Some(path) = model(file, "native_steps_equal_one_step_per_token") else {
+            continue;
+        };
+        let chat = LocalChat::load(&path).unwrap();
+        let prompt = chat.encode("fn main() { println!(\"hello\"); }").unwrap();
+        let run = chat.encode(", \"reasoning\": \"The document").unwrap();
+        let after = chat.encode(" says").unwrap();
+        assert!(run.len() >= 5, "{file}: {run:?}");
+        let mut reader = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut reader).unwrap();
+        let arch = content.metadata["general.architecture"]
+            .to_string()
+            .unwrap();
+        // SAFETY: a test model file, not modified while mapped.
+        let map = unsafe { memmap2::Mmap::map(&reader) }.unwrap();
+        let family = Family::of_architecture(arch).unwrap();
+        let model = Model::load(&content, std::sync::Arc::new(map), family).unwrap();
+        let (mut together, mut alone) = (Session::new(&model), Session::new(&model));
+        together.prefill(&model, &prompt).unwrap();
+        alone.prefill(&model, &prompt).unwrap();
+        let batched = together.steps(&model, &run).unwrap();
+        let mut single = Vec::new();
+        for &token in &run {
+            single = alone.step(&model, token).unwrap();
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&batched) == bits(&single), "{file}: logits differ");
+        // The cached keys and values are the same too: the next token sees the same past.
+        let next_together = together.step(&model, after[0]).unwrap();
+        let next_alone = alone.step(&model, after[0]).unwrap();
+        assert!(
+            bits(&next_together) == bits(&next_alone),
+            "{file}: the cache differs"
+        );
+    }
+}
+
 fn nuggets_schema() -> Value {
     json!({
         "type": "object",

@@ -85,14 +85,18 @@ impl GrammarCompiler {
     pub fn constraint(&self, schema: &serde_json::Value) -> Result<Constraint, String> {
         let mut schema = schema.clone();
         if let Some(object) = schema.as_object_mut() {
-            // Whitespace between JSON tokens is bounded: with the default (any amount), a
-            // small model whose string hit its maxLength pads with spaces until max_tokens
-            // instead of closing the object (seen with Qwen2.5-Coder-0.5B's query variants).
-            // Pretty-printed JSON needs a newline and its indentation at most.
-            object.insert(
-                "x-guidance".into(),
-                serde_json::json!({ "whitespace_pattern": WHITESPACE_PATTERN }),
-            );
+            // The JSON is one line with fixed separators (`, ` and `: `, as Python's
+            // json.dumps writes it): whitespace is not the model's choice. A free choice let a
+            // small model whose string hit its maxLength pad with blanks until max_tokens,
+            // and pretty-printing cost a quarter of a judge answer's tokens; with no choice
+            // left between the values, keys and punctuation are forced tokens that the
+            // generation loop runs without sampling (see Constraint::forced).
+            let options = serde_json::json!({
+                "whitespace_flexible": false,
+                "item_separator": ", ",
+                "key_separator": ": ",
+            });
+            object.insert("x-guidance".into(), options);
         }
         let grammar = TopLevelGrammar::from_json_schema(schema);
         let parser = self
@@ -109,12 +113,6 @@ impl GrammarCompiler {
         })
     }
 }
-
-/// What may separate two JSON tokens in a constrained answer: one or two spaces, or one line
-/// break followed by up to 32 spaces of indentation (pretty-printed JSON needs no more). A
-/// looser bound (40 of any blank) still let Qwen2.5-Coder-0.5B spend a judge call's budget on
-/// padding after a string hit its maxLength.
-const WHITESPACE_PATTERN: &str = r"[\x20]{1,2}|\x0D?\x0A[\x20]{0,32}";
 
 /// The grammar state of one answer being generated.
 pub struct Constraint {
@@ -150,6 +148,30 @@ impl Constraint {
             }
         }
         Ok(any)
+    }
+
+    /// The tokens the grammar forces next (at most `limit`), in the vocabulary's own
+    /// tokenization of the forced bytes, already accepted: they need no sampling, so a
+    /// generation loop runs them through the model together with the token before them.
+    /// Empty where the next token is a real choice.
+    pub fn forced(&mut self, limit: usize) -> Result<Vec<u32>, String> {
+        if self.matcher.is_stopped() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut tokens = self.matcher.compute_ff_tokens();
+        if let Some(e) = self.matcher.get_error() {
+            return Err(format!("grammar: {e}"));
+        }
+        tokens.truncate(limit);
+        self.matcher
+            .consume_tokens(&tokens)
+            .map_err(|e| format!("grammar: {e}"))?;
+        Ok(tokens)
+    }
+
+    /// Whether the answer is complete (nothing more may follow).
+    pub fn is_complete(&self) -> bool {
+        self.matcher.is_stopped()
     }
 
     /// Advances the grammar past `token` (one the mask allowed).

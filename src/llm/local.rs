@@ -783,19 +783,47 @@ impl LocalChat {
                 if budget == 0 {
                     return Ok(generated);
                 }
-                let (mut logits, _) = session.prefill(model, prompt_ids).map_err(native_fail)?;
-                while let Some(next) = self.choose(&mut constraint, logits, &mut sample)? {
+                // Tokens the grammar forces (JSON keys, fixed values, punctuation) are not
+                // sampled: they join the prompt, or the sampled token before them, in one pass.
+                let mut input = prompt_ids.to_vec();
+                let forced = self.forced(&mut constraint, budget)?;
+                input.extend(&forced);
+                generated.extend(forced);
+                let started = std::time::Instant::now();
+                let (mut logits, _) = session.prefill(model, &input).map_err(native_fail)?;
+                let prompt_secs = started.elapsed().as_secs_f64();
+                let mut passes = 1;
+                while generated.len() < budget
+                    && let Some(next) = self.choose(&mut constraint, logits, &mut sample)?
+                {
                     generated.push(next);
-                    if generated.len() >= budget {
+                    let mut run = vec![next];
+                    let forced = self.forced(&mut constraint, budget - generated.len())?;
+                    run.extend(&forced);
+                    generated.extend(forced);
+                    if generated.len() >= budget
+                        || constraint.as_ref().is_some_and(Constraint::is_complete)
+                    {
                         break;
                     }
-                    logits = session.step(model, next).map_err(native_fail)?;
+                    logits = session.steps(model, &run).map_err(native_fail)?;
+                    passes += 1;
                 }
+                tracing::debug!(
+                    "generated {} tokens in {passes} passes ({:.1} s) after a {}-token prompt \
+                     ({prompt_secs:.1} s)",
+                    generated.len(),
+                    started.elapsed().as_secs_f64() - prompt_secs,
+                    prompt_ids.len()
+                );
             }
             Engine::Candle(weights) => {
                 let mut weights = self.lock(weights)?;
                 weights.clear_kv_cache();
                 let mut input = prompt_ids.to_vec();
+                let forced = self.forced(&mut constraint, budget)?;
+                input.extend(&forced);
+                generated.extend(forced);
                 let mut pos = 0;
                 while generated.len() < budget {
                     let logits = self.candle_step(&mut weights, &input, pos).map_err(fail)?;
@@ -805,6 +833,12 @@ impl LocalChat {
                     };
                     generated.push(next);
                     input = vec![next];
+                    let forced = self.forced(&mut constraint, budget - generated.len())?;
+                    input.extend(&forced);
+                    generated.extend(forced);
+                    if constraint.as_ref().is_some_and(Constraint::is_complete) {
+                        break;
+                    }
                 }
             }
         }
@@ -880,6 +914,14 @@ impl LocalChat {
             c.accept(next).map_err(grammar)?;
         }
         Ok(Some(next))
+    }
+
+    /// The tokens the grammar (if any) forces next, at most `limit`, already accepted.
+    fn forced(&self, constraint: &mut Option<Constraint>, limit: usize) -> Result<Vec<u32>> {
+        match constraint.as_mut() {
+            Some(c) => c.forced(limit).map_err(|e| gguf_error(&self.path, e)),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> Result<std::sync::MutexGuard<'a, T>> {

@@ -134,8 +134,9 @@ pub fn nugget_labels(num_nuggets: usize) -> Vec<String> {
 /// per nugget by construction, and none is left out silently.
 pub fn judge_schema(num_docs: usize, num_nuggets: usize, max_tokens: u32) -> Value {
     // Per entry: its share of the budget less its frame (`{"doc": "D12", "reasoning": "",
-    // "supported": {}}` pretty-printed, ~30 tokens) and a verdict per nugget (`"N3": false,`
-    // on its own line, ~6 tokens).
+    // "supported": {}}` pretty-printed, as a server's model may write it, ~30 tokens) and a
+    // verdict per nugget (`"N3": false,` on its own line, ~6 tokens). The native grammar
+    // writes one line, which needs less.
     let per_entry = (max_tokens as usize).saturating_sub(16) / num_docs.max(1);
     let reasoning_chars = chars_within_tokens(
         per_entry.saturating_sub(30 + 6 * num_nuggets),

@@ -115,4 +115,10 @@ impl Session {
     pub fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>, String> {
         model.step(token, &mut self.cache)
     }
+
+    /// Runs several generated tokens at once (a sampled one and those the grammar forces
+    /// after it); returns the last one's logits, the same as one [`Session::step`] each.
+    pub fn steps(&mut self, model: &Model, tokens: &[u32]) -> Result<Vec<f32>, String> {
+        model.steps(tokens, &mut self.cache)
+    }
 }

@@ -15,7 +15,7 @@ use candle_core::quantized::gguf_file;
 use memmap2::Mmap;
 
 use super::attention::{KvCache, attention};
-use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec};
+use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec, matvec_many};
 use crate::embed::cpu_ops::exp_fast;
 
 /// The families this model runs.
@@ -396,52 +396,77 @@ impl Model {
     /// Runs one token at the end of `cache` through the matrix x vector path; returns its
     /// logits.
     pub fn step(&self, token: u32, cache: &mut KvCache) -> Result<Vec<f32>, String> {
+        self.steps(&[token], cache)
+    }
+
+    /// Runs `tokens` at the end of `cache` through the matrix x vector path, each weight row
+    /// read once for all of them; returns the logits of the last. The keys, values and logits
+    /// are bit for bit those of one [`Model::step`] per token.
+    pub fn steps(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, String> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err("no token to run".into());
+        }
         let c = &self.config;
         let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let pos = cache.len();
-        let mut x = vec![0f32; d];
-        self.embed(&[token], &mut x)?;
-        let mut h = vec![0f32; d];
-        let mut q = vec![0f32; qw];
-        let mut k = vec![0f32; kvw];
-        let mut v = vec![0f32; kvw];
-        let mut attn = vec![0f32; qw];
-        let mut o = vec![0f32; d];
+        let start = cache.len();
+        let mut x = vec![0f32; n * d];
+        self.embed(tokens, &mut x)?;
+        let mut h = vec![0f32; n * d];
+        let mut q = vec![0f32; n * qw];
+        let mut k = vec![0f32; n * kvw];
+        let mut v = vec![0f32; n * kvw];
+        let mut attn = vec![0f32; n * qw];
+        let mut o = vec![0f32; n * d];
         let ff = self.layers.first().map_or(0, |l| l.up.rows);
-        let mut gate = vec![0f32; ff];
-        let mut up = vec![0f32; ff];
-        let mut act = Q8Activation::new();
+        let mut gate = vec![0f32; n * ff];
+        let mut up = vec![0f32; n * ff];
+        let mut acts: Vec<Q8Activation> = (0..n).map(|_| Q8Activation::new()).collect();
+        let quantize = |acts: &mut [Q8Activation], rows: &[f32]| {
+            let width = rows.len() / acts.len();
+            for (act, row) in acts.iter_mut().zip(rows.chunks_exact(width)) {
+                act.quantize(row);
+            }
+        };
         for (li, layer) in self.layers.iter().enumerate() {
             rms_norm_rows(&x, &layer.attn_norm, c.eps, &mut h);
-            act.quantize(&h);
-            matvec(
+            quantize(&mut acts, &h);
+            matvec_many(
                 self.isa,
                 &[&layer.wq, &layer.wk, &layer.wv],
                 &h,
-                &act,
+                &acts,
                 &mut [&mut q[..], &mut k[..], &mut v[..]],
             );
-            self.finish_qkv(layer, pos, &mut q, &mut k, &mut v);
+            for t in 0..n {
+                self.finish_qkv(
+                    layer,
+                    start + t,
+                    &mut q[t * qw..(t + 1) * qw],
+                    &mut k[t * kvw..(t + 1) * kvw],
+                    &mut v[t * kvw..(t + 1) * kvw],
+                );
+            }
             cache.append(li, &k, &v);
-            attention(cache, li, c.heads, &q, pos, &mut attn);
-            act.quantize(&attn);
-            matvec(self.isa, &[&layer.wo], &attn, &act, &mut [&mut o[..]]);
+            attention(cache, li, c.heads, &q, start, &mut attn);
+            quantize(&mut acts, &attn);
+            matvec_many(self.isa, &[&layer.wo], &attn, &acts, &mut [&mut o[..]]);
             add_in_place(&mut x, &o);
             rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
-            act.quantize(&h);
-            matvec(
+            quantize(&mut acts, &h);
+            matvec_many(
                 self.isa,
                 &[&layer.gate, &layer.up],
                 &h,
-                &act,
+                &acts,
                 &mut [&mut gate[..], &mut up[..]],
             );
             silu_mul(&mut gate, &up);
-            act.quantize(&gate);
-            matvec(self.isa, &[&layer.down], &gate, &act, &mut [&mut o[..]]);
+            quantize(&mut acts, &gate);
+            matvec_many(self.isa, &[&layer.down], &gate, &acts, &mut [&mut o[..]]);
             add_in_place(&mut x, &o);
         }
-        Ok(self.logits(&x))
+        Ok(self.logits(&x[(n - 1) * d..]))
     }
 
     /// Biases, per-head norms and RoPE on one token's q, k, v.

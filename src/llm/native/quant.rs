@@ -311,25 +311,42 @@ thread_local! {
 
 /// `out[i] = row(first + i) . x` for `out.len()` rows of `m`.
 fn dot_rows(isa: Isa, m: &QMatrix, first: usize, x: &[f32], act: &Q8Activation, out: &mut [f32]) {
+    dot_rows_many(isa, m, first, x, &[act], out);
+}
+
+/// [`dot_rows`] for several inputs (`xs` `[n][cols]`, quantized as `acts`), `out` as
+/// `[input][row]`: each weight block is unpacked once for up to four inputs, and every
+/// (row, input) sum is the one [`dot_rows`] computes for that input alone.
+fn dot_rows_many(
+    isa: Isa,
+    m: &QMatrix,
+    first: usize,
+    xs: &[f32],
+    acts: &[&Q8Activation],
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if m.qtype.has_int8_kernel() && isa != Isa::Portable {
         // SAFETY: `isa` was detected on this CPU (Isa::detect), so the features are present;
-        // `act` holds `m.cols` values (the caller quantized `x`).
+        // each activation holds `m.cols` values (the caller quantized `xs`).
         unsafe {
             match isa {
-                Isa::Avx512Vnni => x86::dot_rows_vnni(m, first, act, out),
-                _ => x86::dot_rows_avx2(m, first, act, out),
+                Isa::Avx512Vnni => x86::dot_rows_vnni(m, first, acts, out),
+                _ => x86::dot_rows_avx2(m, first, acts, out),
             }
         }
         return;
     }
-    let _ = (isa, act);
+    let _ = isa;
+    let rows = out.len() / acts.len();
     SCRATCH.with(|scratch| {
         let mut row = scratch.borrow_mut();
         row.resize(m.cols, 0.0);
-        for (i, o) in out.iter_mut().enumerate() {
+        for i in 0..rows {
             m.dequantize_row(first + i, &mut row);
-            *o = dot_f32(&row, x);
+            for (t, x) in xs.chunks_exact(m.cols).enumerate() {
+                out[t * rows + i] = dot_f32(&row, x);
+            }
         }
     });
 }
@@ -370,10 +387,52 @@ pub fn matvec(isa: Isa, mats: &[&QMatrix], x: &[f32], act: &Q8Activation, outs: 
         .for_each(|(m, first, out)| dot_rows(isa, m, first, x, act, out));
 }
 
+/// [`matvec`] for `n` inputs at once (`xs` `[n][cols]`, `acts[t]` quantizing `xs[t]`):
+/// `outs[i][t][r] = mats[i].row(r) . xs[t]`. Each task reads its rows' weights once and keeps
+/// them in cache for all `n` inputs; every product is the same as [`matvec`]'s, bit for bit.
+pub fn matvec_many(
+    isa: Isa,
+    mats: &[&QMatrix],
+    xs: &[f32],
+    acts: &[Q8Activation],
+    outs: &mut [&mut [f32]],
+) {
+    let n = acts.len();
+    if n == 1 {
+        return matvec(isa, mats, xs, &acts[0], outs);
+    }
+    let mut tasks: Vec<(&QMatrix, usize, SharedOut)> = Vec::new();
+    for (m, out) in mats.iter().zip(outs.iter_mut()) {
+        assert!(out.len() == n * m.rows && xs.len() == n * m.cols);
+        for first in (0..m.rows).step_by(ROWS_PER_TASK) {
+            tasks.push((m, first, SharedOut(out.as_mut_ptr())));
+        }
+    }
+    let acts: Vec<&Q8Activation> = acts.iter().collect();
+    tasks.into_par_iter().for_each(|(m, first, shared)| {
+        let rows = ROWS_PER_TASK.min(m.rows - first);
+        let mut sums = vec![0f32; rows * n];
+        dot_rows_many(isa, m, first, xs, &acts, &mut sums);
+        for (t, column) in sums.chunks_exact(rows).enumerate() {
+            // SAFETY: input t's cells first..first + rows of this matrix's output: inside the
+            // `n * m.rows` slice (asserted above), and no other task writes these rows.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    column.as_ptr(),
+                    shared.0.add(t * m.rows + first),
+                    rows,
+                )
+            };
+        }
+    });
+}
+
 /// The output pointer shared by tasks writing disjoint columns of a matrix product.
 struct SharedOut(*mut f32);
-// SAFETY: tasks write disjoint elements through it (see `matmul`).
+// SAFETY: tasks write disjoint elements through it (see `matmul` and `matvec_many`).
 unsafe impl Sync for SharedOut {}
+// SAFETY: as above; a task only writes its own elements.
+unsafe impl Send for SharedOut {}
 
 thread_local! {
     static PANEL_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -516,58 +575,94 @@ mod x86 {
     use super::{Q8Activation, QMatrix, QType};
 
     /// # Safety
-    /// The CPU must support AVX2 and FMA; `act` must hold `m.cols` values.
+    /// The CPU must support AVX2 and FMA; each activation must hold `m.cols` values.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows_avx2(
         m: &QMatrix,
         first: usize,
-        act: &Q8Activation,
+        acts: &[&Q8Activation],
         out: &mut [f32],
     ) {
         // SAFETY: forwarded.
-        unsafe { dot_rows::<false>(m, first, act, out) }
+        unsafe { dot_rows::<false>(m, first, acts, out) }
     }
 
     /// # Safety
-    /// The CPU must support AVX2, FMA, AVX512F/VL and AVX512-VNNI; `act` must hold `m.cols`
-    /// values.
+    /// The CPU must support AVX2, FMA, AVX512F/VL and AVX512-VNNI; each activation must hold
+    /// `m.cols` values.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn dot_rows_vnni(
         m: &QMatrix,
         first: usize,
-        act: &Q8Activation,
+        acts: &[&Q8Activation],
         out: &mut [f32],
     ) {
         // SAFETY: forwarded.
-        unsafe { dot_rows::<true>(m, first, act, out) }
+        unsafe { dot_rows::<true>(m, first, acts, out) }
     }
 
+    /// Rows `first..first + out.len() / acts.len()` of `m` times each activation, into `out`
+    /// as `[activation][row]`; up to four activations share each unpacked weight block.
     #[inline(always)]
     unsafe fn dot_rows<const VNNI: bool>(
         m: &QMatrix,
         first: usize,
-        act: &Q8Activation,
+        acts: &[&Q8Activation],
         out: &mut [f32],
     ) {
-        assert!(act.qs.len() >= m.cols && first + out.len() <= m.rows);
-        // SAFETY (every call below): each row is one whole row of `m.qtype` blocks and `act`
-        // covers its columns (asserted); the caller guarantees the CPU features.
+        let rows = out.len() / acts.len();
+        assert!(
+            acts.iter().all(|a| a.qs.len() >= m.cols)
+                && first + rows <= m.rows
+                && out.len() == rows * acts.len()
+        );
+        let mut done = 0;
+        for group in acts.chunks(4) {
+            let out = &mut out[done * rows..(done + group.len()) * rows];
+            done += group.len();
+            // SAFETY: forwarded; the group's activations cover the rows (asserted).
+            unsafe {
+                match *group {
+                    [a] => columns::<VNNI, 1>(m, first, [a], out),
+                    [a, b] => columns::<VNNI, 2>(m, first, [a, b], out),
+                    [a, b, c] => columns::<VNNI, 3>(m, first, [a, b, c], out),
+                    [a, b, c, d] => columns::<VNNI, 4>(m, first, [a, b, c, d], out),
+                    _ => unreachable!("groups of one to four"),
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn columns<const VNNI: bool, const C: usize>(
+        m: &QMatrix,
+        first: usize,
+        acts: [&Q8Activation; C],
+        out: &mut [f32],
+    ) {
+        let rows = out.len() / C;
+        // SAFETY (every call below): each row is one whole row of `m.qtype` blocks and the
+        // activations cover its columns (asserted by dot_rows); the caller guarantees the CPU
+        // features.
         unsafe {
             match m.qtype {
-                QType::Q8_0 => rows32::<VNNI, Q8_0>(m, first, act, out),
-                QType::Q4_0 => rows32::<VNNI, Q4<false>>(m, first, act, out),
-                QType::Q4_1 => rows32::<VNNI, Q4<true>>(m, first, act, out),
-                QType::Q5_0 => rows32::<VNNI, Q5<false>>(m, first, act, out),
-                QType::Q5_1 => rows32::<VNNI, Q5<true>>(m, first, act, out),
+                QType::Q8_0 => rows32::<VNNI, Q8_0, C>(m, first, acts, out),
+                QType::Q4_0 => rows32::<VNNI, Q4<false>, C>(m, first, acts, out),
+                QType::Q4_1 => rows32::<VNNI, Q4<true>, C>(m, first, acts, out),
+                QType::Q5_0 => rows32::<VNNI, Q5<false>, C>(m, first, acts, out),
+                QType::Q5_1 => rows32::<VNNI, Q5<true>, C>(m, first, acts, out),
                 _ => {
-                    for (i, o) in out.iter_mut().enumerate() {
+                    for i in 0..rows {
                         let row = m.row(first + i);
-                        *o = match m.qtype {
-                            QType::Q4K => dot_qk45::<VNNI, false>(row, act),
-                            QType::Q5K => dot_qk45::<VNNI, true>(row, act),
-                            QType::Q6K => dot_q6k::<VNNI>(row, act),
+                        let sums = match m.qtype {
+                            QType::Q4K => dot_qk45::<VNNI, false, C>(row, acts),
+                            QType::Q5K => dot_qk45::<VNNI, true, C>(row, acts),
+                            QType::Q6K => dot_q6k::<VNNI, C>(row, acts),
                             _ => unreachable!("no integer kernel for {:?}", m.qtype),
                         };
+                        for (c, sum) in sums.into_iter().enumerate() {
+                            out[c * rows + i] = sum;
+                        }
                     }
                 }
             }
@@ -643,28 +738,35 @@ mod x86 {
     }
 
     /// Rows of a 32-value block type, four at a time (one activation load for all of them,
-    /// independent accumulator chains); each row's sum runs in the same order as alone.
+    /// independent accumulator chains), each against `C` activations; each (row, activation)
+    /// sum runs in the same order as alone.
     #[inline(always)]
-    unsafe fn rows32<const VNNI: bool, B: Block32>(
+    unsafe fn rows32<const VNNI: bool, B: Block32, const C: usize>(
         m: &QMatrix,
         first: usize,
-        act: &Q8Activation,
+        acts: [&Q8Activation; C],
         out: &mut [f32],
     ) {
-        let mut quads = out.chunks_exact_mut(4);
-        let mut r = first;
-        for quad in &mut quads {
+        let rows = out.len() / C;
+        let mut i = 0;
+        while i + 4 <= rows {
+            let r = first + i;
             // SAFETY: forwarded from dot_rows.
             let sums = unsafe {
-                dot32::<VNNI, B, 4>([m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)], act)
+                dot32::<VNNI, B, 4, C>([m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)], acts)
             };
-            quad.copy_from_slice(&sums);
-            r += 4;
+            for (c, quad) in sums.iter().enumerate() {
+                out[c * rows + i..c * rows + i + 4].copy_from_slice(quad);
+            }
+            i += 4;
         }
-        for last in quads.into_remainder() {
+        while i < rows {
             // SAFETY: forwarded from dot_rows.
-            *last = unsafe { dot32::<VNNI, B, 1>([m.row(r)], act) }[0];
-            r += 1;
+            let sums = unsafe { dot32::<VNNI, B, 1, C>([m.row(first + i)], acts) };
+            for (c, one) in sums.iter().enumerate() {
+                out[c * rows + i] = one[0];
+            }
+            i += 1;
         }
     }
 
@@ -683,16 +785,16 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn dot32<const VNNI: bool, B: Block32, const R: usize>(
+    unsafe fn dot32<const VNNI: bool, B: Block32, const R: usize, const C: usize>(
         rows: [&[u8]; R],
-        act: &Q8Activation,
-    ) -> [f32; R] {
+        acts: [&Q8Activation; C],
+    ) -> [[f32; R]; C] {
         // SAFETY: AVX is enabled by the caller.
-        let mut acc = [unsafe { _mm256_setzero_ps() }; R];
-        let mut offset = [0f32; R];
+        let mut acc = [[unsafe { _mm256_setzero_ps() }; R]; C];
+        let mut offset = [[0f32; R]; C];
         let blocks = rows[0].len() / B::BYTES;
         for b in 0..blocks {
-            // SAFETY: b < blocks, so each row's block and the activation block are in bounds.
+            // SAFETY: b < blocks, so each row's block and the activation blocks are in bounds.
             unsafe {
                 // The rows are adjacent in memory: fetch the next R rows at the pace these are
                 // read (a prefetch past the matrix's end is harmless).
@@ -701,26 +803,35 @@ mod x86 {
                     R * rows[0].len() + b * R * B::BYTES,
                     R * B::BYTES,
                 );
-                let a = load_act(act, b);
-                let da = act.scales[b];
-                let sa = act.scaled_sum32(b);
+                let a: [__m256i; C] = std::array::from_fn(|c| load_act(acts[c], b));
+                let da: [f32; C] = std::array::from_fn(|c| acts[c].scales[b]);
+                let sa: [f32; C] = std::array::from_fn(|c| acts[c].scaled_sum32(b));
                 for r in 0..R {
-                    let (w, d, c) = B::unpack(&rows[r][b * B::BYTES..(b + 1) * B::BYTES]);
-                    let p = if B::SIGNED {
-                        // |w| as unsigned bytes, a carrying w's sign.
-                        mul_sum::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
-                    } else {
-                        mul_sum::<VNNI>(w, a)
-                    };
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * da), acc[r]);
-                    offset[r] += c * sa;
+                    let (w, d, k) = B::unpack(&rows[r][b * B::BYTES..(b + 1) * B::BYTES]);
+                    // Signed values: |w| as unsigned bytes, the activation carrying w's sign.
+                    let wu = if B::SIGNED { _mm256_sign_epi8(w, w) } else { w };
+                    for c in 0..C {
+                        let p = if B::SIGNED {
+                            mul_sum::<VNNI>(wu, _mm256_sign_epi8(a[c], w))
+                        } else {
+                            mul_sum::<VNNI>(w, a[c])
+                        };
+                        acc[c][r] = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(p),
+                            _mm256_set1_ps(d * da[c]),
+                            acc[c][r],
+                        );
+                        offset[c][r] += k * sa[c];
+                    }
                 }
             }
         }
-        let mut sums = [0f32; R];
-        for r in 0..R {
-            // SAFETY: AVX is enabled by the caller.
-            sums[r] = unsafe { hsum(acc[r]) } + offset[r];
+        let mut sums = [[0f32; R]; C];
+        for c in 0..C {
+            for r in 0..R {
+                // SAFETY: AVX is enabled by the caller.
+                sums[c][r] = unsafe { hsum(acc[c][r]) } + offset[c][r];
+            }
         }
         sums
     }
@@ -810,12 +921,15 @@ mod x86 {
 
     /// Q4_K (`FIVE` false) and Q5_K: 8 sub-blocks of 32, value = d sc q - dmin m.
     #[inline(always)]
-    unsafe fn dot_qk45<const VNNI: bool, const FIVE: bool>(row: &[u8], act: &Q8Activation) -> f32 {
+    unsafe fn dot_qk45<const VNNI: bool, const FIVE: bool, const C: usize>(
+        row: &[u8],
+        acts: [&Q8Activation; C],
+    ) -> [f32; C] {
         let size = if FIVE { 176 } else { 144 };
         let qs_at = if FIVE { 48 } else { 16 };
         // SAFETY: AVX is enabled by the caller.
-        let mut acc = unsafe { _mm256_setzero_ps() };
-        let mut offset = 0f32;
+        let mut acc = [unsafe { _mm256_setzero_ps() }; C];
+        let mut offset = [0f32; C];
         for (s, block) in row.chunks_exact(size).enumerate() {
             prefetch(row.as_ptr(), row.len() + s * size, size);
             let d = half(block, 0);
@@ -849,19 +963,23 @@ mod x86 {
                             );
                             w = _mm256_or_si256(w, _mm256_slli_epi16(bit, 4));
                         }
-                        let p = mul_sum::<VNNI>(w, load_act(act, b));
-                        acc = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(p),
-                            _mm256_set1_ps(d * sc * act.scales[b]),
-                            acc,
-                        );
+                        for c in 0..C {
+                            let p = mul_sum::<VNNI>(w, load_act(acts[c], b));
+                            acc[c] = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(p),
+                                _mm256_set1_ps(d * sc * acts[c].scales[b]),
+                                acc[c],
+                            );
+                        }
                     }
-                    offset -= dmin * mn * act.scaled_sum32(b);
+                    for c in 0..C {
+                        offset[c] -= dmin * mn * acts[c].scaled_sum32(b);
+                    }
                 }
             }
         }
         // SAFETY: AVX is enabled by the caller.
-        unsafe { hsum(acc) + offset }
+        std::array::from_fn(|c| unsafe { hsum(acc[c]) } + offset[c])
     }
 
     /// Bits `shift..shift + 2` of each byte of `hb`, moved to bits 4..6.
@@ -878,10 +996,13 @@ mod x86 {
 
     /// Q6_K: 16 sub-blocks of 16 with signed 8-bit scales, value = d sc (q - 32).
     #[inline(always)]
-    unsafe fn dot_q6k<const VNNI: bool>(row: &[u8], act: &Q8Activation) -> f32 {
+    unsafe fn dot_q6k<const VNNI: bool, const C: usize>(
+        row: &[u8],
+        acts: [&Q8Activation; C],
+    ) -> [f32; C] {
         // SAFETY: AVX is enabled by the caller.
-        let mut acc = unsafe { _mm256_setzero_ps() };
-        let mut offset = 0f32;
+        let mut acc = [unsafe { _mm256_setzero_ps() }; C];
+        let mut offset = [0f32; C];
         for (s, block) in row.chunks_exact(210).enumerate() {
             prefetch(row.as_ptr(), row.len() + s * 210, 210);
             let d = half(block, 208);
@@ -907,19 +1028,23 @@ mod x86 {
                         let b = s * 8 + 4 * h + k;
                         let s0 = f32::from(scales[8 * h + 2 * k] as i8);
                         let s1 = f32::from(scales[8 * h + 2 * k + 1] as i8);
-                        let p = mul_sum::<VNNI>(w, load_act(act, b));
-                        let da = d * act.scales[b];
-                        let scale = _mm256_set_m128(_mm_set1_ps(s1 * da), _mm_set1_ps(s0 * da));
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
-                        offset -= 32.0
-                            * d
-                            * (s0 * act.scaled_sums16[2 * b] + s1 * act.scaled_sums16[2 * b + 1]);
+                        for c in 0..C {
+                            let act = acts[c];
+                            let p = mul_sum::<VNNI>(w, load_act(act, b));
+                            let da = d * act.scales[b];
+                            let scale = _mm256_set_m128(_mm_set1_ps(s1 * da), _mm_set1_ps(s0 * da));
+                            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[c]);
+                            offset[c] -= 32.0
+                                * d
+                                * (s0 * act.scaled_sums16[2 * b]
+                                    + s1 * act.scaled_sums16[2 * b + 1]);
+                        }
                     }
                 }
             }
         }
         // SAFETY: AVX is enabled by the caller.
-        unsafe { hsum(acc) + offset }
+        std::array::from_fn(|c| unsafe { hsum(acc[c]) } + offset[c])
     }
 }
 
@@ -1002,6 +1127,43 @@ mod tests {
                         (f64::from(*got) - want).abs() <= 1e-5 * scale + 1e-6,
                         "{dtype:?} {isa:?} row {r}: {got} vs {want}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Several inputs at once give each input the bits it gets alone, for every type and
+    /// every group size (the kernels take four inputs per pass, then the rest).
+    #[test]
+    fn matvec_many_equals_one_matvec_per_input() {
+        let (rows, cols) = (70, 512);
+        for n in [2, 3, 4, 5, 7] {
+            let xs = random(n * cols, 40 + n as u64);
+            let acts: Vec<Q8Activation> = xs
+                .chunks_exact(cols)
+                .map(|x| {
+                    let mut act = Q8Activation::new();
+                    act.quantize(x);
+                    act
+                })
+                .collect();
+            for dtype in TYPES {
+                let (m, _file) = matrix(dtype, rows, cols, 11);
+                for isa in [Isa::Portable, Isa::detect()] {
+                    let mut many = vec![0f32; n * rows];
+                    matvec_many(isa, &[&m], &xs, &acts, &mut [&mut many[..]]);
+                    for (t, act) in acts.iter().enumerate() {
+                        let mut one = vec![0f32; rows];
+                        let x = &xs[t * cols..(t + 1) * cols];
+                        matvec(isa, &[&m], x, act, &mut [&mut one[..]]);
+                        let got = &many[t * rows..(t + 1) * rows];
+                        assert!(
+                            got.iter()
+                                .zip(&one)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{dtype:?} {isa:?}, {n} inputs: input {t} differs"
+                        );
+                    }
                 }
             }
         }
