@@ -790,7 +790,7 @@ impl LocalChat {
                 input.extend(&forced);
                 generated.extend(forced);
                 let started = std::time::Instant::now();
-                let (mut logits, _) = session.prefill(model, &input).map_err(native_fail)?;
+                let (mut logits, reuse) = session.prefill(model, &input).map_err(native_fail)?;
                 let prompt_secs = started.elapsed().as_secs_f64();
                 let mut passes = 1;
                 while generated.len() < budget
@@ -811,10 +811,12 @@ impl LocalChat {
                 }
                 tracing::debug!(
                     "generated {} tokens in {passes} passes ({:.1} s) after a {}-token prompt \
-                     ({prompt_secs:.1} s)",
+                     ({} reused, {} computed in {prompt_secs:.1} s)",
                     generated.len(),
                     started.elapsed().as_secs_f64() - prompt_secs,
-                    prompt_ids.len()
+                    prompt_ids.len(),
+                    reuse.reused,
+                    reuse.computed
                 );
             }
             Engine::Candle(weights) => {

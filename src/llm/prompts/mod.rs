@@ -14,6 +14,11 @@
 //! instead of a list of the supported labels (a list of distinct labels needs `uniqueItems`,
 //! which llama.cpp's grammar cannot enforce; see `stages::judge_schema`). The v2 text is in
 //! the history.
+//!
+//! Judge version 4: the text before the documents no longer names their number, so every
+//! call for one question starts with the same tokens (instructions, question, nuggets) and a
+//! native model reuses their keys and values from the previous call (v3 named the number in its
+//! first paragraph, so a question's 10- and 8-document calls shared only the system message).
 
 use super::{Message, Role};
 use crate::error::{Error, Result};
@@ -44,8 +49,8 @@ pub const QUERY_VARIANTS: Prompt = Prompt {
 /// thought then a verdict per nugget (paper §3.5). Placeholders: `title`, `question`,
 /// `nuggets`, `num_nuggets`, `nugget_range` (`N1 to N5`), `documents`, `num_docs`.
 pub const JUDGE: Prompt = Prompt {
-    id: "judge.v3",
-    text: include_str!("judge.v3.txt"),
+    id: "judge.v4",
+    text: include_str!("judge.v4.txt"),
 };
 
 /// Follow-up when an answer cannot be parsed. Placeholders: `problem`, `format`.
