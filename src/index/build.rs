@@ -2,6 +2,7 @@
 //! is written into a temporary sibling directory, the manifest last, then renamed into place.
 
 use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
@@ -221,6 +222,8 @@ pub fn build_index_with_encoders(
     std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
     let staging = tempfile::Builder::new()
         .prefix(".freshstack-index.")
+        // The umask's mode, as `create_dir` would give (tempfile's default is 0o700).
+        .permissions(std::fs::Permissions::from_mode(0o777))
         .tempdir_in(&parent)
         .map_err(|e| Error::io(&parent, e))?;
     let tmp = staging.path();

@@ -120,13 +120,13 @@ enum FileOutcome {
 }
 
 /// Builds the corpus of `config.repos` into `out` (JSONL, reference corpus schema) and returns
-/// the summary. Checks every repository path before doing any work.
+/// the summary (`-` is standard output). Checks every repository path before doing any work.
 pub fn build_corpus(
     config: &CorpusConfig,
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<CorpusSummary> {
-    let mut writer = AtomicWriter::create(out)?;
+    let mut writer = AtomicWriter::create_or_stdout(out)?;
     let summary = chunk_repositories(config, progress, |doc| writer.write_json_line(doc))?;
     writer.commit()?;
     Ok(summary)
