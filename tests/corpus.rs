@@ -666,3 +666,63 @@ fn corpus_out_dash_writes_the_corpus_to_stdout() {
     assert_eq!(to_stdout.stdout, std::fs::read(&out).unwrap());
     assert!(!dir.path().join("-").exists());
 }
+
+#[test]
+fn corpus_reads_pseudo_files_within_the_byte_cap() {
+    // /proc/self/pagemap reports size 0 and holds hundreds of GB: read whole, it took the
+    // machine's memory. The address-space limit turns a regression into a failure, not an OOM.
+    if !std::fs::metadata("/proc/self/pagemap").is_ok_and(|m| m.len() == 0) {
+        eprintln!("SKIPPED corpus_reads_pseudo_files_within_the_byte_cap: no /proc/self/pagemap");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("corpus.jsonl");
+    let summary = dir.path().join("summary.json");
+    let script = format!(
+        "ulimit -v 4000000 && exec \"$0\" corpus --repo a/b=/proc/self --max-file-bytes 100000 \
+         --out '{}' --summary '{}'",
+        out.display(),
+        summary.display()
+    );
+    let o = std::process::Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_freshstack")])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    let skipped = &summary["skipped"];
+    assert!(
+        skipped["too_large"].as_u64().unwrap_or(0) + skipped["unreadable"].as_u64().unwrap_or(0)
+            >= 1,
+        "{summary}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        !text.contains("\"path\":\"pagemap\""),
+        "pagemap became documents"
+    );
+}
+
+#[test]
+fn corpus_counts_a_fifo_as_a_special_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    write(&root, "a.md", "# A\n");
+    if !mkfifo(&root.join("pipe.md")) {
+        eprintln!("SKIPPED corpus_counts_a_fifo_as_a_special_file: no mkfifo");
+        return;
+    }
+    let out = dir.path().join("corpus.jsonl");
+    let o = freshstack(&[
+        "corpus",
+        "--repo",
+        &format!("a/b={}", root.display()),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("special_file 1"), "{stderr}");
+}

@@ -87,11 +87,13 @@ pub enum SkipReason {
     Unreadable,
     /// A notebook whose JSON could not be parsed.
     BadNotebook,
+    /// Not a regular file: a FIFO, socket or device (reading one could block or never end).
+    SpecialFile,
 }
 
 impl SkipReason {
     /// Every reason, in report order.
-    pub const ALL: [SkipReason; 11] = [
+    pub const ALL: [SkipReason; 12] = [
         SkipReason::Symlink,
         SkipReason::Hidden,
         SkipReason::BinaryExtension,
@@ -103,6 +105,7 @@ impl SkipReason {
         SkipReason::Empty,
         SkipReason::Unreadable,
         SkipReason::BadNotebook,
+        SkipReason::SpecialFile,
     ];
 
     /// The snake_case name used in summaries.
@@ -119,6 +122,7 @@ impl SkipReason {
             SkipReason::Empty => "empty",
             SkipReason::Unreadable => "unreadable",
             SkipReason::BadNotebook => "bad_notebook",
+            SkipReason::SpecialFile => "special_file",
         }
     }
 }
@@ -364,6 +368,35 @@ fn looks_minified(text: &str) -> bool {
     text.len() / lines > 500
 }
 
+/// Reads the file at `path` if it is a regular file of at most `max_bytes` bytes. The cap is
+/// enforced while reading, not by the size the file system reports: pseudo-files such as
+/// `/proc/self/pagemap` report 0 and never end. Opened without blocking and without following a
+/// symlink, so a file replaced by a FIFO or a link since the walk is skipped, not waited on.
+pub fn read_file_capped(path: &Path, max_bytes: u64) -> std::result::Result<Vec<u8>, SkipReason> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|_| SkipReason::Unreadable)?;
+    let meta = file.metadata().map_err(|_| SkipReason::Unreadable)?;
+    if !meta.is_file() {
+        return Err(SkipReason::SpecialFile);
+    }
+    if meta.len() > max_bytes {
+        return Err(SkipReason::TooLarge);
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|_| SkipReason::Unreadable)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(SkipReason::TooLarge);
+    }
+    Ok(bytes)
+}
+
 /// What walking a checkout found: the candidate files (sorted, `/`-separated relative paths) and
 /// the entries skipped before reading.
 #[derive(Debug, Default)]
@@ -377,7 +410,8 @@ pub struct WalkResult {
 }
 
 /// Walks a checkout: honours `.gitignore` (also nested ones, and without a `.git`), never follows
-/// symlinks, skips hidden entries, lock files, binary extensions and files over `max_file_bytes`.
+/// symlinks, skips hidden entries, lock files, binary extensions, files over `max_file_bytes` (by
+/// their reported size; [`read_file_capped`] enforces it on the bytes) and special files.
 /// `exclude` holds gitignore-style globs relative to `root` (e.g. `tests/fixtures/**`) whose
 /// matches are left out like ignored files. Deterministic: the result does not depend on
 /// directory order.
@@ -441,7 +475,11 @@ pub fn walk(root: &Path, max_file_bytes: u64, exclude: &[String]) -> Result<Walk
             *result.skipped.entry(SkipReason::Symlink).or_default() += 1;
             continue;
         }
+        if file_type.is_dir() {
+            continue;
+        }
         if !file_type.is_file() {
+            *result.skipped.entry(SkipReason::SpecialFile).or_default() += 1;
             continue;
         }
         let name = entry.file_name().to_string_lossy();
@@ -623,5 +661,44 @@ mod tests {
         // Detached HEAD.
         fs::write(git.join("HEAD"), format!("{sha}\n")).unwrap();
         assert_eq!(read_commit_id(root).as_deref(), Some(sha));
+    }
+
+    #[test]
+    fn corpus_caps_a_file_while_reading_not_by_its_reported_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.txt");
+        fs::write(&file, "0123456789").unwrap();
+        assert_eq!(read_file_capped(&file, 10).unwrap(), b"0123456789");
+        assert_eq!(read_file_capped(&file, 9), Err(SkipReason::TooLarge));
+        // A pseudo-file reporting size 0 whose content is far larger than the cap (hundreds of
+        // GB of page map): bounded by the cap, whatever the kernel makes of the last read.
+        let pagemap = Path::new("/proc/self/pagemap");
+        if fs::metadata(pagemap).is_ok_and(|m| m.len() == 0) {
+            let got = read_file_capped(pagemap, 1 << 16);
+            assert!(
+                matches!(got, Err(SkipReason::TooLarge | SkipReason::Unreadable)),
+                "{got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn corpus_skips_a_fifo_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.md");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            eprintln!("SKIPPED corpus_skips_a_fifo_without_blocking: no mkfifo");
+            return;
+        }
+        // Opening a FIFO to read blocks until a writer comes, unless asked not to.
+        assert_eq!(read_file_capped(&fifo, 100), Err(SkipReason::SpecialFile));
+        fs::write(dir.path().join("a.md"), "# a\n").unwrap();
+        let walked = walk(dir.path(), 100, &[]).unwrap();
+        assert_eq!(walked.files, vec!["a.md"]);
+        assert_eq!(walked.skipped.get(&SkipReason::SpecialFile), Some(&1));
     }
 }
