@@ -726,3 +726,45 @@ fn corpus_counts_a_fifo_as_a_special_file() {
     assert!(o.status.success(), "{stderr}");
     assert!(stderr.contains("special_file 1"), "{stderr}");
 }
+
+#[test]
+fn file_name_with_a_line_break_is_skipped_so_index_accepts_the_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    write(&root, "a.md", "# A\n\nText.\n");
+    write(&root, "b\nc.md", "# B\n\nText.\n");
+    let out = dir.path().join("corpus.jsonl");
+    let o = freshstack(&[
+        "corpus",
+        "--repo",
+        &format!("a/b={}", root.display()),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("line_break_in_name 1"), "{stderr}");
+    let index = dir.path().join("index");
+    let o = freshstack(&[
+        "index",
+        "--corpus",
+        out.to_str().unwrap(),
+        "--index",
+        index.to_str().unwrap(),
+        "--bm25",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn empty_repo_path_is_an_error_naming_the_flag_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("corpus.jsonl");
+    let o = freshstack(&["corpus", "--repo", "a/b=", "--out", out.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(
+        stderr.trim_end(),
+        "error: invalid --repo: `a/b=`: PATH after `=` is empty"
+    );
+}

@@ -27,9 +27,13 @@ impl RepoSpec {
             .split_once('=')
             .ok_or_else(|| Error::invalid("--repo", format!("`{spec}` is not OWNER/NAME=PATH")))?;
         let name = name.trim().trim_matches('/');
+        // One rule: two parts of GitHub's characters, neither `.` nor `..` (the name is a path
+        // prefix of every document id and part of every URL).
         let valid_name = name.split('/').count() == 2
             && name.split('/').all(|part| {
                 !part.is_empty()
+                    && part != "."
+                    && part != ".."
                     && part
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
@@ -37,7 +41,16 @@ impl RepoSpec {
         if !valid_name {
             return Err(Error::invalid(
                 "--repo",
-                format!("`{name}` is not a GitHub OWNER/NAME"),
+                format!(
+                    "`{name}` is not a GitHub OWNER/NAME (two non-empty parts, neither `.` nor \
+                     `..`)"
+                ),
+            ));
+        }
+        if path.is_empty() {
+            return Err(Error::invalid(
+                "--repo",
+                format!("`{spec}`: PATH after `=` is empty"),
             ));
         }
         let spec = RepoSpec {
@@ -89,11 +102,13 @@ pub enum SkipReason {
     BadNotebook,
     /// Not a regular file: a FIFO, socket or device (reading one could block or never end).
     SpecialFile,
+    /// A path with a line break, which no id list or run file can hold as a document id.
+    LineBreakInName,
 }
 
 impl SkipReason {
     /// Every reason, in report order.
-    pub const ALL: [SkipReason; 12] = [
+    pub const ALL: [SkipReason; 13] = [
         SkipReason::Symlink,
         SkipReason::Hidden,
         SkipReason::BinaryExtension,
@@ -106,6 +121,7 @@ impl SkipReason {
         SkipReason::Unreadable,
         SkipReason::BadNotebook,
         SkipReason::SpecialFile,
+        SkipReason::LineBreakInName,
     ];
 
     /// The snake_case name used in summaries.
@@ -123,6 +139,7 @@ impl SkipReason {
             SkipReason::Unreadable => "unreadable",
             SkipReason::BadNotebook => "bad_notebook",
             SkipReason::SpecialFile => "special_file",
+            SkipReason::LineBreakInName => "line_break_in_name",
         }
     }
 }
@@ -475,6 +492,16 @@ pub fn walk(root: &Path, max_file_bytes: u64, exclude: &[String]) -> Result<Walk
             *result.skipped.entry(SkipReason::Symlink).or_default() += 1;
             continue;
         }
+        if rel.contains(['\n', '\r']) {
+            // Counted per file (a directory's files each carry its name).
+            if !file_type.is_dir() {
+                *result
+                    .skipped
+                    .entry(SkipReason::LineBreakInName)
+                    .or_default() += 1;
+            }
+            continue;
+        }
         if file_type.is_dir() {
             continue;
         }
@@ -589,6 +616,36 @@ mod tests {
         assert!(RepoSpec::parse("no-equals").is_err());
         let missing = RepoSpec::parse("a/b=/definitely/not/here").unwrap_err();
         assert!(missing.to_string().contains("/definitely/not/here"));
+    }
+
+    #[test]
+    fn repo_names_with_dot_parts_and_an_empty_path_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().display();
+        for bad in ["../..", "a/..", "./b", "a/.", "../../etc", "a//b", "a"] {
+            let err = RepoSpec::parse(&format!("{bad}={path}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("OWNER/NAME"), "{bad}: {err}");
+        }
+        for good in ["a/b", "a.b/.c", "a/..b", "-_/x.y"] {
+            assert!(RepoSpec::parse(&format!("{good}={path}")).is_ok(), "{good}");
+        }
+        let err = RepoSpec::parse("a/b=").unwrap_err().to_string();
+        assert!(err.contains("`a/b=`") && err.contains("empty"), "{err}");
+    }
+
+    #[test]
+    fn file_names_with_line_breaks_are_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("ok.md"), "# ok\n").unwrap();
+        fs::write(dir.path().join("bad\nname.md"), "# bad\n").unwrap();
+        fs::create_dir(dir.path().join("dir\r")).unwrap();
+        fs::write(dir.path().join("dir\r/a.md"), "# a\n").unwrap();
+        fs::write(dir.path().join("dir\r/b.md"), "# b\n").unwrap();
+        let walked = walk(dir.path(), 1000, &[]).unwrap();
+        assert_eq!(walked.files, vec!["ok.md"]);
+        assert_eq!(walked.skipped.get(&SkipReason::LineBreakInName), Some(&3));
     }
 
     #[test]
