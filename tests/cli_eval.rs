@@ -163,3 +163,115 @@ fn bad_input_fails_with_one_line_and_writes_nothing() {
     let out = freshstack(&["eval", "--run", "a.trec"], dir.path());
     assert!(!out.status.success());
 }
+
+#[test]
+fn eval_on_an_empty_or_disjoint_run_warns_at_the_default_level() {
+    let dir = setup();
+    std::fs::write(dir.path().join("empty.trec"), "").unwrap();
+    std::fs::write(
+        dir.path().join("other.trec"),
+        "x1 Q0 d1 1 3 o\nx2 Q0 d2 1 1 o\n",
+    )
+    .unwrap();
+    for (run, expected) in [
+        ("empty.trec", "run empty is empty"),
+        (
+            "other.trec",
+            "run other shares no question with the judgments",
+        ),
+    ] {
+        let out = freshstack(
+            &["eval", "--queries", "queries.jsonl", "--run", run],
+            dir.path(),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("WARN") && stderr.contains(expected),
+            "{stderr}"
+        );
+    }
+    // A run sharing questions: no such warning.
+    let out = freshstack(
+        &["eval", "--queries", "queries.jsonl", "--run", "a.trec"],
+        dir.path(),
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("WARN"));
+}
+
+#[test]
+fn eval_warns_about_a_repeated_query_id_naming_file_and_line() {
+    let dir = setup();
+    let first = QUERIES.lines().next().unwrap();
+    std::fs::write(
+        dir.path().join("twice.jsonl"),
+        format!("{QUERIES}\n{first}\n"),
+    )
+    .unwrap();
+    let out = freshstack(
+        &["eval", "--queries", "twice.jsonl", "--run", "a.trec"],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("twice.jsonl:4:") && stderr.contains("\"q1\"") && stderr.contains("line 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn fuse_rejects_infinite_scores_and_a_bad_rrf_k() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("inf.trec"),
+        "q1 Q0 d1 1 1e400 i\nq1 Q0 d2 2 1 i\n",
+    )
+    .unwrap();
+    let out = freshstack(
+        &["fuse", "a.trec", "inf.trec", "--out", "f.trec"],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("inf.trec") && stderr.contains("\"d1\""),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("f.trec").exists());
+    let out = freshstack(
+        &[
+            "fuse", "a.trec", "inf.trec", "--method", "rrf", "--out", "f.trec",
+        ],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !std::fs::read_to_string(dir.path().join("f.trec"))
+            .unwrap()
+            .contains("NaN")
+    );
+    let out = freshstack(
+        &[
+            "fuse",
+            "a.trec",
+            "b.trec",
+            "--method",
+            "rrf",
+            "--rrf-k=-1",
+            "--out",
+            "g.trec",
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--rrf-k"),
+        "{stderr}"
+    );
+}

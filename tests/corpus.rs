@@ -555,3 +555,216 @@ fn bad_hf_tokenizer_is_a_one_line_error_naming_the_file() {
         assert!(!out.exists());
     }
 }
+
+/// Makes a FIFO at `path` with mkfifo(1); false (the test skips) where there is none.
+fn mkfifo(path: &Path) -> bool {
+    std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn atomic_out_writes_through_to_a_fifo() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    write(&root, "a.md", "# A\n\nText.\n");
+    let fifo = dir.path().join("corpus.fifo");
+    if !mkfifo(&fifo) {
+        eprintln!("SKIPPED atomic_out_writes_through_to_a_fifo: no mkfifo");
+        return;
+    }
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["corpus", "--repo", &format!("a/b={}", root.display())])
+        .arg("--out")
+        .arg(&fifo)
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let output = child.wait_with_output().unwrap();
+    // Opening read-write never blocks and counts as a writer: it releases a reader still
+    // waiting in open() if the command failed before opening the FIFO.
+    drop(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap(),
+    );
+    let bytes = reader.join().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(bytes).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let doc: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(doc["metadata"]["path"], "a.md");
+    let meta = std::fs::symlink_metadata(&fifo).unwrap();
+    assert!(meta.file_type().is_fifo(), "the FIFO was replaced");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        2,
+        "a temp file was left"
+    );
+}
+
+#[test]
+fn atomic_out_gives_new_files_the_umask_mode_and_keeps_a_replaced_files_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    write(&root, "a.md", "# A\n");
+    let out = dir.path().join("corpus.jsonl");
+    let summary = dir.path().join("summary.json");
+    let run = || {
+        let script = format!(
+            "umask 027 && exec \"$0\" corpus --repo 'a/b={}' --out '{}' --summary '{}'",
+            root.display(),
+            out.display(),
+            summary.display()
+        );
+        let o = std::process::Command::new("sh")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_freshstack")])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    run();
+    assert_eq!(mode(&out), 0o640);
+    assert_eq!(mode(&summary), 0o640);
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o604)).unwrap();
+    run();
+    assert_eq!(mode(&out), 0o604);
+}
+
+#[test]
+fn corpus_out_dash_writes_the_corpus_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    sample_tree(&root);
+    let out = dir.path().join("corpus.jsonl");
+    let spec = format!("a/b={}", root.display());
+    let to_file = freshstack(&["corpus", "--repo", &spec, "--out", out.to_str().unwrap()]);
+    assert!(to_file.status.success());
+    let to_stdout = freshstack(&["corpus", "--repo", &spec, "--out", "-"]);
+    assert!(
+        to_stdout.status.success(),
+        "{}",
+        String::from_utf8_lossy(&to_stdout.stderr)
+    );
+    assert!(!to_stdout.stdout.is_empty());
+    assert_eq!(to_stdout.stdout, std::fs::read(&out).unwrap());
+    assert!(!dir.path().join("-").exists());
+}
+
+#[test]
+fn corpus_reads_pseudo_files_within_the_byte_cap() {
+    // /proc/self/pagemap reports size 0 and holds hundreds of GB: read whole, it took the
+    // machine's memory. The address-space limit turns a regression into a failure, not an OOM.
+    if !std::fs::metadata("/proc/self/pagemap").is_ok_and(|m| m.len() == 0) {
+        eprintln!("SKIPPED corpus_reads_pseudo_files_within_the_byte_cap: no /proc/self/pagemap");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("corpus.jsonl");
+    let summary = dir.path().join("summary.json");
+    let script = format!(
+        "ulimit -v 4000000 && exec \"$0\" corpus --repo a/b=/proc/self --max-file-bytes 100000 \
+         --out '{}' --summary '{}'",
+        out.display(),
+        summary.display()
+    );
+    let o = std::process::Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_freshstack")])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    let skipped = &summary["skipped"];
+    assert!(
+        skipped["too_large"].as_u64().unwrap_or(0) + skipped["unreadable"].as_u64().unwrap_or(0)
+            >= 1,
+        "{summary}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        !text.contains("\"path\":\"pagemap\""),
+        "pagemap became documents"
+    );
+}
+
+#[test]
+fn corpus_counts_a_fifo_as_a_special_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    write(&root, "a.md", "# A\n");
+    if !mkfifo(&root.join("pipe.md")) {
+        eprintln!("SKIPPED corpus_counts_a_fifo_as_a_special_file: no mkfifo");
+        return;
+    }
+    let out = dir.path().join("corpus.jsonl");
+    let o = freshstack(&[
+        "corpus",
+        "--repo",
+        &format!("a/b={}", root.display()),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("special_file 1"), "{stderr}");
+}
+
+#[test]
+fn file_name_with_a_line_break_is_skipped_so_index_accepts_the_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    write(&root, "a.md", "# A\n\nText.\n");
+    write(&root, "b\nc.md", "# B\n\nText.\n");
+    let out = dir.path().join("corpus.jsonl");
+    let o = freshstack(&[
+        "corpus",
+        "--repo",
+        &format!("a/b={}", root.display()),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("line_break_in_name 1"), "{stderr}");
+    let index = dir.path().join("index");
+    let o = freshstack(&[
+        "index",
+        "--corpus",
+        out.to_str().unwrap(),
+        "--index",
+        index.to_str().unwrap(),
+        "--bm25",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn empty_repo_path_is_an_error_naming_the_flag_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("corpus.jsonl");
+    let o = freshstack(&["corpus", "--repo", "a/b=", "--out", out.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(
+        stderr.trim_end(),
+        "error: invalid --repo: `a/b=`: PATH after `=` is empty"
+    );
+}

@@ -379,6 +379,41 @@ fn vector_ids_must_match_the_corpus() {
 }
 
 #[test]
+fn nan_document_vector_is_rejected_at_index_time_naming_file_and_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path(), &[("a", "x y"), ("b", "y z"), ("c", "z w")]);
+    let ids: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+    for (dtype, bad) in [
+        (VectorDtype::F32, f32::NAN),
+        (VectorDtype::F16, f32::INFINITY),
+    ] {
+        let npy = dir.path().join(format!("v-{}.npy", dtype.name()));
+        let mut vectors = unit_vectors(3, 4, 5);
+        vectors[1][2] = bad;
+        write_vectors(&npy, &ids, &vectors, dtype);
+        let index = dir.path().join("index");
+        let out = freshstack(&[
+            "index",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--index",
+            index.to_str().unwrap(),
+            "--vectors",
+            &format!("m={}", npy.display()),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(&*npy.to_string_lossy()), "{stderr}");
+        assert!(
+            stderr.contains("row 1") && stderr.contains("\"b\""),
+            "{stderr}"
+        );
+        assert!(!index.exists());
+    }
+}
+
+#[test]
 fn cli_index_search_retrieve() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = corpus(dir.path(), DOCS);

@@ -872,3 +872,81 @@ fn ctrl_c_mid_stage_keeps_completed_calls_and_the_rerun_finishes_them() {
         );
     }
 }
+
+/// The text a log could leak: stderr as it is, and the ASCII columns of hex-dump lines (the
+/// last 16-character token of each line) joined, where a secret split over rows reads whole.
+fn leak_surface(stderr: &str) -> String {
+    let columns: String = stderr
+        .lines()
+        .filter_map(|line| line.split_whitespace().last())
+        .filter(|token| token.len() == 16)
+        .collect();
+    format!("{stderr}\n{columns}")
+}
+
+#[test]
+fn api_key_and_url_credentials_stay_out_of_a_trace_log() {
+    let server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let questions = questions_file(dir.path());
+    let out = dir.path().join("out/nuggets.jsonl");
+    let url = server
+        .url
+        .replacen("http://", "http://someone:pw-in-url@", 1);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args([
+            "nuggets",
+            "--questions",
+            questions.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--llm-base-url",
+            &url,
+            "--llm-model",
+            "mock-model",
+        ])
+        .env("FRESHSTACK_LLM_API_KEY", "sk-trace-secret")
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // The premise: the HTTP client did log at trace level.
+    assert!(stderr.contains("TRACE"), "{stderr}");
+    let surface = leak_surface(&stderr);
+    for secret in ["sk-trace-secret", "pw-in-url", "someone:"] {
+        assert!(!surface.contains(secret), "{secret} in the log:\n{stderr}");
+    }
+    assert!(stderr.contains("http://***@127.0.0.1"), "{stderr}");
+    let auth = server.state.auth.lock().unwrap().clone();
+    assert!(!auth.is_empty() && auth.iter().all(|a| a == "Bearer sk-trace-secret"));
+
+    // A server that is not there: the error line redacts the URL too.
+    let dead = crate::support::dead_url().replacen("http://", "http://someone:pw-in-url@", 1);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args([
+            "nuggets",
+            "--questions",
+            questions.to_str().unwrap(),
+            "--out",
+            dir.path().join("dead.jsonl").to_str().unwrap(),
+            "--llm-base-url",
+            &dead,
+            "--llm-model",
+            "mock-model",
+            "--llm-max-retries",
+            "0",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("***@127.0.0.1"), "{stderr}");
+    let written = std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default();
+    for text in [&*stderr, &written] {
+        assert!(
+            !text.contains("pw-in-url") && !text.contains("someone"),
+            "{text}"
+        );
+    }
+}

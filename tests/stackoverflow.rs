@@ -551,3 +551,32 @@ fn cli_import_writes_summary_and_fails_cleanly_on_bad_input() {
     let report: serde_json::Value = serde_json::from_slice(&tags.stdout).unwrap();
     assert_eq!(report["tags"][0]["tag"], "eloquent");
 }
+
+#[test]
+fn import_out_dash_writes_the_questions_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let posts = write(dir.path(), "Posts.xml", dump(false, true).as_bytes());
+    let out = dir.path().join("q.jsonl");
+    let args = |out: &str| {
+        freshstack(&[
+            "stackoverflow",
+            "import",
+            "--posts",
+            posts.to_str().unwrap(),
+            "--tag",
+            "laravel",
+            "--out",
+            out,
+        ])
+    };
+    let to_file = args(out.to_str().unwrap());
+    assert!(to_file.status.success());
+    let to_stdout = args("-");
+    assert!(
+        to_stdout.status.success(),
+        "{}",
+        String::from_utf8_lossy(&to_stdout.stderr)
+    );
+    assert!(!to_stdout.stdout.is_empty());
+    assert_eq!(to_stdout.stdout, std::fs::read(&out).unwrap());
+}

@@ -17,7 +17,7 @@ pub struct CorpusArgs {
     /// A repository: its GitHub OWNER/NAME and local checkout, as OWNER/NAME=PATH. Repeatable.
     #[arg(long = "repo", required = true, value_name = "OWNER/NAME=PATH")]
     repos: Vec<String>,
-    /// Output corpus (JSONL, one document per line; written atomically).
+    /// Output corpus (JSONL, one document per line; written atomically; `-` for stdout).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
     /// Maximum tokens per document (with `hf:`, the special tokens included: set it to the

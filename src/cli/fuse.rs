@@ -32,7 +32,7 @@ pub struct FuseArgs {
     /// How scores are combined.
     #[arg(long, value_enum, default_value_t = Method::NormalizedSum)]
     method: Method,
-    /// The k of RRF.
+    /// The k of RRF (a finite number >= 0).
     #[arg(long, default_value_t = 60.0)]
     rrf_k: f64,
     /// Per-run weights, comma-separated (default: all 1).
@@ -47,10 +47,16 @@ pub struct FuseArgs {
 }
 
 pub fn run(args: FuseArgs) -> anyhow::Result<()> {
+    // Named by their paths, so that an error about a run names its file.
     let runs = args
         .runs
         .iter()
-        .map(RunFile::read)
+        .map(|path| {
+            RunFile::read(path).map(|mut run| {
+                run.set_name(path.display().to_string());
+                run
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let options = FusionOptions {
         method: match args.method {

@@ -114,8 +114,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The HTTP client's protocol layer dumps every byte it sends at trace level, the
+/// `Authorization` header (the API key) included: capped at debug whatever `RUST_LOG` asks (a
+/// directive added last replaces the user's for the same target). Its debug output and the
+/// client's own logs redact headers and URL credentials.
+const REDACTING_DIRECTIVE: &str = "ureq_proto=debug";
+
 /// Logs to stderr (plain, without colour codes, unless stderr is a terminal); level from
-/// RUST_LOG, else warnings (info with -v, debug with -vv).
+/// RUST_LOG, else warnings (info with -v, debug with -vv); see [`REDACTING_DIRECTIVE`].
 pub fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -123,7 +129,8 @@ pub fn init_logging(verbose: u8) {
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+        .add_directive(REDACTING_DIRECTIVE.parse().expect("a valid directive"));
     // Colour codes only on a terminal: a log written to a file or a pipe stays plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()

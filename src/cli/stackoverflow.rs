@@ -55,7 +55,7 @@ struct ImportArgs {
     /// Base of question URLs ({site}/q/ID), for other Stack Exchange sites.
     #[arg(long, default_value = DEFAULT_SITE_URL, value_name = "URL")]
     site_url: String,
-    /// Output questions (JSONL, sorted by question id; written atomically).
+    /// Output questions (JSONL, sorted by question id; written atomically; `-` for stdout).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
     /// Also write the summary (read, kept, dropped by reason) as JSON here.

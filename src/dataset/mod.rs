@@ -8,8 +8,9 @@
 //! stage uses to read and write files, and the benchmark loaders ([`DatasetSpec`]: local exports
 //! or the Hugging Face cache, JSONL or Parquet). Guarantees: output files are written through
 //! [`AtomicWriter`] (temp file + rename), so an interrupted stage never leaves a half-written file
-//! under the final name. Imports nothing else of ours.
+//! under the final name; a FIFO or device is written in place, a symlink's target is replaced. Imports nothing else of ours.
 
+mod atomic;
 mod document;
 mod hub;
 mod jsonl;
@@ -23,9 +24,10 @@ mod run_file;
 mod shard;
 mod vectors;
 
+pub use atomic::{AtomicWriter, write_json_atomic};
 pub use document::{Document, DocumentMetadata};
 pub use hub::{DatasetPart, DatasetSpec, hub_cache_dir, load_corpus, load_queries, resolve_files};
-pub use jsonl::{AtomicWriter, read_jsonl, read_jsonl_lines, write_json_atomic};
+pub use jsonl::{read_jsonl, read_jsonl_lines};
 pub use parquet::read_parquet;
 pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget};
 pub use question::{Nugget, QueryId, Question, QuestionMetadata, read_questions};

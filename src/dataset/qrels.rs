@@ -15,7 +15,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
-use super::jsonl::{AtomicWriter, read_jsonl};
+use super::atomic::AtomicWriter;
+use super::jsonl::read_jsonl;
 use super::question::Question;
 use crate::error::{Error, Result};
 

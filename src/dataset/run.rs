@@ -16,7 +16,7 @@ use std::path::Path;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHasher};
 
-use super::jsonl::AtomicWriter;
+use super::atomic::AtomicWriter;
 use super::run_file::{DocRef, Rankings, RunFile};
 use crate::error::{Error, Result};
 

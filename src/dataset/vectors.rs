@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use half::f16;
 use memmap2::Mmap;
 
-use super::jsonl::AtomicWriter;
+use super::atomic::AtomicWriter;
 use crate::error::{Error, Result};
 
 /// Element type of a stored matrix.

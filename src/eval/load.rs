@@ -70,7 +70,32 @@ pub(crate) fn read_queries_jsonl(path: &Path) -> Result<Judgments> {
             Err((line, message)) => return Err(Error::parse(path, line, message)),
         }
     }
+    warn_repeated_ids(path, &parsed, &lines);
     Ok(judgments_from_rows(&parsed))
+}
+
+/// Rows of one question are merged (no judgment is lost: the reference's loader does the same),
+/// but a repeated `query_id` is more often two exports concatenated than one question split in
+/// two: one warning names the first repeat's line.
+fn warn_repeated_ids(path: &Path, rows: &[QuestionView<'_>], lines: &[(usize, &str)]) {
+    let mut first_line: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut first_repeat = None;
+    let mut repeats = 0usize;
+    for (row, &(i, _)) in rows.iter().zip(lines) {
+        if let Some(&first) = first_line.get(row.query_id.as_ref()) {
+            repeats += 1;
+            first_repeat.get_or_insert((i + 1, row.query_id.as_ref(), first));
+        } else {
+            first_line.insert(row.query_id.as_ref(), i + 1);
+        }
+    }
+    if let Some((line, id, first)) = first_repeat {
+        tracing::warn!(
+            "{}:{line}: query_id {id:?} repeats line {first}; the rows of a question are merged \
+             ({repeats} repeated row(s) in the file)",
+            path.display()
+        );
+    }
 }
 
 /// Merges rows by question and indexes each question (in parallel, order kept).

@@ -360,6 +360,21 @@ pub fn evaluate<R: Rankings + ?Sized>(
         run_order.push(qi);
     }
     notes.missing_queries = judgments.len() - run_order.len();
+    if run.num_rankings() == 0 {
+        tracing::warn!(
+            "run {} is empty: all {} judged question(s) score 0",
+            run.run_name(),
+            judgments.len()
+        );
+    } else if run_order.is_empty() {
+        tracing::warn!(
+            "run {} shares no question with the judgments ({} in the run, {} judged): every \
+             judged question scores 0; do the query ids match?",
+            run.run_name(),
+            run.num_rankings(),
+            judgments.len()
+        );
+    }
     if notes.empty_rankings > 0 {
         tracing::warn!(
             "run {}: {} question(s) with an empty ranking scored 0 (the reference crashes on them)",

@@ -2,6 +2,7 @@
 //! is written into a temporary sibling directory, the manifest last, then renamed into place.
 
 use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
@@ -221,6 +222,8 @@ pub fn build_index_with_encoders(
     std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
     let staging = tempfile::Builder::new()
         .prefix(".freshstack-index.")
+        // The umask's mode, as `create_dir` would give (tempfile's default is 0o700).
+        .permissions(std::fs::Permissions::from_mode(0o777))
         .tempdir_in(&parent)
         .map_err(|e| Error::io(&parent, e))?;
     let tmp = staging.path();
@@ -313,6 +316,18 @@ fn add_vectors(
             ),
         ));
     }
+    // Query vectors are checked at search time; a document row with a NaN would score NaN and
+    // rank first for every query.
+    if let Some(row) = first_non_finite_row(&matrix) {
+        return Err(Error::invalid(
+            "--vectors",
+            format!(
+                "{}: row {row} (0-based; id {:?}) has a NaN or infinite value",
+                source.npy.display(),
+                row_ids[row]
+            ),
+        ));
+    }
     let mut row_of: FxHashMap<&str, usize> = FxHashMap::default();
     for (row, id) in row_ids.iter().enumerate() {
         if row_of.insert(id.as_str(), row).is_some() {
@@ -364,6 +379,15 @@ fn add_vectors(
         source: source.npy.display().to_string(),
         hnsw: hnsw.copied(),
         model: None,
+    })
+}
+
+/// The first row of `matrix` holding a NaN or an infinity.
+fn first_non_finite_row(matrix: &VectorMatrix) -> Option<usize> {
+    let mut values = vec![0f32; matrix.dim()];
+    (0..matrix.rows()).find(|&row| {
+        matrix.row_into(row, &mut values);
+        values.iter().any(|v| !v.is_finite())
     })
 }
 

@@ -9,6 +9,7 @@
 //! over the new matrix. Only the added documents are encoded. The index is copied to a temporary
 //! sibling, changed there and renamed into place, so a failed refresh leaves the old index.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashSet;
@@ -88,6 +89,8 @@ pub fn refresh_index_with_encoders(
     };
     let staging = tempfile::Builder::new()
         .prefix(".freshstack-index.")
+        // The umask's mode, as `create_dir` would give (tempfile's default is 0o700).
+        .permissions(std::fs::Permissions::from_mode(0o777))
         .tempdir_in(&parent)
         .map_err(|e| Error::io(&parent, e))?;
     let tmp = staging.path();

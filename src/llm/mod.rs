@@ -19,6 +19,7 @@ pub mod native;
 mod openai;
 pub mod parse;
 pub mod prompts;
+mod redact;
 pub mod schema;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +30,7 @@ pub use backend::{BackendSpec, OpenedBackend};
 pub use cache::{ResponseCache, cache_key};
 pub use local::{ChatFormat, LocalChat};
 pub use openai::{API_KEY_ENV, OpenAiChat, OpenAiConfig};
+pub use redact::{Redacted, redact};
 pub use schema::StructuredOutput;
 
 use crate::error::Result;

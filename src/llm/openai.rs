@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use super::redact::redact;
 use super::{Chat, ChatParams, Message};
 use crate::error::{Error, Result};
 
@@ -93,7 +94,10 @@ impl OpenAiConfig {
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiConfig")
-            .field("base_urls", &self.base_urls)
+            .field(
+                "base_urls",
+                &self.base_urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            )
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("concurrency", &self.concurrency)
@@ -160,6 +164,8 @@ enum Attempt {
 struct Endpoint {
     /// The full `chat/completions` URL.
     url: String,
+    /// `url` with any `user:password@` redacted: what messages show.
+    shown: String,
     in_flight: AtomicUsize,
     /// Passed over until then after a transport failure.
     down_until: Mutex<Option<Instant>>,
@@ -208,17 +214,18 @@ impl OpenAiChat {
             if !(base.starts_with("http://") || base.starts_with("https://")) {
                 return Err(Error::invalid(
                     "--llm-base-url",
-                    format!("{base:?} is not an http:// or https:// URL"),
+                    format!("{:?} is not an http:// or https:// URL", redact(base)),
                 ));
             }
             let url = format!("{base}/chat/completions");
             if endpoints.iter().any(|e: &Endpoint| e.url == url) {
                 return Err(Error::invalid(
                     "--llm-base-url",
-                    format!("{base:?} is given twice"),
+                    format!("{:?} is given twice", redact(base)),
                 ));
             }
             endpoints.push(Endpoint {
+                shown: redact(&url),
                 url,
                 in_flight: AtomicUsize::new(0),
                 down_until: Mutex::new(None),
@@ -249,7 +256,8 @@ impl OpenAiChat {
         })
     }
 
-    /// The full `chat/completions` URL (of the first server of a fleet).
+    /// The full `chat/completions` URL (of the first server of a fleet), credentials included:
+    /// show it through [`Redacted`](crate::llm::Redacted).
     pub fn endpoint(&self) -> &str {
         &self.endpoints[0].url
     }
@@ -355,7 +363,7 @@ impl OpenAiChat {
             Ok(t) => t,
             Err(e) => {
                 return Attempt::Transient {
-                    reason: format!("reading the response body: {e}"),
+                    reason: redact(&format!("reading the response body: {e}")),
                     retry_after: None,
                     transport: true,
                 };
@@ -416,12 +424,12 @@ impl Chat for OpenAiChat {
 
     fn location(&self) -> String {
         match self.endpoints.as_slice() {
-            [one] => one.url.clone(),
+            [one] => one.shown.clone(),
             many => format!(
                 "{} servers ({})",
                 many.len(),
                 many.iter()
-                    .map(|e| e.url.as_str())
+                    .map(|e| e.shown.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -459,7 +467,7 @@ impl Chat for OpenAiChat {
                         tracing::warn!(
                             "{}: the server refused response_format json_schema ({refusal}); \
                              the rest of this run asks without a schema (prompt + repair)",
-                            endpoint.url
+                            endpoint.shown
                         );
                     }
                     return Ok(text);
@@ -471,7 +479,7 @@ impl Chat for OpenAiChat {
                     // Once: the same request without `response_format`.
                     tracing::debug!(
                         "{}: {message}; retrying without response_format",
-                        endpoint.url
+                        endpoint.shown
                     );
                     refused_with = Some(message);
                     schema = None;
@@ -485,7 +493,7 @@ impl Chat for OpenAiChat {
                         None => message,
                     };
                     return Err(Error::Llm {
-                        backend: format!("openai {}", endpoint.url),
+                        backend: format!("openai {}", endpoint.shown),
                         message,
                     });
                 }
@@ -499,12 +507,12 @@ impl Chat for OpenAiChat {
                         && self.another_is_up(&endpoint.url)
                     {
                         failovers += 1;
-                        tracing::debug!("{}: {reason}; moving to another server", endpoint.url);
+                        tracing::debug!("{}: {reason}; moving to another server", endpoint.shown);
                         continue;
                     }
                     if retry >= self.config.max_retries {
                         return Err(Error::Llm {
-                            backend: format!("openai {}", endpoint.url),
+                            backend: format!("openai {}", endpoint.shown),
                             message: format!(
                                 "giving up after {} attempts; last: {reason}",
                                 retry as usize + failovers + 1
@@ -514,7 +522,7 @@ impl Chat for OpenAiChat {
                     let wait = self.backoff(retry, retry_after);
                     tracing::debug!(
                         "{}: {reason}; retry {} in {:.2}s",
-                        endpoint.url,
+                        endpoint.shown,
                         retry + 1,
                         wait.as_secs_f64()
                     );
@@ -554,11 +562,12 @@ fn classify_transport(e: ureq::Error) -> Attempt {
         | E::TlsRequired
         | E::InvalidProxyUrl
         | E::Tls(_) => Attempt::Fatal {
-            message: e.to_string(),
+            // ureq's messages may hold the URL (BadUri, RequireHttpsOnly).
+            message: redact(&e.to_string()),
             status: None,
         },
         other => Attempt::Transient {
-            reason: other.to_string(),
+            reason: redact(&other.to_string()),
             retry_after: None,
             transport: true,
         },

@@ -167,6 +167,15 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
         Some(w) => w.clone(),
         None => vec![1.0; runs.len()],
     };
+    if let FusionMethod::Rrf { k } = options.method
+        && !(k.is_finite() && k >= 0.0)
+    {
+        // 1 / (k + rank) with rank from 1: k <= -1 divides by zero or turns the order around.
+        return Err(Error::invalid(
+            "--rrf-k",
+            format!("{k}: must be a finite number >= 0"),
+        ));
+    }
     // Questions in order of first appearance, each with its ranking index in every run.
     let mut order: Vec<(&'a str, Vec<Option<usize>>)> = Vec::new();
     let mut seen: FxHashMap<&str, ()> = FxHashMap::default();
@@ -188,9 +197,21 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
     let queries: Vec<(&'a str, Vec<DocRef<'a>>)> = order
         .par_iter()
         .map_init(Scratch::default, |scratch, (query_id, at)| {
-            (*query_id, fuse_query(runs, at, &weights, options, scratch))
+            fuse_query(runs, at, &weights, options, scratch)
+                .map(|docs| (*query_id, docs))
+                .map_err(|(run, doc_id, score)| {
+                    Error::invalid(
+                        "runs",
+                        format!(
+                            "run {}: question {query_id:?}, document {doc_id:?}: score {score} is \
+                             not finite; normalized-sum fusion needs finite scores (--method rrf \
+                             uses ranks only)",
+                            runs[run].run_name()
+                        ),
+                    )
+                })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     Ok(Fused {
         name: name.to_string(),
         queries,
@@ -206,14 +227,16 @@ struct Scratch<'a> {
     position: FxHashMap<&'a str, u32>,
 }
 
-/// One question (ranking `at[r]` of run `r`, if any): the fused documents in final order.
+/// One question (ranking `at[r]` of run `r`, if any): the fused documents in final order, or,
+/// for normalized-sum fusion, the first infinite score among a run's top `depth` (the run's
+/// index, the document and the score): min-max normalisation would make it NaN.
 fn fuse_query<'a, R: Rankings + ?Sized>(
     runs: &[&'a R],
     at: &[Option<usize>],
     weights: &[f64],
     options: &FusionOptions,
     scratch: &mut Scratch<'a>,
-) -> Vec<DocRef<'a>> {
+) -> std::result::Result<Vec<DocRef<'a>>, (usize, &'a str, f64)> {
     let Scratch {
         top,
         docs,
@@ -222,7 +245,7 @@ fn fuse_query<'a, R: Rankings + ?Sized>(
     } = scratch;
     position.clear();
     docs.clear();
-    for ((index, run), weight) in at.iter().zip(runs).zip(weights) {
+    for (ri, ((index, run), weight)) in at.iter().zip(runs).zip(weights).enumerate() {
         let Some(index) = *index else { continue };
         top.clear();
         run.extend_ranking_docs(index, top);
@@ -230,14 +253,26 @@ fn fuse_query<'a, R: Rankings + ?Sized>(
         let Some(first) = top.first() else { continue };
         match options.method {
             FusionMethod::NormalizedSum => {
+                if let Some(bad) = top.iter().find(|d| !d.score.is_finite()) {
+                    return Err((ri, bad.doc_id, bad.score));
+                }
                 let (mut min, mut max) = (first.score, first.score);
                 for doc in top.iter() {
                     min = min.min(doc.score);
                     max = max.max(doc.score);
                 }
                 let span = max - min + NORMALIZATION_EPSILON;
-                for d in top.iter_mut() {
-                    d.score = (d.score - min) / span;
+                if span.is_finite() {
+                    for d in top.iter_mut() {
+                        d.score = (d.score - min) / span;
+                    }
+                } else {
+                    // max - min overflows (scores near +-f64::MAX) and would give inf / inf =
+                    // NaN: the same ratio over halves, which cannot overflow.
+                    let half_span = max / 2.0 - min / 2.0 + NORMALIZATION_EPSILON / 2.0;
+                    for d in top.iter_mut() {
+                        d.score = (d.score / 2.0 - min / 2.0) / half_span;
+                    }
                 }
                 // The reference visits `sorted(zip(scores, ids), reverse=True)`. The top is
                 // already by score (and normalising keeps that order), so only runs of tied
@@ -289,7 +324,7 @@ fn fuse_query<'a, R: Rankings + ?Sized>(
             doc.score = py_round(doc.score, digits);
         }
     }
-    fused
+    Ok(fused)
 }
 
 /// Sorts each run of equal scores (`score_key`) of `docs`, a list ordered by score, by doc id
@@ -386,6 +421,69 @@ mod tests {
             assert_eq!(doc, edoc);
             assert!((score - escore).abs() < 1e-12, "{doc}: {score} vs {escore}");
         }
+    }
+
+    #[test]
+    fn fuse_infinite_scores_are_rejected_not_written_as_nan() {
+        let a = run("a", &[("q", "d1", f64::INFINITY), ("q", "d2", 1.0)]);
+        let b = run("b", &[("q", "d2", 0.5)]);
+        let err = fuse(&[&b, &a], &FusionOptions::default(), "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("run a") && err.contains("\"d1\"") && err.contains("inf"),
+            "{err}"
+        );
+        // Beyond the depth it plays no part; RRF uses ranks only.
+        let low = run("low", &[("q", "d1", 1.0), ("q", "d2", f64::NEG_INFINITY)]);
+        let options = FusionOptions {
+            depth: 1,
+            ..FusionOptions::default()
+        };
+        assert!(fuse(&[&low, &b], &options, "f").is_ok());
+        let rrf = FusionOptions {
+            method: FusionMethod::Rrf { k: 60.0 },
+            ..FusionOptions::default()
+        };
+        let fused = fuse(&[&a, &b], &rrf, "f").unwrap();
+        assert!(scores(&fused, "q").iter().all(|(_, s)| s.is_finite()));
+        // Finite scores whose span overflows still normalise to [0, 1].
+        let wide = run(
+            "w",
+            &[
+                ("q", "d1", f64::MAX),
+                ("q", "d2", 0.0),
+                ("q", "d3", -f64::MAX),
+            ],
+        );
+        let fused = fuse(&[&wide], &FusionOptions::default(), "f").unwrap();
+        let got = scores(&fused, "q");
+        assert_eq!(got[0].0, "d1");
+        assert!(
+            got.iter()
+                .all(|(_, s)| s.is_finite() && (0.0..=1.0).contains(s)),
+            "{got:?}"
+        );
+        assert!((got[1].1 - 0.5).abs() < 1e-12, "{got:?}");
+    }
+
+    #[test]
+    fn rrf_k_must_be_finite_and_not_negative() {
+        let a = run("a", &[("q", "d1", 1.0)]);
+        for k in [-1.0, -0.5, f64::INFINITY, f64::NAN] {
+            let options = FusionOptions {
+                method: FusionMethod::Rrf { k },
+                ..FusionOptions::default()
+            };
+            let err = fuse(&[&a], &options, "f").unwrap_err().to_string();
+            assert!(err.contains("--rrf-k"), "{err}");
+        }
+        let options = FusionOptions {
+            method: FusionMethod::Rrf { k: 0.0 },
+            ..FusionOptions::default()
+        };
+        let fused = fuse(&[&a], &options, "f").unwrap();
+        assert_eq!(scores(&fused, "q"), [("d1".to_string(), 1.0)]);
     }
 
     #[test]

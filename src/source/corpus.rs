@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::chunk::{Chunker, Language};
 use super::notebook::notebook_text;
-use super::repo::{RepoSpec, SkipReason, read_commit_id, skip_by_content, walk};
+use super::repo::{RepoSpec, SkipReason, read_commit_id, read_file_capped, skip_by_content, walk};
 use super::tokenizer::{TokenCounter, TokenizerSpec};
 use crate::dataset::{AtomicWriter, Document, DocumentMetadata, write_json_atomic};
 use crate::error::{Error, Result};
@@ -120,13 +120,13 @@ enum FileOutcome {
 }
 
 /// Builds the corpus of `config.repos` into `out` (JSONL, reference corpus schema) and returns
-/// the summary. Checks every repository path before doing any work.
+/// the summary (`-` is standard output). Checks every repository path before doing any work.
 pub fn build_corpus(
     config: &CorpusConfig,
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<CorpusSummary> {
-    let mut writer = AtomicWriter::create(out)?;
+    let mut writer = AtomicWriter::create_or_stdout(out)?;
     let summary = chunk_repositories(config, progress, |doc| writer.write_json_line(doc))?;
     writer.commit()?;
     Ok(summary)
@@ -213,7 +213,7 @@ fn chunk_repository(
         let outcomes: Vec<FileOutcome> = batch
             .par_iter()
             .map(|rel| {
-                let outcome = chunk_file(repo, commit_id.as_deref(), rel, chunker);
+                let outcome = chunk_file(repo, commit_id.as_deref(), rel, chunker, max_file_bytes);
                 progress.advance(1);
                 outcome
             })
@@ -255,11 +255,11 @@ fn chunk_file(
     commit_id: Option<&str>,
     rel: &str,
     chunker: &Chunker,
+    max_file_bytes: u64,
 ) -> FileOutcome {
-    let full = repo.path.join(rel);
-    let bytes = match std::fs::read(&full) {
+    let bytes = match read_file_capped(&repo.path.join(rel), max_file_bytes) {
         Ok(b) => b,
-        Err(_) => return FileOutcome::Skipped(SkipReason::Unreadable),
+        Err(reason) => return FileOutcome::Skipped(reason),
     };
     let file_name = rel.rsplit('/').next().unwrap_or(rel);
     if let Some(reason) = skip_by_content(file_name, &bytes) {

@@ -16,6 +16,7 @@ pub use corpus::{
 };
 pub use notebook::notebook_text;
 pub use repo::{
-    RepoSpec, SkipReason, WalkResult, read_commit_id, skip_by_content, skip_by_name, walk,
+    RepoSpec, SkipReason, WalkResult, read_commit_id, read_file_capped, skip_by_content,
+    skip_by_name, walk,
 };
 pub use tokenizer::{TokenCounter, TokenizerKind, TokenizerSpec};

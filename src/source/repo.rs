@@ -27,9 +27,13 @@ impl RepoSpec {
             .split_once('=')
             .ok_or_else(|| Error::invalid("--repo", format!("`{spec}` is not OWNER/NAME=PATH")))?;
         let name = name.trim().trim_matches('/');
+        // One rule: two parts of GitHub's characters, neither `.` nor `..` (the name is a path
+        // prefix of every document id and part of every URL).
         let valid_name = name.split('/').count() == 2
             && name.split('/').all(|part| {
                 !part.is_empty()
+                    && part != "."
+                    && part != ".."
                     && part
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
@@ -37,7 +41,16 @@ impl RepoSpec {
         if !valid_name {
             return Err(Error::invalid(
                 "--repo",
-                format!("`{name}` is not a GitHub OWNER/NAME"),
+                format!(
+                    "`{name}` is not a GitHub OWNER/NAME (two non-empty parts, neither `.` nor \
+                     `..`)"
+                ),
+            ));
+        }
+        if path.is_empty() {
+            return Err(Error::invalid(
+                "--repo",
+                format!("`{spec}`: PATH after `=` is empty"),
             ));
         }
         let spec = RepoSpec {
@@ -87,11 +100,15 @@ pub enum SkipReason {
     Unreadable,
     /// A notebook whose JSON could not be parsed.
     BadNotebook,
+    /// Not a regular file: a FIFO, socket or device (reading one could block or never end).
+    SpecialFile,
+    /// A path with a line break, which no id list or run file can hold as a document id.
+    LineBreakInName,
 }
 
 impl SkipReason {
     /// Every reason, in report order.
-    pub const ALL: [SkipReason; 11] = [
+    pub const ALL: [SkipReason; 13] = [
         SkipReason::Symlink,
         SkipReason::Hidden,
         SkipReason::BinaryExtension,
@@ -103,6 +120,8 @@ impl SkipReason {
         SkipReason::Empty,
         SkipReason::Unreadable,
         SkipReason::BadNotebook,
+        SkipReason::SpecialFile,
+        SkipReason::LineBreakInName,
     ];
 
     /// The snake_case name used in summaries.
@@ -119,6 +138,8 @@ impl SkipReason {
             SkipReason::Empty => "empty",
             SkipReason::Unreadable => "unreadable",
             SkipReason::BadNotebook => "bad_notebook",
+            SkipReason::SpecialFile => "special_file",
+            SkipReason::LineBreakInName => "line_break_in_name",
         }
     }
 }
@@ -364,6 +385,35 @@ fn looks_minified(text: &str) -> bool {
     text.len() / lines > 500
 }
 
+/// Reads the file at `path` if it is a regular file of at most `max_bytes` bytes. The cap is
+/// enforced while reading, not by the size the file system reports: pseudo-files such as
+/// `/proc/self/pagemap` report 0 and never end. Opened without blocking and without following a
+/// symlink, so a file replaced by a FIFO or a link since the walk is skipped, not waited on.
+pub fn read_file_capped(path: &Path, max_bytes: u64) -> std::result::Result<Vec<u8>, SkipReason> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|_| SkipReason::Unreadable)?;
+    let meta = file.metadata().map_err(|_| SkipReason::Unreadable)?;
+    if !meta.is_file() {
+        return Err(SkipReason::SpecialFile);
+    }
+    if meta.len() > max_bytes {
+        return Err(SkipReason::TooLarge);
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|_| SkipReason::Unreadable)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(SkipReason::TooLarge);
+    }
+    Ok(bytes)
+}
+
 /// What walking a checkout found: the candidate files (sorted, `/`-separated relative paths) and
 /// the entries skipped before reading.
 #[derive(Debug, Default)]
@@ -377,7 +427,8 @@ pub struct WalkResult {
 }
 
 /// Walks a checkout: honours `.gitignore` (also nested ones, and without a `.git`), never follows
-/// symlinks, skips hidden entries, lock files, binary extensions and files over `max_file_bytes`.
+/// symlinks, skips hidden entries, lock files, binary extensions, files over `max_file_bytes` (by
+/// their reported size; [`read_file_capped`] enforces it on the bytes) and special files.
 /// `exclude` holds gitignore-style globs relative to `root` (e.g. `tests/fixtures/**`) whose
 /// matches are left out like ignored files. Deterministic: the result does not depend on
 /// directory order.
@@ -441,7 +492,21 @@ pub fn walk(root: &Path, max_file_bytes: u64, exclude: &[String]) -> Result<Walk
             *result.skipped.entry(SkipReason::Symlink).or_default() += 1;
             continue;
         }
+        if rel.contains(['\n', '\r']) {
+            // Counted per file (a directory's files each carry its name).
+            if !file_type.is_dir() {
+                *result
+                    .skipped
+                    .entry(SkipReason::LineBreakInName)
+                    .or_default() += 1;
+            }
+            continue;
+        }
+        if file_type.is_dir() {
+            continue;
+        }
         if !file_type.is_file() {
+            *result.skipped.entry(SkipReason::SpecialFile).or_default() += 1;
             continue;
         }
         let name = entry.file_name().to_string_lossy();
@@ -554,6 +619,36 @@ mod tests {
     }
 
     #[test]
+    fn repo_names_with_dot_parts_and_an_empty_path_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().display();
+        for bad in ["../..", "a/..", "./b", "a/.", "../../etc", "a//b", "a"] {
+            let err = RepoSpec::parse(&format!("{bad}={path}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("OWNER/NAME"), "{bad}: {err}");
+        }
+        for good in ["a/b", "a.b/.c", "a/..b", "-_/x.y"] {
+            assert!(RepoSpec::parse(&format!("{good}={path}")).is_ok(), "{good}");
+        }
+        let err = RepoSpec::parse("a/b=").unwrap_err().to_string();
+        assert!(err.contains("`a/b=`") && err.contains("empty"), "{err}");
+    }
+
+    #[test]
+    fn file_names_with_line_breaks_are_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("ok.md"), "# ok\n").unwrap();
+        fs::write(dir.path().join("bad\nname.md"), "# bad\n").unwrap();
+        fs::create_dir(dir.path().join("dir\r")).unwrap();
+        fs::write(dir.path().join("dir\r/a.md"), "# a\n").unwrap();
+        fs::write(dir.path().join("dir\r/b.md"), "# b\n").unwrap();
+        let walked = walk(dir.path(), 1000, &[]).unwrap();
+        assert_eq!(walked.files, vec!["ok.md"]);
+        assert_eq!(walked.skipped.get(&SkipReason::LineBreakInName), Some(&3));
+    }
+
+    #[test]
     fn classifies_names() {
         assert_eq!(skip_by_name("Cargo.lock"), Some(SkipReason::LockFile));
         assert_eq!(
@@ -623,5 +718,44 @@ mod tests {
         // Detached HEAD.
         fs::write(git.join("HEAD"), format!("{sha}\n")).unwrap();
         assert_eq!(read_commit_id(root).as_deref(), Some(sha));
+    }
+
+    #[test]
+    fn corpus_caps_a_file_while_reading_not_by_its_reported_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.txt");
+        fs::write(&file, "0123456789").unwrap();
+        assert_eq!(read_file_capped(&file, 10).unwrap(), b"0123456789");
+        assert_eq!(read_file_capped(&file, 9), Err(SkipReason::TooLarge));
+        // A pseudo-file reporting size 0 whose content is far larger than the cap (hundreds of
+        // GB of page map): bounded by the cap, whatever the kernel makes of the last read.
+        let pagemap = Path::new("/proc/self/pagemap");
+        if fs::metadata(pagemap).is_ok_and(|m| m.len() == 0) {
+            let got = read_file_capped(pagemap, 1 << 16);
+            assert!(
+                matches!(got, Err(SkipReason::TooLarge | SkipReason::Unreadable)),
+                "{got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn corpus_skips_a_fifo_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.md");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            eprintln!("SKIPPED corpus_skips_a_fifo_without_blocking: no mkfifo");
+            return;
+        }
+        // Opening a FIFO to read blocks until a writer comes, unless asked not to.
+        assert_eq!(read_file_capped(&fifo, 100), Err(SkipReason::SpecialFile));
+        fs::write(dir.path().join("a.md"), "# a\n").unwrap();
+        let walked = walk(dir.path(), 100, &[]).unwrap();
+        assert_eq!(walked.files, vec!["a.md"]);
+        assert_eq!(walked.skipped.get(&SkipReason::SpecialFile), Some(&1));
     }
 }

@@ -131,7 +131,7 @@ struct Pending {
 }
 
 /// Imports the questions of the dump at `posts` into `out` (JSONL, reference query schema,
-/// sorted by question id, written atomically) and returns the summary.
+/// sorted by question id, written atomically; `-` is standard output) and returns the summary.
 pub fn import_questions(
     posts: &Path,
     config: &ImportConfig,
@@ -139,7 +139,7 @@ pub fn import_questions(
     progress: &dyn Progress,
 ) -> Result<ImportSummary> {
     let compression = detect_compression(posts)?;
-    let mut writer = AtomicWriter::create(out)?;
+    let mut writer = AtomicWriter::create_or_stdout(out)?;
     let mut summary = ImportSummary {
         posts: posts.to_path_buf(),
         compression: compression.name().to_string(),
