@@ -83,6 +83,15 @@ struct Layer {
     down: QMatrix,
 }
 
+/// How a pass multiplies activations by the weights.
+#[derive(Debug, Clone, Copy)]
+enum Products {
+    /// Matrix x matrix in bf16 (a prompt).
+    Matrix,
+    /// The integer matrix x vector kernels, several rows at once (generated tokens).
+    Integer,
+}
+
 /// A loaded model (weights memory-mapped from the GGUF file).
 pub struct Model {
     /// Its configuration.
@@ -344,53 +353,14 @@ impl Model {
         cache: &mut KvCache,
         logits: bool,
     ) -> Result<Vec<f32>, String> {
-        let n = tokens.len();
-        if n == 0 {
+        if tokens.is_empty() {
             return Err("empty prompt".into());
         }
-        let c = &self.config;
-        let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let start = cache.len();
-        let mut x = vec![0f32; n * d];
-        self.embed(tokens, &mut x)?;
-        let mut h = vec![0f32; n * d];
-        let mut q = vec![0f32; n * qw];
-        let mut k = vec![0f32; n * kvw];
-        let mut v = vec![0f32; n * kvw];
-        let mut attn = vec![0f32; n * qw];
-        let mut o = vec![0f32; n * d];
-        for (li, layer) in self.layers.iter().enumerate() {
-            rms_norm_rows(&x, &layer.attn_norm, c.eps, &mut h);
-            matmul(&layer.wq, &h, n, &mut q);
-            matmul(&layer.wk, &h, n, &mut k);
-            matmul(&layer.wv, &h, n, &mut v);
-            for t in 0..n {
-                self.finish_qkv(
-                    layer,
-                    start + t,
-                    &mut q[t * qw..(t + 1) * qw],
-                    &mut k[t * kvw..(t + 1) * kvw],
-                    &mut v[t * kvw..(t + 1) * kvw],
-                );
-            }
-            cache.append(li, &k, &v);
-            attention(cache, li, c.heads, &q, start, &mut attn);
-            matmul(&layer.wo, &attn, n, &mut o);
-            add_in_place(&mut x, &o);
-            rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
-            let ff = layer.up.rows;
-            let mut gate = vec![0f32; n * ff];
-            let mut up = vec![0f32; n * ff];
-            matmul(&layer.gate, &h, n, &mut gate);
-            matmul(&layer.up, &h, n, &mut up);
-            silu_mul(&mut gate, &up);
-            matmul(&layer.down, &gate, n, &mut o);
-            add_in_place(&mut x, &o);
-        }
+        let x = self.forward(tokens, cache, Products::Matrix)?;
         if !logits {
             return Ok(Vec::new());
         }
-        Ok(self.logits(&x[(n - 1) * d..]))
+        Ok(self.logits(&x[x.len() - self.config.hidden..]))
     }
 
     /// Runs one token at the end of `cache` through the matrix x vector path; returns its
@@ -403,10 +373,22 @@ impl Model {
     /// read once for all of them; returns the logits of the last. The keys, values and logits
     /// are bit for bit those of one [`Model::step`] per token.
     pub fn steps(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, String> {
-        let n = tokens.len();
-        if n == 0 {
+        if tokens.is_empty() {
             return Err("no token to run".into());
         }
+        let x = self.forward(tokens, cache, Products::Integer)?;
+        Ok(self.logits(&x[x.len() - self.config.hidden..]))
+    }
+
+    /// The transformer blocks over `tokens` at the end of `cache` (their keys and values
+    /// appended to it); returns the last block's output, `[n][hidden]`.
+    fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        products: Products,
+    ) -> Result<Vec<f32>, String> {
+        let n = tokens.len();
         let c = &self.config;
         let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let start = cache.len();
@@ -418,24 +400,18 @@ impl Model {
         let mut v = vec![0f32; n * kvw];
         let mut attn = vec![0f32; n * qw];
         let mut o = vec![0f32; n * d];
-        let ff = self.layers.first().map_or(0, |l| l.up.rows);
-        let mut gate = vec![0f32; n * ff];
-        let mut up = vec![0f32; n * ff];
-        let mut acts: Vec<Q8Activation> = (0..n).map(|_| Q8Activation::new()).collect();
-        let quantize = |acts: &mut [Q8Activation], rows: &[f32]| {
-            let width = rows.len() / acts.len();
-            for (act, row) in acts.iter_mut().zip(rows.chunks_exact(width)) {
-                act.quantize(row);
-            }
+        let (mut gate, mut up) = (Vec::new(), Vec::new());
+        let mut acts: Vec<Q8Activation> = match products {
+            Products::Matrix => Vec::new(),
+            Products::Integer => (0..n).map(|_| Q8Activation::new()).collect(),
         };
         for (li, layer) in self.layers.iter().enumerate() {
             rms_norm_rows(&x, &layer.attn_norm, c.eps, &mut h);
-            quantize(&mut acts, &h);
-            matvec_many(
-                self.isa,
+            self.project(
+                products,
                 &[&layer.wq, &layer.wk, &layer.wv],
                 &h,
-                &acts,
+                &mut acts,
                 &mut [&mut q[..], &mut k[..], &mut v[..]],
             );
             for t in 0..n {
@@ -449,24 +425,57 @@ impl Model {
             }
             cache.append(li, &k, &v);
             attention(cache, li, c.heads, &q, start, &mut attn);
-            quantize(&mut acts, &attn);
-            matvec_many(self.isa, &[&layer.wo], &attn, &acts, &mut [&mut o[..]]);
+            self.project(products, &[&layer.wo], &attn, &mut acts, &mut [&mut o[..]]);
             add_in_place(&mut x, &o);
             rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
-            quantize(&mut acts, &h);
-            matvec_many(
-                self.isa,
+            // Every cell is written by the products below.
+            gate.resize(n * layer.gate.rows, 0.0);
+            up.resize(n * layer.up.rows, 0.0);
+            self.project(
+                products,
                 &[&layer.gate, &layer.up],
                 &h,
-                &acts,
+                &mut acts,
                 &mut [&mut gate[..], &mut up[..]],
             );
             silu_mul(&mut gate, &up);
-            quantize(&mut acts, &gate);
-            matvec_many(self.isa, &[&layer.down], &gate, &acts, &mut [&mut o[..]]);
+            self.project(
+                products,
+                &[&layer.down],
+                &gate,
+                &mut acts,
+                &mut [&mut o[..]],
+            );
             add_in_place(&mut x, &o);
         }
-        Ok(self.logits(&x[(n - 1) * d..]))
+        Ok(x)
+    }
+
+    /// `outs[i] = input x mats[i]` for the rows of `input` (`[n][cols]`): bf16 matrix
+    /// products, or the integer kernels on `input` quantized into `acts` (one per row).
+    fn project(
+        &self,
+        products: Products,
+        mats: &[&QMatrix],
+        input: &[f32],
+        acts: &mut [Q8Activation],
+        outs: &mut [&mut [f32]],
+    ) {
+        match products {
+            Products::Matrix => {
+                let n = input.len() / mats[0].cols;
+                for (m, out) in mats.iter().zip(outs.iter_mut()) {
+                    matmul(m, input, n, out);
+                }
+            }
+            Products::Integer => {
+                let width = input.len() / acts.len();
+                for (act, row) in acts.iter_mut().zip(input.chunks_exact(width)) {
+                    act.quantize(row);
+                }
+                matvec_many(self.isa, mats, input, acts, outs);
+            }
+        }
     }
 
     /// Biases, per-head norms and RoPE on one token's q, k, v.
