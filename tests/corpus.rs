@@ -426,16 +426,7 @@ fn exclude_globs_leave_paths_out() {
 
 /// MiniLM's tokenizer.json (`scripts/setup.sh`), when fetched.
 fn minilm_tokenizer(test: &str) -> Option<std::path::PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2/tokenizer.json");
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED {test}: {} is absent (run scripts/setup.sh)",
-            path.display()
-        );
-        None
-    }
+    crate::util::model_path("all-MiniLM-L6-v2/tokenizer.json", "scripts/setup.sh", test)
 }
 
 /// MiniLM's own count of a text, special tokens included: what the encoder reads.

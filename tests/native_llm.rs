@@ -2,7 +2,7 @@
 //! loudly when its model is absent): prompt prefix reuse, constrained (JSON Schema) sampling,
 //! the `llm` tools, and bad files.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use freshstack::llm::{ChatParams, LocalChat, Message};
 use freshstack::stages::judge_schema;
@@ -31,15 +31,7 @@ fn run(args: &[&std::ffi::OsStr], stdin: &str) -> std::process::Output {
 }
 
 fn model(file: &str, test: &str) -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("models")
-        .join(file);
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!("SKIPPED {test}: models/{file} is absent (run scripts/setup-llm.sh)");
-        None
-    }
+    crate::util::model_path(file, "scripts/setup-llm.sh", test)
 }
 
 const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -36,16 +36,7 @@ fn repo() -> &'static Path {
 }
 
 fn model(file: &str, test: &str) -> Option<PathBuf> {
-    let path = repo().join("models").join(file);
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED {test} for {file}: models/{file} is absent (run scripts/setup-llm.sh \
-             --with-gemma3)"
-        );
-        None
-    }
+    crate::util::model_path(file, "scripts/setup-llm.sh --with-gemma3", test)
 }
 
 /// The directory holding the llama.cpp tool `tool`, or `None` after a SKIPPED line.

@@ -29,3 +29,17 @@ pub fn shared_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
     dir.is_dir().then_some(dir)
 }
+
+/// `models/<rel>` of this checkout when it exists; otherwise `None` after a loud SKIPPED line
+/// for `test` naming the missing path and `setup`, the script that fetches it.
+pub fn model_path(rel: &str, setup: &str, test: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(rel);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("SKIPPED {test}: models/{rel} is absent (run {setup})");
+        None
+    }
+}
