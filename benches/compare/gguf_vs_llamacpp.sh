@@ -13,9 +13,12 @@
 # the rounds of each side's prompt (pp) and generation (tg) tokens/s, the ratios
 # freshstack / llama.cpp, and freshstack's peak RSS against the file size, plus the load average.
 #
-# --parity: runs the parity tests (tokenization on >= 2,000 real lines, greedy continuation of
-# the 12 quickstart nugget prompts) against the same llama.cpp build:
-# `cargo test --release --test tests native_parity -- --nocapture --test-threads 1`.
+# --parity: runs the parity tests, the ignored ones included, against the same llama.cpp build:
+# tokenization on >= 2,000 real lines; next-token log-probabilities along llama-server's greedy
+# continuations of the 12 quickstart nugget prompts, against llama.cpp's own spread between its
+# two attention paths; the greedy continuations themselves (whose 10-of-12 target is not met, so
+# this run fails there: see docs/limitations.md):
+# `cargo test --release --test tests native_parity -- --include-ignored --nocapture --test-threads 1`.
 #
 # llama.cpp: $FRESHSTACK_LLAMA_CPP_BIN (a directory holding llama-bench, llama-tokenize,
 # llama-server), else the newest ${FRESHSTACK_CACHE:-~/.cache/freshstack}/llama.cpp/*/bin, else
@@ -69,7 +72,8 @@ echo "llama.cpp: $llama_bin" >&2
 
 if [[ $parity == 1 ]]; then
     export FRESHSTACK_LLAMA_CPP_BIN="$llama_bin"
-    exec cargo test --release --test tests native_parity -- --nocapture --test-threads 1
+    exec cargo test --release --test tests native_parity -- --include-ignored --nocapture \
+        --test-threads 1
 fi
 
 for m in "${models[@]}"; do

@@ -951,6 +951,61 @@ impl LocalChat {
         }
     }
 
+    /// The logits before each token of `continuation` after `prompt_ids` (so
+    /// `continuation.len()` rows), computed as generation computes them: the prompt through
+    /// the prompt path, then one generated-token pass per token. Scores a given continuation
+    /// (teacher forcing) where [`LocalChat::generate_ids`] picks its own.
+    pub fn continuation_logits(
+        &self,
+        prompt_ids: &[u32],
+        continuation: &[u32],
+    ) -> Result<Vec<Vec<f32>>> {
+        let Some((_, fed)) = continuation.split_last() else {
+            return Ok(Vec::new());
+        };
+        if prompt_ids.len() + continuation.len() > self.context_tokens {
+            return Err(gguf_error(
+                &self.path,
+                format!(
+                    "context overflow: {} prompt and {} continuation tokens exceed the model's \
+                     {}-token context",
+                    prompt_ids.len(),
+                    continuation.len(),
+                    self.context_tokens
+                ),
+            ));
+        }
+        let mut rows = Vec::with_capacity(continuation.len());
+        match &self.engine {
+            Engine::Native { model, session } => {
+                let mut session = self.lock(session)?;
+                let native_fail = |e: String| gguf_error(&self.path, e);
+                let (logits, _) = session.prefill(model, prompt_ids).map_err(native_fail)?;
+                rows.push(logits);
+                for &token in fed {
+                    rows.push(session.step(model, token).map_err(native_fail)?);
+                }
+            }
+            Engine::Candle(weights) => {
+                let mut weights = self.lock(weights)?;
+                weights.clear_kv_cache();
+                let fail = |e: candle_core::Error| gguf_error(&self.path, e);
+                rows.push(
+                    self.candle_step(&mut weights, prompt_ids, 0)
+                        .map_err(fail)?,
+                );
+                for (i, &token) in fed.iter().enumerate() {
+                    let pos = prompt_ids.len() + i;
+                    rows.push(
+                        self.candle_step(&mut weights, &[token], pos)
+                            .map_err(fail)?,
+                    );
+                }
+            }
+        }
+        Ok(rows)
+    }
+
     /// One candle forward pass over `input` starting at `pos`: the last position's f32 logits.
     fn candle_step(
         &self,
