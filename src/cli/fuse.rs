@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use freshstack::dataset::RunFile;
+use freshstack::dataset::{RunFile, ScoreText, write_trec_rankings};
 use freshstack::search::{FusionMethod, FusionOptions, fuse_rankings};
 
 /// Fusion methods on the command line.
@@ -71,8 +71,7 @@ pub fn run(args: FuseArgs) -> anyhow::Result<()> {
     let refs: Vec<&RunFile> = runs.iter().collect();
     let fused = fuse_rankings(&refs, &options, &args.tag)?;
     let fusion_ms = started.elapsed().as_secs_f64() * 1e3;
-    fused
-        .write_trec(&args.out, &args.tag, usize::MAX)
+    write_trec_rankings(&fused, &args.out, &args.tag, usize::MAX, ScoreText::F64)
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     eprintln!(
         "fused {} runs over {} questions in {fusion_ms:.1} ms -> {}",

@@ -1,20 +1,16 @@
 //! `freshstack rerank`: rescore the top k of each question of a TREC run with a local
 //! cross-encoder.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use freshstack::Progress;
-use freshstack::dataset::{Run, ScoredDoc};
 use freshstack::embed::{DeviceSpec, ModelDType, resolve_model};
 use freshstack::index::fnv1a64_file;
 use freshstack::rerank::{
-    CrossEncoder, DEFAULT_RERANK_DEPTH, RerankFiles, Reranker, RerankerOptions, read_documents,
-    rerank_files, rerank_run, top_document_ids,
+    CrossEncoder, DEFAULT_RERANK_DEPTH, RerankFiles, Reranker, RerankerOptions, rerank_files,
 };
-use freshstack::search::{Engine, Hit, RetrieverScore};
+use freshstack::search::{DocumentTexts, Engine, Rerank};
 
 use super::progress::Bars;
 
@@ -193,77 +189,16 @@ impl RerankStageArgs {
             corpus,
         }))
     }
-
-    /// First-stage results per query the search must return so `k` survive reranking.
-    pub fn first_stage_k(&self, k: usize) -> usize {
-        if self.rerank.is_some() {
-            k.max(self.rerank_depth)
-        } else {
-            k
-        }
-    }
 }
 
 impl RerankStage {
-    /// Reranks each query's hits (`texts` maps query ids to the query text the first stage
-    /// searched with) and keeps the top `k`. A reranked hit's score is the reranker's; its
-    /// `per_retriever` starts with the first stage's rank and score under `first_stage`.
-    pub fn apply(
-        &self,
-        results: Vec<(String, Vec<Hit>)>,
-        texts: &HashMap<String, String>,
-        first_stage: &str,
-        k: usize,
-        progress: &dyn Progress,
-    ) -> anyhow::Result<Vec<(String, Vec<Hit>)>> {
-        let mut run = Run::new(first_stage);
-        let mut first: HashMap<(&str, &str), (usize, &Hit)> = HashMap::new();
-        for (query_id, hits) in &results {
-            for (rank, hit) in hits.iter().enumerate() {
-                first.insert((query_id.as_str(), hit.id.as_str()), (rank + 1, hit));
-            }
-            // Hits arrive ranked; scores strictly decreasing by rank keep ties in that order.
-            let docs = hits
-                .iter()
-                .enumerate()
-                .map(|(rank, hit)| ScoredDoc {
-                    doc_id: hit.id.clone(),
-                    score: -(rank as f64),
-                })
-                .collect();
-            run.push_ranking(query_id, docs);
+    /// The second stage of a [`freshstack::search::Pipeline`]: this cross-encoder over the
+    /// corpus texts.
+    pub fn stage(&self) -> Rerank<'_> {
+        Rerank {
+            reranker: &self.reranker,
+            depth: self.depth,
+            documents: DocumentTexts::Corpus(&self.corpus),
         }
-        let wanted = top_document_ids(&run, self.depth);
-        let documents = read_documents(&self.corpus, &wanted)?;
-        let (reranked, _) = rerank_run(
-            &self.reranker,
-            &run,
-            texts,
-            &documents,
-            self.depth,
-            progress,
-        )?;
-        let mut out = Vec::with_capacity(results.len());
-        for ranking in reranked.rankings() {
-            let mut hits = Vec::with_capacity(k.min(ranking.docs.len()));
-            for doc in ranking.docs.iter().take(k) {
-                let &(rank, hit) = first
-                    .get(&(ranking.query_id.as_str(), doc.doc_id.as_str()))
-                    .context("reranking returned a document the first stage did not")?;
-                let mut per_retriever = vec![RetrieverScore {
-                    retriever: first_stage.to_string(),
-                    rank,
-                    score: hit.score,
-                }];
-                per_retriever.extend(hit.per_retriever.iter().cloned());
-                hits.push(Hit {
-                    id: doc.doc_id.clone(),
-                    score: doc.score as f32,
-                    per_retriever,
-                });
-            }
-            out.push((ranking.query_id.clone(), hits));
-        }
-        Ok(out)
     }
 }

@@ -5,11 +5,13 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 use freshstack::Progress;
-use freshstack::dataset::{VectorMatrix, ids_path, read_ids};
+use freshstack::dataset::{
+    ScoreText, VectorMatrix, check_trec_tag, ids_path, read_ids, write_trec_rankings,
+};
 use freshstack::embed::{DeviceSpec, ModelDType};
 use freshstack::search::{
-    Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, Engine, FusionMethod, Hit, QueryEncoderOptions,
-    QueryField, SearchOptions, read_queries, write_trec,
+    Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, Engine, FusionMethod, Pipeline,
+    QueryEncoderOptions, QueryField, SearchOptions, read_queries,
 };
 
 use super::progress::Bars;
@@ -169,8 +171,6 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
             .context("cannot configure worker threads")?;
     }
     let options = SearchOptions {
-        retriever: args.retriever.clone(),
-        k: args.rerank.first_stage_k(args.k),
         ann: Ann::parse(&args.ann)?,
         ef_search: args.ef_search,
         ..args.fusion.options()?
@@ -191,92 +191,85 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         args.rerank
             .load(&engine, args.encoders.device(), args.encoders.model_dtype())?;
     let started = std::time::Instant::now();
-    let mut unsearchable = 0usize;
-    let results: Vec<(String, Vec<Hit>)> = if let Some(model) = retriever
+    let vectors = match retriever
         .strip_prefix("dense:")
         .filter(|_| args.query_vectors.is_some())
     {
-        let spec = args.query_vectors.as_deref().unwrap_or_default();
-        let (name, path) = spec
-            .split_once('=')
-            .with_context(|| format!("--query-vectors {spec:?}: expected NAME=PATH.npy"))?;
-        if name != model {
-            bail!("--query-vectors names model {name:?} but the retriever is {retriever}");
-        }
-        let path = PathBuf::from(path);
-        let matrix = VectorMatrix::open(&path)?;
-        let ids = read_ids(&ids_path(&path))?;
-        if ids.len() != matrix.rows() {
-            bail!(
-                "{}: {} ids for {} rows",
-                ids_path(&path).display(),
-                ids.len(),
-                matrix.rows()
-            );
-        }
-        let row_of: std::collections::HashMap<&str, usize> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.as_str(), i))
-            .collect();
-        let vectors = queries
-            .iter()
-            .map(|q| {
-                let row = *row_of.get(q.id.as_str()).with_context(|| {
-                    format!("{} has no vector for query {:?}", path.display(), q.id)
-                })?;
-                Ok(matrix.row(row))
-            })
-            .collect::<anyhow::Result<Vec<Vec<f32>>>>()?;
-        let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-        let hits = engine.search_vectors(model, &refs, &options)?;
-        queries.iter().map(|q| q.id.to_string()).zip(hits).collect()
-    } else {
-        if args.query_vectors.is_some() {
-            bail!("--query-vectors is for a single dense retriever, not {retriever}");
-        }
-        args.encoders.load(&mut engine, &args.retriever)?;
-        // Slices keep the bar moving; each slice is one encoder batch plan and one parallel search.
-        let bars = Bars::new();
-        bars.begin("retrieve", Some(queries.len() as u64));
-        let mut results = Vec::with_capacity(queries.len());
-        for slice in queries.chunks(1024) {
-            let texts: Vec<&str> = slice.iter().map(|q| q.text.as_str()).collect();
-            let hits = engine.search_batch(&texts, &options)?;
-            for (query, hits) in slice.iter().zip(hits) {
-                if hits.is_empty() {
-                    unsearchable += 1;
-                } else {
-                    results.push((query.id.to_string(), hits));
-                }
+        Some(model) => {
+            let spec = args.query_vectors.as_deref().unwrap_or_default();
+            let (name, path) = spec
+                .split_once('=')
+                .with_context(|| format!("--query-vectors {spec:?}: expected NAME=PATH.npy"))?;
+            if name != model {
+                bail!("--query-vectors names model {name:?} but the retriever is {retriever}");
             }
-            bars.advance(slice.len() as u64);
-        }
-        bars.finish();
-        results
-    };
-    let (results, retriever) = match &reranker {
-        Some(reranker) => {
-            let texts: std::collections::HashMap<String, String> = queries
+            let path = PathBuf::from(path);
+            let matrix = VectorMatrix::open(&path)?;
+            let ids = read_ids(&ids_path(&path))?;
+            if ids.len() != matrix.rows() {
+                bail!(
+                    "{}: {} ids for {} rows",
+                    ids_path(&path).display(),
+                    ids.len(),
+                    matrix.rows()
+                );
+            }
+            let row_of: std::collections::HashMap<&str, usize> = ids
                 .iter()
-                .map(|q| (q.id.to_string(), q.text.clone()))
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i))
                 .collect();
-            let reranked = reranker.apply(results, &texts, &retriever, args.k, &Bars::new())?;
-            (reranked, format!("{retriever}+rerank"))
+            let vectors = queries
+                .iter()
+                .map(|q| {
+                    let row = *row_of.get(q.id.as_str()).with_context(|| {
+                        format!("{} has no vector for query {:?}", path.display(), q.id)
+                    })?;
+                    Ok(matrix.row(row))
+                })
+                .collect::<anyhow::Result<Vec<Vec<f32>>>>()?;
+            Some(vectors)
         }
-        None => (results, retriever),
+        None => {
+            if args.query_vectors.is_some() {
+                bail!("--query-vectors is for a single dense retriever, not {retriever}");
+            }
+            args.encoders.load(&mut engine, &args.retriever)?;
+            None
+        }
     };
-    let tag = args.tag.unwrap_or_else(|| retriever.clone());
-    write_trec(&args.out, &results, &tag)?;
-    if unsearchable > 0 {
+    let pipeline = Pipeline {
+        retriever: engine.retriever(&args.retriever, &options)?,
+        rerank: reranker.as_ref().map(|r| r.stage()),
+    };
+    let bars = Bars::new();
+    let retrieved = match &vectors {
+        Some(vectors) => {
+            let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+            pipeline.run_vectors(&queries, &refs, args.k, &bars)?
+        }
+        None => {
+            bars.begin("retrieve", Some(queries.len() as u64));
+            let retrieved = pipeline.run(&queries, args.k, &bars)?;
+            bars.finish();
+            retrieved
+        }
+    };
+    let run = retrieved.run;
+    let tag = args.tag.unwrap_or_else(|| run.name.clone());
+    check_trec_tag(&tag)?;
+    write_trec_rankings(&run, &args.out, &tag, usize::MAX, ScoreText::F32)?;
+    if retrieved.unsearchable > 0 {
         eprintln!(
-            "warning: {unsearchable} queries got no results (for bm25: no searchable terms, \
-             symbols only); they have no results in the run"
+            "warning: {} queries got no results (for bm25: no searchable terms, symbols only); \
+             they have no results in the run",
+            retrieved.unsearchable
         );
     }
     eprintln!(
-        "{} queries, {retriever}, k = {}: wrote {} in {:.2}s",
+        "{} queries, {}, k = {}: wrote {} in {:.2}s",
         queries.len(),
+        run.name,
         args.k,
         args.out.display(),
         started.elapsed().as_secs_f64()

@@ -13,7 +13,7 @@
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::dataset::{DocRef, Rankings, Run, ScoredDoc, py_round, score_key, write_trec_rankings};
+use crate::dataset::{DocRef, Rankings, Run, ScoredDoc, py_round, score_key};
 use crate::error::{Error, Result};
 
 /// How per-run scores are combined.
@@ -56,8 +56,9 @@ impl Default for FusionOptions {
 const NORMALIZATION_EPSILON: f64 = 1e-8;
 
 /// Fused rankings whose document ids borrow from the input runs (as the reference's fused dicts
-/// share the input's strings). Write them with [`Fused::write_trec`] or copy them into a
-/// [`Run`] with [`Fused::to_run`].
+/// share the input's strings). Write them with
+/// [`write_trec_rankings`](crate::dataset::write_trec_rankings) or copy them into a [`Run`] with
+/// [`Fused::to_run`].
 #[derive(Debug, Clone)]
 pub struct Fused<'a> {
     name: String,
@@ -99,17 +100,6 @@ impl<'a> Fused<'a> {
             run.push_ranking(query_id, docs);
         }
         run
-    }
-
-    /// Writes the fused run in TREC format (atomically), the same bytes as
-    /// [`Run::write_trec`] on [`Fused::to_run`].
-    pub fn write_trec(
-        &self,
-        path: impl AsRef<std::path::Path>,
-        tag: &str,
-        top_k: usize,
-    ) -> Result<()> {
-        write_trec_rankings(self, path, tag, top_k)
     }
 }
 
