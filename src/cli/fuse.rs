@@ -8,13 +8,24 @@ use clap::{Args, ValueEnum};
 use freshstack::dataset::{RunFile, ScoreText, write_trec_rankings};
 use freshstack::search::{FusionMethod, FusionOptions, fuse_rankings};
 
-/// Fusion methods on the command line.
+/// Fusion methods on the command line (`fuse --method`, `search`/`retrieve --fusion-method`).
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Method {
+pub enum Method {
     /// Min-max normalise each run's top-depth scores and sum them (the paper's fusion).
+    #[value(alias = "normalized_sum")]
     NormalizedSum,
     /// Reciprocal rank fusion, 1 / (k + rank).
     Rrf,
+}
+
+impl Method {
+    /// The library's method, RRF with offset `rrf_k`.
+    pub fn with_rrf_k(self, rrf_k: f64) -> FusionMethod {
+        match self {
+            Method::NormalizedSum => FusionMethod::NormalizedSum,
+            Method::Rrf => FusionMethod::Rrf { k: rrf_k },
+        }
+    }
 }
 
 /// Arguments of `freshstack fuse`.
@@ -59,10 +70,7 @@ pub fn run(args: FuseArgs) -> anyhow::Result<()> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let options = FusionOptions {
-        method: match args.method {
-            Method::NormalizedSum => FusionMethod::NormalizedSum,
-            Method::Rrf => FusionMethod::Rrf { k: args.rrf_k },
-        },
+        method: args.method.with_rrf_k(args.rrf_k),
         depth: args.depth,
         weights: args.weights,
         round_digits: args.round,

@@ -3,14 +3,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use freshstack::embed::{DeviceSpec, ModelDType, resolve_model};
-use freshstack::index::fnv1a64_file;
 use freshstack::rerank::{
     CrossEncoder, DEFAULT_RERANK_DEPTH, RerankFiles, Reranker, RerankerOptions, rerank_files,
 };
-use freshstack::search::{DocumentTexts, Engine, Rerank};
+use freshstack::search::RerankConfig;
 
 use super::progress::Bars;
 
@@ -52,9 +50,6 @@ pub struct RerankArgs {
     /// Run tag (last column); default: `rerank`.
     #[arg(long, default_value = "rerank")]
     tag: String,
-    /// Worker threads (default: all cores). The output does not depend on it.
-    #[arg(long)]
-    threads: Option<usize>,
 }
 
 pub fn run(args: RerankArgs) -> anyhow::Result<()> {
@@ -70,16 +65,6 @@ pub fn run(args: RerankArgs) -> anyhow::Result<()> {
     };
     if args.k == 0 {
         anyhow::bail!("invalid -k: must be at least 1");
-    }
-    if let Some(threads) = args.threads {
-        let threads = threads.max(1);
-        // candle sizes its matmul parallelism from RAYON_NUM_THREADS; set before any thread starts.
-        // SAFETY: no other thread exists yet (nothing has touched rayon or candle).
-        unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .context("cannot configure worker threads")?;
     }
     let files = resolve_model(&args.model)?;
     let started = std::time::Instant::now();
@@ -134,71 +119,26 @@ pub struct RerankStageArgs {
     rerank_max_length: Option<usize>,
 }
 
-/// A loaded second stage: the cross-encoder, its depth and the corpus it reads.
-pub struct RerankStage {
-    reranker: CrossEncoder,
-    depth: usize,
-    corpus: PathBuf,
-}
-
 impl RerankStageArgs {
-    /// Loads the reranker when `--rerank` is given, after checking the corpus is the index's.
-    pub fn load(
+    /// The second stage's settings when `--rerank` is given (on `device`, in `model_dtype`).
+    pub fn config(
         &self,
-        engine: &Engine,
         device: &str,
         model_dtype: Option<&str>,
-    ) -> anyhow::Result<Option<RerankStage>> {
+    ) -> anyhow::Result<Option<RerankConfig>> {
         let Some(model) = &self.rerank else {
             return Ok(None);
         };
-        if self.rerank_depth == 0 {
-            anyhow::bail!("invalid --rerank-depth: must be at least 1");
-        }
-        let recorded = &engine.manifest().corpus;
-        let corpus = self
-            .corpus
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(&recorded.path));
-        if !corpus.is_file() {
-            anyhow::bail!(
-                "--rerank needs the corpus texts: {} is not a file (pass the index's corpus with \
-                 --corpus)",
-                corpus.display()
-            );
-        }
-        let hash = fnv1a64_file(&corpus)?;
-        if hash != recorded.fnv1a64 {
-            anyhow::bail!(
-                "--corpus {}: not the corpus this index was built from (FNV-1a {hash}, the index \
-                 has {})",
-                corpus.display(),
-                recorded.fnv1a64
-            );
-        }
-        let options = RerankerOptions {
-            device: DeviceSpec::parse(device)?,
-            dtype: model_dtype.map(ModelDType::parse).transpose()?,
-            max_length: self.rerank_max_length,
-            max_batch_tokens: None,
-        };
-        let reranker = CrossEncoder::load(&resolve_model(model)?, &options)?;
-        Ok(Some(RerankStage {
-            reranker,
+        Ok(Some(RerankConfig {
+            model: model.clone(),
             depth: self.rerank_depth,
-            corpus,
+            corpus: self.corpus.clone(),
+            options: RerankerOptions {
+                device: DeviceSpec::parse(device)?,
+                dtype: model_dtype.map(ModelDType::parse).transpose()?,
+                max_length: self.rerank_max_length,
+                max_batch_tokens: None,
+            },
         }))
-    }
-}
-
-impl RerankStage {
-    /// The second stage of a [`freshstack::search::Pipeline`]: this cross-encoder over the
-    /// corpus texts.
-    pub fn stage(&self) -> Rerank<'_> {
-        Rerank {
-            reranker: &self.reranker,
-            depth: self.depth,
-            documents: DocumentTexts::Corpus(&self.corpus),
-        }
     }
 }

@@ -4,11 +4,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::search::{Ann, DEFAULT_EF_SEARCH, Engine, Pipeline, SearchOptions};
+use freshstack::search::{Ann, DEFAULT_EF_SEARCH, Engine, LoadedRerank, Pipeline, SearchOptions};
 
 use super::progress::Bars;
 use super::rerank::RerankStageArgs;
-use super::retrieve::{EncoderArgs, FusionArgs};
+use super::retrieve::{EncoderArgs, FLAGS, FusionArgs};
+use super::with_flags;
 
 /// Arguments of `freshstack search`.
 #[derive(Debug, Args)]
@@ -47,16 +48,21 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let options = SearchOptions {
         ann: Ann::parse(&args.ann)?,
         ef_search: args.ef_search,
-        ..args.fusion.options()?
+        ..args.fusion.options()
     };
+    let rerank = args
+        .rerank
+        .config(args.encoders.device(), args.encoders.model_dtype())?;
     let mut engine = Engine::open(&args.index)?;
-    args.encoders.load(&mut engine, &args.retriever)?;
-    let reranker =
-        args.rerank
-            .load(&engine, args.encoders.device(), args.encoders.model_dtype())?;
+    engine.load_query_encoders_for(&args.retriever, &args.encoders.options()?)?;
+    let reranker = rerank
+        .as_ref()
+        .map(|rerank| LoadedRerank::load(rerank, &engine))
+        .transpose()
+        .map_err(|e| with_flags(e, FLAGS))?;
     let pipeline = Pipeline {
         retriever: engine.retriever(&args.retriever, &options)?,
-        rerank: reranker.as_ref().map(|r| r.stage()),
+        rerank: reranker.as_ref().map(LoadedRerank::stage),
     };
     let hits = pipeline.explain(&args.query, args.k, &Bars::new())?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -20,6 +20,7 @@ mod engine;
 pub mod fusion;
 mod pipeline;
 mod queries;
+mod retrieve;
 
 pub(crate) use build::fingerprint as model_fingerprint;
 pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index};
@@ -28,6 +29,9 @@ pub use engine::{Engine, EngineInfo, EngineRetriever};
 pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};
 pub use pipeline::{DocumentTexts, Pipeline, Rerank, Retrieved};
 pub use queries::{QueryField, QueryItem, read_queries};
+pub use retrieve::{
+    LoadedRerank, QueryVectors, RerankConfig, RetrieveConfig, RetrieveSummary, retrieve,
+};
 
 use crate::dataset::ScoredDoc;
 use crate::error::{Error, Result};
