@@ -89,15 +89,15 @@ pub fn run_benchmark(
         None => None,
     };
     if config.retrievers.is_empty() {
-        return Err(Error::invalid("--retriever", "give at least one retriever"));
+        return Err(Error::invalid("retrievers", "give at least one retriever"));
     }
     if config.k == 0 {
-        return Err(Error::invalid("-k", "must be at least 1"));
+        return Err(Error::invalid("k", "must be at least 1"));
     }
     if config.fusion && config.retrievers.len() < 2 {
         return Err(Error::invalid(
-            "--fusion",
-            "fusion needs at least two --retriever",
+            "fusion",
+            "fusion needs at least two retrievers",
         ));
     }
     // Resolve every retriever (and model) before loading any topic.
@@ -109,13 +109,13 @@ pub fn run_benchmark(
             RetrieverKind::dense(model, &config.encoder)?
         } else {
             return Err(Error::invalid(
-                "--retriever",
+                "retrievers",
                 format!("{spec:?}: expected bm25 or dense:MODEL"),
             ));
         };
         if retrievers.iter().any(|r| r.name() == kind.name()) {
             return Err(Error::invalid(
-                "--retriever",
+                "retrievers",
                 format!("{} given twice", kind.name()),
             ));
         }

@@ -8,6 +8,8 @@ use clap::{Args, ValueEnum};
 use freshstack::dataset::{RunFile, ScoreText, write_trec_rankings};
 use freshstack::search::{FusionMethod, FusionOptions, fuse_rankings};
 
+use super::with_flags;
+
 /// Fusion methods on the command line (`fuse --method`, `search`/`retrieve --fusion-method`).
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Method {
@@ -27,6 +29,13 @@ impl Method {
         }
     }
 }
+
+/// How the library's settings are named on this command line.
+const FLAGS: &[(&str, &str)] = &[
+    ("fusion depth", "--depth"),
+    ("fusion weights", "--weights"),
+    ("rrf k", "--rrf-k"),
+];
 
 /// Arguments of `freshstack fuse`.
 #[derive(Debug, Args)]
@@ -77,7 +86,7 @@ pub fn run(args: FuseArgs) -> anyhow::Result<()> {
     };
     let started = Instant::now();
     let refs: Vec<&RunFile> = runs.iter().collect();
-    let fused = fuse_rankings(&refs, &options, &args.tag)?;
+    let fused = fuse_rankings(&refs, &options, &args.tag).map_err(|e| with_flags(e, FLAGS))?;
     let fusion_ms = started.elapsed().as_secs_f64() * 1e3;
     write_trec_rankings(&fused, &args.out, &args.tag, usize::MAX, ScoreText::F64)
         .with_context(|| format!("cannot write {}", args.out.display()))?;

@@ -11,6 +11,14 @@ use freshstack::rerank::{
 use freshstack::search::RerankConfig;
 
 use super::progress::Bars;
+use super::with_flags;
+
+/// How the library's settings are named on this command line.
+const FLAGS: &[(&str, &str)] = &[
+    ("rerank depth", "-k"),
+    ("queries", "--queries"),
+    ("corpus", "--corpus"),
+];
 
 /// Arguments of `freshstack rerank`.
 #[derive(Debug, Args)]
@@ -81,7 +89,8 @@ pub fn run(args: RerankArgs) -> anyhow::Result<()> {
         },
         args.k,
         &Bars::new(),
-    )?;
+    )
+    .map_err(|e| with_flags(e, FLAGS))?;
     let seconds = started.elapsed().as_secs_f64() - loaded;
     eprintln!(
         "reranked the top {} of {} questions with {} (max length {}): {} pairs, {} tokens, {} \

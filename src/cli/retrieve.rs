@@ -145,7 +145,12 @@ pub struct RetrieveArgs {
 pub const FLAGS: &[(&str, &str)] = &[
     ("rerank depth", "--rerank-depth"),
     ("rerank corpus", "--corpus"),
+    ("corpus", "--corpus"),
+    ("queries", "--queries"),
     ("query vectors", "--query-vectors"),
+    ("fusion depth", "--fusion-depth"),
+    ("fusion weights", "--fusion-weights"),
+    ("rrf k", "--rrf-k"),
 ];
 
 pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {

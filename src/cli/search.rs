@@ -64,7 +64,9 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         retriever: engine.retriever(&args.retriever, &options)?,
         rerank: reranker.as_ref().map(LoadedRerank::stage),
     };
-    let hits = pipeline.explain(&args.query, args.k, &Bars::new())?;
+    let hits = pipeline
+        .explain(&args.query, args.k, &Bars::new())
+        .map_err(|e| with_flags(e, FLAGS))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // The engine scores in f32: printed as f32, as they always were.
     for (rank, hit) in hits.iter().enumerate() {

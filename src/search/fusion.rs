@@ -139,18 +139,18 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
         return Err(Error::invalid("runs", "nothing to fuse"));
     }
     if options.depth == 0 {
-        return Err(Error::invalid("--depth", "must be at least 1"));
+        return Err(Error::invalid("fusion depth", "must be at least 1"));
     }
     let weights = match &options.weights {
         Some(w) if w.len() != runs.len() => {
             return Err(Error::invalid(
-                "--weights",
+                "fusion weights",
                 format!("{} weights for {} runs", w.len(), runs.len()),
             ));
         }
         Some(w) if w.iter().any(|x| !x.is_finite()) => {
             return Err(Error::invalid(
-                "--weights",
+                "fusion weights",
                 "weights must be finite numbers",
             ));
         }
@@ -162,7 +162,7 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
     {
         // 1 / (k + rank) with rank from 1: k <= -1 divides by zero or turns the order around.
         return Err(Error::invalid(
-            "--rrf-k",
+            "rrf k",
             format!("{k}: must be a finite number >= 0"),
         ));
     }
@@ -194,8 +194,8 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
                         "runs",
                         format!(
                             "run {}: question {query_id:?}, document {doc_id:?}: score {score} is \
-                             not finite; normalized-sum fusion needs finite scores (--method rrf \
-                             uses ranks only)",
+                             not finite; normalized-sum fusion needs finite scores (RRF uses \
+                             ranks only)",
                             runs[run].run_name()
                         ),
                     )
@@ -466,7 +466,7 @@ mod tests {
                 ..FusionOptions::default()
             };
             let err = fuse(&[&a], &options, "f").unwrap_err().to_string();
-            assert!(err.contains("--rrf-k"), "{err}");
+            assert!(err.contains("invalid rrf k"), "{err}");
         }
         let options = FusionOptions {
             method: FusionMethod::Rrf { k: 0.0 },
