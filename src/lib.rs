@@ -19,7 +19,7 @@
 //!    k1/b settable) and dense vector matrices with HNSW graphs, the corpus encoded by the index
 //!    itself ([`build_hybrid_index`]); **search** ([`search`]): the [`Engine`] serves `bm25`,
 //!    `dense:NAME` (queries encoded with the recorded model) and `fusion` retrievers, one query
-//!    or a batch, and writes TREC runs.
+//!    or a batch; a [`Pipeline`] (first stage + optional rerank) turns queries into a [`Run`].
 //! 6. **Rerank** ([`rerank`]): cross-encoders (BERT and XLM-RoBERTa sequence classifiers)
 //!    rescore the top of a run. **Shards** ([`dataset::Shard`], [`merge`]): the heavy stages
 //!    run as N deterministic slices on a cluster and merge into the single-process bytes.
@@ -61,7 +61,8 @@ pub mod source;
 pub mod stages;
 
 pub use dataset::{
-    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryId, Question, QuestionMetadata, Run,
+    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryId, Question, QuestionMetadata,
+    Run, ScoredDoc,
 };
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
@@ -69,7 +70,7 @@ pub use index::{IndexConfig, build_index};
 pub use llm::{Chat, ChatParams, Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};
 pub use progress::{NoProgress, Progress};
 pub use search::{
-    DenseModelSpec, Engine, Hit, HybridIndexConfig, QueryEncoder, Retriever, SearchOptions,
+    DenseModelSpec, Engine, HybridIndexConfig, Pipeline, QueryEncoder, Retriever, SearchOptions,
     build_hybrid_index,
 };
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

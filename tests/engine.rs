@@ -56,8 +56,8 @@ fn bm25_index(dir: &Path) -> PathBuf {
     index
 }
 
-fn ids(hits: &[freshstack::search::Hit]) -> Vec<&str> {
-    hits.iter().map(|h| h.id.as_str()).collect()
+fn ids(hits: &[freshstack::dataset::ScoredDoc]) -> Vec<&str> {
+    hits.iter().map(|h| h.doc_id.as_str()).collect()
 }
 
 #[test]
@@ -65,11 +65,11 @@ fn bm25_finds_identifier_parts() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(bm25_index(dir.path())).unwrap();
     let hits = engine.search_bm25("user name", 3).unwrap();
-    assert_eq!(hits[0].id, "a/b/http.py_0_10");
+    assert_eq!(hits[0].doc_id, "a/b/http.py_0_10");
     let hits = engine.search_bm25("handle_request", 3).unwrap();
     assert_eq!(ids(&hits), ["a/b/http.py_0_10"]);
     let hits = engine.search_bm25("UserController", 3).unwrap();
-    assert_eq!(hits[0].id, "a/b/app.php_0_10");
+    assert_eq!(hits[0].doc_id, "a/b/app.php_0_10");
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn bm25_score_matches_hand_computation() {
     let tf = 2.0f32;
     let expected = idf * tf / (tf + k1 * (1.0 - b + b * lens[3] as f32 / avgdl));
     assert!(
-        (hits[0].score - expected).abs() < 1e-4,
+        (hits[0].score - f64::from(expected)).abs() < 1e-4,
         "{} vs {expected}",
         hits[0].score
     );
@@ -325,7 +325,7 @@ fn dense_exact_and_hnsw_agree_on_small_data() {
             ..SearchOptions::default()
         };
         let hits = engine.search_vector("rand", query, &exact).unwrap();
-        assert_eq!(hits[0].id, ids[17]);
+        assert_eq!(hits[0].doc_id, ids[17]);
         assert!((hits[0].score - 1.0).abs() < 1e-2, "{}", hits[0].score);
         let hnsw = SearchOptions {
             ann: Ann::Hnsw,
@@ -339,7 +339,7 @@ fn dense_exact_and_hnsw_agree_on_small_data() {
         std::fs::remove_dir_all(index.join("dense/rand/hnsw")).unwrap();
         let engine = Engine::open(&index).unwrap();
         let again = engine.search_vector("rand", query, &hnsw).unwrap();
-        assert_eq!(again[0].id, ids[17]);
+        assert_eq!(again[0].doc_id, ids[17]);
     }
 }
 

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use freshstack::NoProgress;
 use freshstack::Progress;
+use freshstack::dataset::ScoredDoc;
 use freshstack::index::{
     Bm25Settings, DenseModelRef, DocumentEncoder, EncodedVectors, HnswSettings, IndexConfig,
     build_index_with_encoders,
 };
 use freshstack::search::{
-    Ann, Engine, FusionMethod, Hit, QueryEncoder, QueryEncoderOptions, SearchOptions,
+    Ann, Engine, FusionMethod, QueryEncoder, QueryEncoderOptions, SearchOptions,
 };
 
 use crate::util::write;
@@ -166,13 +167,13 @@ pub(crate) fn options(retriever: &str, k: usize) -> SearchOptions {
 }
 
 /// min-max normalisation of one retriever's list, as the reference's `util.fusion`.
-fn normalized(hits: &[Hit]) -> Vec<(String, f64)> {
-    let scores: Vec<f64> = hits.iter().map(|h| f64::from(h.score)).collect();
+fn normalized(hits: &[ScoredDoc]) -> Vec<(String, f64)> {
+    let scores: Vec<f64> = hits.iter().map(|h| h.score).collect();
     let min = scores.iter().copied().fold(f64::INFINITY, f64::min);
     let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     hits.iter()
         .zip(&scores)
-        .map(|(h, s)| (h.id.clone(), (s - min) / (max - min + 1e-8)))
+        .map(|(h, s)| (h.doc_id.clone(), (s - min) / (max - min + 1e-8)))
         .collect()
 }
 
@@ -184,8 +185,8 @@ fn fusion_is_the_normalized_sum_of_the_retrievers() {
     let bm25 = engine.search(query, &options("bm25", 100)).unwrap();
     let dense = engine.search(query, &options("dense:hash", 100)).unwrap();
     assert!(bm25.len() >= 2 && dense.len() == DOCS.len());
-    assert_eq!(bm25[0].id, "laravel/docs/queues.md_0_10");
-    assert_eq!(dense[0].id, "laravel/docs/queues.md_0_10");
+    assert_eq!(bm25[0].doc_id, "laravel/docs/queues.md_0_10");
+    assert_eq!(dense[0].doc_id, "laravel/docs/queues.md_0_10");
 
     let mut expected: std::collections::BTreeMap<String, f64> = Default::default();
     for list in [&bm25, &dense] {
@@ -193,45 +194,57 @@ fn fusion_is_the_normalized_sum_of_the_retrievers() {
             *expected.entry(id).or_default() += s;
         }
     }
-    let fused = engine.search(query, &options("fusion", 5)).unwrap();
+    let fused = engine
+        .search_explained(query, &options("fusion", 5))
+        .unwrap();
     assert_eq!(fused.len(), 5);
     for pair in fused.windows(2) {
-        assert!(pair[0].score >= pair[1].score);
+        assert!(pair[0].doc.score >= pair[1].doc.score);
     }
     for hit in &fused {
-        let want = expected[&hit.id];
+        let want = expected[&hit.doc.doc_id];
         assert!(
-            (f64::from(hit.score) - want).abs() < 1e-5,
+            (hit.doc.score - want).abs() < 1e-5,
             "{}: {} vs {want}",
-            hit.id,
-            hit.score
+            hit.doc.doc_id,
+            hit.doc.score
         );
         // Per-retriever places are the single retrievers' ranks and raw scores.
-        for place in &hit.per_retriever {
+        for place in &hit.places {
             let list = if place.retriever == "bm25" {
                 &bm25
             } else {
                 &dense
             };
             assert!(place.retriever == "bm25" || place.retriever == "dense:hash");
-            let rank = list.iter().position(|h| h.id == hit.id).unwrap() + 1;
+            let rank = list
+                .iter()
+                .position(|h| h.doc_id == hit.doc.doc_id)
+                .unwrap()
+                + 1;
             assert_eq!(place.rank, rank);
             assert!((place.score - list[rank - 1].score).abs() < 1e-6);
         }
-        let in_bm25 = bm25.iter().any(|h| h.id == hit.id);
-        assert_eq!(hit.per_retriever.len(), 1 + usize::from(in_bm25));
+        let in_bm25 = bm25.iter().any(|h| h.doc_id == hit.doc.doc_id);
+        assert_eq!(hit.places.len(), 1 + usize::from(in_bm25));
     }
     // The best of all lists is fused first; the explicit list fuses the same.
-    assert_eq!(fused[0].id, "laravel/docs/queues.md_0_10");
-    assert!((fused[0].score - 2.0).abs() < 1e-5);
+    assert_eq!(fused[0].doc.doc_id, "laravel/docs/queues.md_0_10");
+    assert!((fused[0].doc.score - 2.0).abs() < 1e-5);
     let explicit = engine
-        .search(query, &options("fusion:dense:hash,bm25", 5))
+        .search_explained(query, &options("fusion:dense:hash,bm25", 5))
         .unwrap();
     assert_eq!(
-        explicit.iter().map(|h| &h.id).collect::<Vec<_>>(),
-        fused.iter().map(|h| &h.id).collect::<Vec<_>>()
+        explicit.iter().map(|h| &h.doc.doc_id).collect::<Vec<_>>(),
+        fused.iter().map(|h| &h.doc.doc_id).collect::<Vec<_>>()
     );
-    assert_eq!(explicit[0].per_retriever[0].retriever, "dense:hash");
+    assert_eq!(explicit[0].places[0].retriever, "dense:hash");
+    // Without places, the same ranking.
+    let plain = engine.search(query, &options("fusion", 5)).unwrap();
+    assert_eq!(
+        plain,
+        fused.iter().map(|h| h.doc.clone()).collect::<Vec<_>>()
+    );
     // Depth: only the top 1 of each retriever takes part.
     let shallow = SearchOptions {
         fusion_depth: 1,
@@ -244,14 +257,14 @@ fn fusion_is_the_normalized_sum_of_the_retrievers() {
         fusion_method: FusionMethod::Rrf { k: 60.0 },
         ..options("fusion", 3)
     };
-    let hits = engine.search(query, &rrf).unwrap();
+    let hits = engine.search_explained(query, &rrf).unwrap();
     let top = &hits[0];
     let want: f64 = top
-        .per_retriever
+        .places
         .iter()
         .map(|p| 1.0 / (60.0 + p.rank as f64))
         .sum();
-    assert!((f64::from(top.score) - want).abs() < 1e-6);
+    assert!((top.doc.score - want).abs() < 1e-6);
 }
 
 #[test]
@@ -295,12 +308,11 @@ fn batch_search_equals_one_by_one_whatever_the_threads() {
         assert_eq!(a, batch);
     }
     // A symbols-only query still gets the dense half of a fusion.
-    let hits = engine.search("#### ???", &options("fusion", 3)).unwrap();
+    let hits = engine
+        .search_explained("#### ???", &options("fusion", 3))
+        .unwrap();
     assert_eq!(hits.len(), 3);
-    assert!(
-        hits.iter()
-            .all(|h| h.per_retriever[0].retriever == "dense:hash")
-    );
+    assert!(hits.iter().all(|h| h.places[0].retriever == "dense:hash"));
 }
 
 #[test]
@@ -453,7 +465,7 @@ fn committed_v1_index_opens_and_searches() {
     let hits = engine
         .search("background queue", &options("bm25", 2))
         .unwrap();
-    assert_eq!(hits[0].id, "laravel/docs/queues.md_0_10");
+    assert_eq!(hits[0].doc_id, "laravel/docs/queues.md_0_10");
     let exact = SearchOptions {
         ann: Ann::Exact,
         ..options("dense:onehot", 1)
@@ -461,7 +473,7 @@ fn committed_v1_index_opens_and_searches() {
     let hits = engine
         .search_vector("onehot", &[0.0, 0.0, 0.0, 1.0], &exact)
         .unwrap();
-    assert_eq!(hits[0].id, "laravel/docs/cache.md_0_10");
+    assert_eq!(hits[0].doc_id, "laravel/docs/cache.md_0_10");
     assert!((hits[0].score - 1.0).abs() < 1e-6);
     // Fusion of the two, with the vector half given by a query encoder.
     struct Axis;
@@ -478,7 +490,7 @@ fn committed_v1_index_opens_and_searches() {
     let hits = engine
         .search("background queue", &options("fusion", 4))
         .unwrap();
-    let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+    let ids: Vec<&str> = hits.iter().map(|h| h.doc_id.as_str()).collect();
     assert!(
         ids.contains(&"laravel/docs/queues.md_0_10") && ids.contains(&"php/doc/string.md_0_10")
     );

@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
+use freshstack::dataset::ScoredDoc;
 use freshstack::search::{
-    Ann, DenseModelSpec, Engine, Hit, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
+    Ann, DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
     build_hybrid_index,
 };
 
@@ -56,7 +57,7 @@ fn minilm_index_encodes_documents_and_queries() {
             &options("dense", 3),
         )
         .unwrap();
-    assert_eq!(hits[0].id, "laravel/docs/queues.md_0_10", "{hits:?}");
+    assert_eq!(hits[0].doc_id, "laravel/docs/queues.md_0_10", "{hits:?}");
     // A document's own text finds it with cosine ~1 (f16 storage), exact and HNSW alike.
     for ann in [Ann::Exact, Ann::Hnsw] {
         let opts = SearchOptions {
@@ -64,7 +65,7 @@ fn minilm_index_encodes_documents_and_queries() {
             ..options("dense:all-MiniLM-L6-v2", 1)
         };
         let hits = engine.search(DOCS[6].1, &opts).unwrap();
-        assert_eq!(hits[0].id, DOCS[6].0);
+        assert_eq!(hits[0].doc_id, DOCS[6].0);
         assert!((hits[0].score - 1.0).abs() < 5e-3, "{}", hits[0].score);
     }
     // Batched query encoding gives the same rankings as one at a time.
@@ -78,13 +79,13 @@ fn minilm_index_encodes_documents_and_queries() {
         .unwrap();
     for (query, hits) in queries.iter().zip(&batch) {
         let single = engine.search(query, &options("fusion", 3)).unwrap();
-        let ids = |h: &[Hit]| h.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+        let ids = |h: &[ScoredDoc]| h.iter().map(|h| h.doc_id.clone()).collect::<Vec<_>>();
         assert_eq!(ids(hits), ids(&single), "{query}");
         for (a, b) in hits.iter().zip(&single) {
             assert!((a.score - b.score).abs() < 1e-4);
         }
     }
-    assert_eq!(batch[0][0].id, "laravel/docs/mail.md_0_10");
+    assert_eq!(batch[0][0].doc_id, "laravel/docs/mail.md_0_10");
 }
 
 fn run_ok(args: &[&str]) -> String {
@@ -314,8 +315,12 @@ fn refresh_embeds_added_documents_like_a_fresh_build() {
                 a.search(query, &opts).unwrap(),
                 b.search(query, &opts).unwrap(),
             );
-            assert!(x.iter().all(|h| !h.id.contains("str_contains")), "{x:?}");
-            let ids = |hits: &[Hit]| hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+            assert!(
+                x.iter().all(|h| !h.doc_id.contains("str_contains")),
+                "{x:?}"
+            );
+            let ids =
+                |hits: &[ScoredDoc]| hits.iter().map(|h| h.doc_id.clone()).collect::<Vec<_>>();
             assert_eq!(ids(&x), ids(&y), "{retriever} {ann:?} {query}");
             for (p, q) in x.iter().zip(&y) {
                 assert!((p.score - q.score).abs() < 1e-6, "{p:?} vs {q:?}");

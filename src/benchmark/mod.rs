@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::eval::{EvalConfig, Judgments, evaluate};
 use crate::index::Bm25Settings;
 use crate::progress::Progress;
-use crate::rerank::{CrossEncoder, RerankerOptions, rerank_run};
-use crate::search::{FusionOptions, fuse};
+use crate::rerank::{CrossEncoder, RerankerOptions};
+use crate::search::{DocumentTexts, FusionOptions, Rerank, fuse};
 use retrieve::{RetrieverKind, prepare_index, retrieve, truncate, write_corpus};
 
 /// What to run.
@@ -89,15 +89,15 @@ pub fn run_benchmark(
         None => None,
     };
     if config.retrievers.is_empty() {
-        return Err(Error::invalid("--retriever", "give at least one retriever"));
+        return Err(Error::invalid("retrievers", "give at least one retriever"));
     }
     if config.k == 0 {
-        return Err(Error::invalid("-k", "must be at least 1"));
+        return Err(Error::invalid("k", "must be at least 1"));
     }
     if config.fusion && config.retrievers.len() < 2 {
         return Err(Error::invalid(
-            "--fusion",
-            "fusion needs at least two --retriever",
+            "fusion",
+            "fusion needs at least two retrievers",
         ));
     }
     // Resolve every retriever (and model) before loading any topic.
@@ -109,13 +109,13 @@ pub fn run_benchmark(
             RetrieverKind::dense(model, &config.encoder)?
         } else {
             return Err(Error::invalid(
-                "--retriever",
+                "retrievers",
                 format!("{spec:?}: expected bm25 or dense:MODEL"),
             ));
         };
         if retrievers.iter().any(|r| r.name() == kind.name()) {
             return Err(Error::invalid(
-                "--retriever",
+                "retrievers",
                 format!("{} given twice", kind.name()),
             ));
         }
@@ -190,19 +190,18 @@ pub fn run_benchmark(
                 .iter()
                 .map(|d| (d.id.clone(), d.text.clone()))
                 .collect();
-            for i in 0..first_stage {
-                progress.begin(&format!("{}: rerank {}", spec.name, names[i]), None);
-                let (reranked, _) = rerank_run(
-                    reranker,
-                    &runs[i],
-                    &queries,
-                    &documents,
-                    RERANK_DEPTH,
-                    progress,
-                )?;
-                progress.finish();
-                runs.push(truncate(&reranked, config.k));
-            }
+            let rerank = Rerank {
+                reranker,
+                depth: RERANK_DEPTH,
+                documents: DocumentTexts::Loaded(&documents),
+            };
+            let jobs: Vec<(&Run, &HashMap<String, String>, String)> = runs[..first_stage]
+                .iter()
+                .zip(&names)
+                .map(|(run, name)| (run, &queries, format!("{}: rerank {name}", spec.name)))
+                .collect();
+            let reranked = rerank.rerank_runs(&jobs, progress)?;
+            runs.extend(reranked.iter().map(|run| truncate(run, config.k)));
         }
         for (run, name) in runs.iter().zip(&names) {
             let file = format!("runs/{}/{}.trec", spec.name, name.replace(':', "-"));

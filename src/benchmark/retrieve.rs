@@ -17,16 +17,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{
-    AtomicWriter, Document, Question, Run, ScoredDoc, VectorDtype, write_json_atomic,
-};
+use crate::dataset::{AtomicWriter, Document, Question, Run, VectorDtype, write_json_atomic};
 use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
 use crate::index::{Bm25Settings, IndexConfig, Manifest, build_index, fnv1a64, fnv1a64_file};
 use crate::progress::Progress;
 use crate::search::{
-    Ann, DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, SearchOptions,
-    build_hybrid_index,
+    Ann, DenseModelSpec, Engine, HybridIndexConfig, Pipeline, QueryEncoderOptions, QueryItem,
+    SearchOptions, build_hybrid_index,
 };
 
 /// A retriever of the benchmark, resolved.
@@ -175,45 +173,37 @@ pub(crate) fn prepare_index(
 }
 
 /// The run of `retriever` on `engine`: the top `depth` per question for
-/// `query_title + " " + query_text`, all questions in one [`Engine::search_batch`] call
-/// (exact search). Also returns how many questions had no BM25 term (they get no results).
+/// `query_title + " " + query_text`, all questions in one batch ([`Pipeline::first_stage`],
+/// exact search). Also returns how many questions had no BM25 term (they get no results).
 pub(crate) fn retrieve(
     engine: &Engine,
     retriever: &RetrieverKind,
     queries: &[Question],
     depth: usize,
 ) -> Result<(Run, usize)> {
-    let texts: Vec<String> = queries.iter().map(Question::query_text).collect();
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let name = retriever.name();
+    let items: Vec<QueryItem> = queries
+        .iter()
+        .map(|q| QueryItem {
+            id: q.query_id.clone(),
+            text: q.query_text(),
+        })
+        .collect();
     let options = SearchOptions {
-        retriever: name.clone(),
-        k: depth,
         ann: Ann::Exact,
         ..SearchOptions::default()
     };
-    let hits = engine.search_batch(&refs, &options)?;
+    let pipeline = Pipeline {
+        retriever: engine.retriever(&retriever.name(), &options)?,
+        rerank: None,
+    };
+    let (run, _) = pipeline.first_stage(&items, depth)?;
     let mut unsearchable = 0;
     if let RetrieverKind::Bm25(_) = retriever {
-        for text in &refs {
-            if !engine.has_searchable_terms(text)? {
+        for item in &items {
+            if !engine.has_searchable_terms(&item.text)? {
                 unsearchable += 1;
             }
         }
-    }
-    let mut run = Run::new(name.as_str());
-    for (q, hits) in queries.iter().zip(hits) {
-        if hits.is_empty() {
-            continue;
-        }
-        let docs = hits
-            .into_iter()
-            .map(|h| ScoredDoc {
-                doc_id: h.id,
-                score: f64::from(h.score),
-            })
-            .collect();
-        run.push_ranking(&q.query_id, docs);
     }
     Ok((run, unsearchable))
 }

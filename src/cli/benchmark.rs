@@ -13,6 +13,14 @@ use freshstack::embed::{DeviceSpec, EncoderOptions, ModelDType};
 use freshstack::index::{AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1};
 
 use super::progress::Bars;
+use super::with_flags;
+
+/// How the library's settings are named on this command line.
+const FLAGS: &[(&str, &str)] = &[
+    ("retrievers", "--retriever"),
+    ("k", "-k"),
+    ("fusion", "--fusion"),
+];
 
 /// Arguments of `freshstack benchmark`.
 #[derive(Debug, Args)]
@@ -111,7 +119,7 @@ pub fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
         },
     };
     let started = std::time::Instant::now();
-    let results = run_benchmark(&config, &Bars::new())?;
+    let results = run_benchmark(&config, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
     write_results(&results, paper.as_ref(), &args.out)
         .with_context(|| format!("writing results into {}", args.out.display()))?;
     for t in &results.topics {

@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use freshstack::source::{
     CorpusConfig, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TOKENS, RepoSpec, SkipReason, TokenizerSpec,
@@ -38,9 +37,6 @@ pub struct CorpusArgs {
     /// Also write the summary (per-repo totals, skips by reason) as JSON here.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
-    /// Worker threads (default: all cores). The output does not depend on it.
-    #[arg(long)]
-    threads: Option<usize>,
 }
 
 pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
@@ -56,12 +52,6 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
         max_file_bytes: args.max_file_bytes,
         exclude: args.exclude,
     };
-    if let Some(threads) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .build_global()
-            .context("cannot configure worker threads")?;
-    }
     let started = std::time::Instant::now();
     let summary = build_corpus(&config, &args.out, &Bars::new())?;
     if let Some(path) = &args.summary {

@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use freshstack::dataset::{
     SHARD_FORMAT, Shard, ShardInfo, VectorDtype, ids_path, keys_hash, shard_info_path, write_ids,
@@ -60,9 +59,6 @@ pub struct EmbedArgs {
     /// Query template override (`{task}` and `{text}` are substituted).
     #[arg(long)]
     query_template: Option<String>,
-    /// Worker threads (default: all cores). The output does not depend on it.
-    #[arg(long)]
-    threads: Option<usize>,
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
@@ -83,16 +79,6 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         ..EncoderOptions::default()
     };
     let requested_kind = args.kind.as_deref().map(TextKind::parse).transpose()?;
-    if let Some(threads) = args.threads {
-        let threads = threads.max(1);
-        // candle sizes its matmul parallelism from RAYON_NUM_THREADS; set before any thread starts.
-        // SAFETY: no other thread exists yet (nothing has touched rayon or candle).
-        unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .context("cannot configure worker threads")?;
-    }
 
     let input = read_embed_input(&args.input)?;
     let kind = requested_kind.unwrap_or(match input.kind {

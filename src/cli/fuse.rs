@@ -5,17 +5,37 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use freshstack::dataset::RunFile;
+use freshstack::dataset::{RunFile, ScoreText, write_trec_rankings};
 use freshstack::search::{FusionMethod, FusionOptions, fuse_rankings};
 
-/// Fusion methods on the command line.
+use super::with_flags;
+
+/// Fusion methods on the command line (`fuse --method`, `search`/`retrieve --fusion-method`).
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Method {
+pub enum Method {
     /// Min-max normalise each run's top-depth scores and sum them (the paper's fusion).
+    #[value(alias = "normalized_sum")]
     NormalizedSum,
     /// Reciprocal rank fusion, 1 / (k + rank).
     Rrf,
 }
+
+impl Method {
+    /// The library's method, RRF with offset `rrf_k`.
+    pub fn with_rrf_k(self, rrf_k: f64) -> FusionMethod {
+        match self {
+            Method::NormalizedSum => FusionMethod::NormalizedSum,
+            Method::Rrf => FusionMethod::Rrf { k: rrf_k },
+        }
+    }
+}
+
+/// How the library's settings are named on this command line.
+const FLAGS: &[(&str, &str)] = &[
+    ("fusion depth", "--depth"),
+    ("fusion weights", "--weights"),
+    ("rrf k", "--rrf-k"),
+];
 
 /// Arguments of `freshstack fuse`.
 #[derive(Debug, Args)]
@@ -59,20 +79,16 @@ pub fn run(args: FuseArgs) -> anyhow::Result<()> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let options = FusionOptions {
-        method: match args.method {
-            Method::NormalizedSum => FusionMethod::NormalizedSum,
-            Method::Rrf => FusionMethod::Rrf { k: args.rrf_k },
-        },
+        method: args.method.with_rrf_k(args.rrf_k),
         depth: args.depth,
         weights: args.weights,
         round_digits: args.round,
     };
     let started = Instant::now();
     let refs: Vec<&RunFile> = runs.iter().collect();
-    let fused = fuse_rankings(&refs, &options, &args.tag)?;
+    let fused = fuse_rankings(&refs, &options, &args.tag).map_err(|e| with_flags(e, FLAGS))?;
     let fusion_ms = started.elapsed().as_secs_f64() * 1e3;
-    fused
-        .write_trec(&args.out, &args.tag, usize::MAX)
+    write_trec_rankings(&fused, &args.out, &args.tag, usize::MAX, ScoreText::F64)
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     eprintln!(
         "fused {} runs over {} questions in {fusion_ms:.1} ms -> {}",

@@ -13,9 +13,6 @@ use freshstack::llm::{ChatParams, LocalChat, Message};
 pub struct LlmToolArgs {
     #[command(subcommand)]
     command: LlmTool,
-    /// Worker threads (default: all cores).
-    #[arg(long, global = true)]
-    threads: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,15 +74,7 @@ enum LlmTool {
 }
 
 pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
-    let mut pool = rayon::ThreadPoolBuilder::new();
-    if let Some(threads) = args.threads {
-        pool = pool.num_threads(threads.max(1));
-    }
-    let pool = pool.build().context("cannot start worker threads")?;
-    pool.install(|| run_tool(args.command))
-}
-
-fn run_tool(tool: LlmTool) -> anyhow::Result<()> {
+    let tool = args.command;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match tool {

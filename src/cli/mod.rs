@@ -20,6 +20,7 @@ mod retrieve;
 mod search;
 mod stackoverflow;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use freshstack::stages::StageSummary;
 
@@ -42,6 +43,9 @@ pub struct Cli {
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Worker threads (default: all cores). No output depends on it.
+    #[arg(long, global = true, value_name = "N")]
+    pub threads: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -92,6 +96,9 @@ enum Command {
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(threads) = cli.threads {
+        set_threads(threads)?;
+    }
     match cli.command {
         Command::Corpus(args) => corpus::run(args),
         Command::StackOverflow(args) => stackoverflow::run(args),
@@ -112,6 +119,19 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(args) => report::run(args),
         Command::Llm(args) => llm_tools::run(args),
     }
+}
+
+/// Sizes the global rayon pool and candle's matmul parallelism (which reads
+/// `RAYON_NUM_THREADS`) to `threads` (at least 1), before any thread starts.
+fn set_threads(threads: usize) -> anyhow::Result<()> {
+    let threads = threads.max(1);
+    // SAFETY: called first thing after parsing: no other thread exists yet (nothing has touched
+    // rayon or candle).
+    unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .context("cannot configure worker threads")
 }
 
 /// The HTTP client's protocol layer dumps every byte it sends at trace level, the
@@ -156,6 +176,17 @@ pub fn one_line(err: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line.replace('\n', " ")
+}
+
+/// A library error for the command line: an invalid setting named in `flags` (setting, flag)
+/// reads `invalid FLAG: ...`, as the user typed it; anything else is unchanged.
+pub fn with_flags(err: freshstack::Error, flags: &[(&str, &str)]) -> anyhow::Error {
+    if let freshstack::Error::InvalidArgument { what, message } = &err
+        && let Some((_, flag)) = flags.iter().find(|(setting, _)| setting == what)
+    {
+        return anyhow::anyhow!("invalid {flag}: {message}");
+    }
+    err.into()
 }
 
 /// True when the error is a closed stdout (`freshstack ... | head`): not a failure.

@@ -1,22 +1,24 @@
 //! `freshstack rerank`: rescore the top k of each question of a TREC run with a local
 //! cross-encoder.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use freshstack::Progress;
-use freshstack::dataset::{Run, ScoredDoc};
 use freshstack::embed::{DeviceSpec, ModelDType, resolve_model};
-use freshstack::index::fnv1a64_file;
 use freshstack::rerank::{
-    CrossEncoder, DEFAULT_RERANK_DEPTH, RerankFiles, Reranker, RerankerOptions, read_documents,
-    rerank_files, rerank_run, top_document_ids,
+    CrossEncoder, DEFAULT_RERANK_DEPTH, RerankFiles, Reranker, RerankerOptions, rerank_files,
 };
-use freshstack::search::{Engine, Hit, RetrieverScore};
+use freshstack::search::RerankConfig;
 
 use super::progress::Bars;
+use super::with_flags;
+
+/// How the library's settings are named on this command line.
+const FLAGS: &[(&str, &str)] = &[
+    ("rerank depth", "-k"),
+    ("queries", "--queries"),
+    ("corpus", "--corpus"),
+];
 
 /// Arguments of `freshstack rerank`.
 #[derive(Debug, Args)]
@@ -56,9 +58,6 @@ pub struct RerankArgs {
     /// Run tag (last column); default: `rerank`.
     #[arg(long, default_value = "rerank")]
     tag: String,
-    /// Worker threads (default: all cores). The output does not depend on it.
-    #[arg(long)]
-    threads: Option<usize>,
 }
 
 pub fn run(args: RerankArgs) -> anyhow::Result<()> {
@@ -75,16 +74,6 @@ pub fn run(args: RerankArgs) -> anyhow::Result<()> {
     if args.k == 0 {
         anyhow::bail!("invalid -k: must be at least 1");
     }
-    if let Some(threads) = args.threads {
-        let threads = threads.max(1);
-        // candle sizes its matmul parallelism from RAYON_NUM_THREADS; set before any thread starts.
-        // SAFETY: no other thread exists yet (nothing has touched rayon or candle).
-        unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .context("cannot configure worker threads")?;
-    }
     let files = resolve_model(&args.model)?;
     let started = std::time::Instant::now();
     let reranker = CrossEncoder::load(&files, &options)?;
@@ -100,7 +89,8 @@ pub fn run(args: RerankArgs) -> anyhow::Result<()> {
         },
         args.k,
         &Bars::new(),
-    )?;
+    )
+    .map_err(|e| with_flags(e, FLAGS))?;
     let seconds = started.elapsed().as_secs_f64() - loaded;
     eprintln!(
         "reranked the top {} of {} questions with {} (max length {}): {} pairs, {} tokens, {} \
@@ -138,132 +128,26 @@ pub struct RerankStageArgs {
     rerank_max_length: Option<usize>,
 }
 
-/// A loaded second stage: the cross-encoder, its depth and the corpus it reads.
-pub struct RerankStage {
-    reranker: CrossEncoder,
-    depth: usize,
-    corpus: PathBuf,
-}
-
 impl RerankStageArgs {
-    /// Loads the reranker when `--rerank` is given, after checking the corpus is the index's.
-    pub fn load(
+    /// The second stage's settings when `--rerank` is given (on `device`, in `model_dtype`).
+    pub fn config(
         &self,
-        engine: &Engine,
         device: &str,
         model_dtype: Option<&str>,
-    ) -> anyhow::Result<Option<RerankStage>> {
+    ) -> anyhow::Result<Option<RerankConfig>> {
         let Some(model) = &self.rerank else {
             return Ok(None);
         };
-        if self.rerank_depth == 0 {
-            anyhow::bail!("invalid --rerank-depth: must be at least 1");
-        }
-        let recorded = &engine.manifest().corpus;
-        let corpus = self
-            .corpus
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(&recorded.path));
-        if !corpus.is_file() {
-            anyhow::bail!(
-                "--rerank needs the corpus texts: {} is not a file (pass the index's corpus with \
-                 --corpus)",
-                corpus.display()
-            );
-        }
-        let hash = fnv1a64_file(&corpus)?;
-        if hash != recorded.fnv1a64 {
-            anyhow::bail!(
-                "--corpus {}: not the corpus this index was built from (FNV-1a {hash}, the index \
-                 has {})",
-                corpus.display(),
-                recorded.fnv1a64
-            );
-        }
-        let options = RerankerOptions {
-            device: DeviceSpec::parse(device)?,
-            dtype: model_dtype.map(ModelDType::parse).transpose()?,
-            max_length: self.rerank_max_length,
-            max_batch_tokens: None,
-        };
-        let reranker = CrossEncoder::load(&resolve_model(model)?, &options)?;
-        Ok(Some(RerankStage {
-            reranker,
+        Ok(Some(RerankConfig {
+            model: model.clone(),
             depth: self.rerank_depth,
-            corpus,
+            corpus: self.corpus.clone(),
+            options: RerankerOptions {
+                device: DeviceSpec::parse(device)?,
+                dtype: model_dtype.map(ModelDType::parse).transpose()?,
+                max_length: self.rerank_max_length,
+                max_batch_tokens: None,
+            },
         }))
-    }
-
-    /// First-stage results per query the search must return so `k` survive reranking.
-    pub fn first_stage_k(&self, k: usize) -> usize {
-        if self.rerank.is_some() {
-            k.max(self.rerank_depth)
-        } else {
-            k
-        }
-    }
-}
-
-impl RerankStage {
-    /// Reranks each query's hits (`texts` maps query ids to the query text the first stage
-    /// searched with) and keeps the top `k`. A reranked hit's score is the reranker's; its
-    /// `per_retriever` starts with the first stage's rank and score under `first_stage`.
-    pub fn apply(
-        &self,
-        results: Vec<(String, Vec<Hit>)>,
-        texts: &HashMap<String, String>,
-        first_stage: &str,
-        k: usize,
-        progress: &dyn Progress,
-    ) -> anyhow::Result<Vec<(String, Vec<Hit>)>> {
-        let mut run = Run::new(first_stage);
-        let mut first: HashMap<(&str, &str), (usize, &Hit)> = HashMap::new();
-        for (query_id, hits) in &results {
-            for (rank, hit) in hits.iter().enumerate() {
-                first.insert((query_id.as_str(), hit.id.as_str()), (rank + 1, hit));
-            }
-            // Hits arrive ranked; scores strictly decreasing by rank keep ties in that order.
-            let docs = hits
-                .iter()
-                .enumerate()
-                .map(|(rank, hit)| ScoredDoc {
-                    doc_id: hit.id.clone(),
-                    score: -(rank as f64),
-                })
-                .collect();
-            run.push_ranking(query_id, docs);
-        }
-        let wanted = top_document_ids(&run, self.depth);
-        let documents = read_documents(&self.corpus, &wanted)?;
-        let (reranked, _) = rerank_run(
-            &self.reranker,
-            &run,
-            texts,
-            &documents,
-            self.depth,
-            progress,
-        )?;
-        let mut out = Vec::with_capacity(results.len());
-        for ranking in reranked.rankings() {
-            let mut hits = Vec::with_capacity(k.min(ranking.docs.len()));
-            for doc in ranking.docs.iter().take(k) {
-                let &(rank, hit) = first
-                    .get(&(ranking.query_id.as_str(), doc.doc_id.as_str()))
-                    .context("reranking returned a document the first stage did not")?;
-                let mut per_retriever = vec![RetrieverScore {
-                    retriever: first_stage.to_string(),
-                    rank,
-                    score: hit.score,
-                }];
-                per_retriever.extend(hit.per_retriever.iter().cloned());
-                hits.push(Hit {
-                    id: doc.doc_id.clone(),
-                    score: doc.score as f32,
-                    per_retriever,
-                });
-            }
-            out.push((ranking.query_id.clone(), hits));
-        }
-        Ok(out)
     }
 }

@@ -2,18 +2,18 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
-use freshstack::Progress;
-use freshstack::dataset::{VectorMatrix, ids_path, read_ids};
 use freshstack::embed::{DeviceSpec, ModelDType};
 use freshstack::search::{
-    Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, Engine, FusionMethod, Hit, QueryEncoderOptions,
-    QueryField, SearchOptions, read_queries, write_trec,
+    Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, QueryEncoderOptions, QueryField, RetrieveConfig,
+    SearchOptions, retrieve,
 };
 
+use super::fuse::Method;
 use super::progress::Bars;
 use super::rerank::RerankStageArgs;
+use super::with_flags;
 
 /// Fusion flags shared by `search` and `retrieve`.
 #[derive(Debug, Args)]
@@ -21,41 +21,33 @@ pub struct FusionArgs {
     /// For fusion: documents taken from each retriever (paper: 100).
     #[arg(long, default_value_t = DEFAULT_FUSION_DEPTH)]
     fusion_depth: usize,
-    /// For fusion: normalized-sum (the paper's) or rrf (k = 60).
-    #[arg(long, default_value = "normalized-sum")]
-    fusion_method: String,
+    /// For fusion: how scores are combined (normalized-sum is the paper's).
+    #[arg(long, value_enum, default_value_t = Method::NormalizedSum)]
+    fusion_method: Method,
+    /// For --fusion-method rrf: the k of 1 / (k + rank) (a finite number >= 0).
+    #[arg(long, default_value_t = 60.0)]
+    rrf_k: f64,
     /// For fusion: comma-separated weights, one per fused retriever in order.
-    #[arg(long, value_name = "W1,W2,...")]
-    fusion_weights: Option<String>,
+    #[arg(long, value_name = "W1,W2,...", value_delimiter = ',', value_parser = weight)]
+    fusion_weights: Option<Vec<f64>>,
+}
+
+/// One `--fusion-weights` number (spaces around it allowed).
+fn weight(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))
 }
 
 impl FusionArgs {
     /// Default search options carrying the fusion settings.
-    pub fn options(&self) -> anyhow::Result<SearchOptions> {
-        let fusion_method = match self.fusion_method.as_str() {
-            "normalized-sum" | "normalized_sum" => FusionMethod::NormalizedSum,
-            "rrf" => FusionMethod::Rrf { k: 60.0 },
-            other => bail!("--fusion-method {other:?}: expected normalized-sum or rrf"),
-        };
-        let fusion_weights = self
-            .fusion_weights
-            .as_deref()
-            .map(|text| {
-                text.split(',')
-                    .map(|w| {
-                        w.trim()
-                            .parse::<f64>()
-                            .with_context(|| format!("--fusion-weights: {w:?} is not a number"))
-                    })
-                    .collect::<anyhow::Result<Vec<f64>>>()
-            })
-            .transpose()?;
-        Ok(SearchOptions {
+    pub fn options(&self) -> SearchOptions {
+        SearchOptions {
             fusion_depth: self.fusion_depth,
-            fusion_method,
-            fusion_weights,
+            fusion_method: self.fusion_method.with_rrf_k(self.rrf_k),
+            fusion_weights: self.fusion_weights.clone(),
             ..SearchOptions::default()
-        })
+        }
     }
 }
 
@@ -85,16 +77,8 @@ impl EncoderArgs {
         self.model_dtype.as_deref()
     }
 
-    /// Loads the query encoders the dense retrievers in `retriever` need.
-    pub fn load(&self, engine: &mut Engine, retriever: &str) -> anyhow::Result<()> {
-        let components = engine.components(retriever)?;
-        let names: Vec<&str> = components
-            .iter()
-            .filter_map(|c| c.strip_prefix("dense:"))
-            .collect();
-        if names.is_empty() {
-            return Ok(());
-        }
+    /// The query encoders' settings.
+    pub fn options(&self) -> anyhow::Result<QueryEncoderOptions> {
         let mut options = QueryEncoderOptions {
             device: DeviceSpec::parse(&self.device)?,
             dtype: self
@@ -110,8 +94,7 @@ impl EncoderArgs {
                 .with_context(|| format!("--model {spec:?}: expected NAME=MODEL"))?;
             options.models.insert(name.to_string(), model.to_string());
         }
-        engine.load_query_encoders(&names, &options)?;
-        Ok(())
+        Ok(options)
     }
 }
 
@@ -156,130 +139,71 @@ pub struct RetrieveArgs {
     /// Run tag (last column); default: the retriever name.
     #[arg(long)]
     tag: Option<String>,
-    /// Worker threads (default: all cores). The output does not depend on it.
-    #[arg(long)]
-    threads: Option<usize>,
 }
 
+/// How the library's settings are named on this command line.
+pub const FLAGS: &[(&str, &str)] = &[
+    ("rerank depth", "--rerank-depth"),
+    ("rerank corpus", "--corpus"),
+    ("corpus", "--corpus"),
+    ("queries", "--queries"),
+    ("query vectors", "--query-vectors"),
+    ("fusion depth", "--fusion-depth"),
+    ("fusion weights", "--fusion-weights"),
+    ("rrf k", "--rrf-k"),
+];
+
 pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
-    if let Some(threads) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .build_global()
-            .context("cannot configure worker threads")?;
-    }
-    let options = SearchOptions {
-        retriever: args.retriever.clone(),
-        k: args.rerank.first_stage_k(args.k),
-        ann: Ann::parse(&args.ann)?,
-        ef_search: args.ef_search,
-        ..args.fusion.options()?
+    let query_vectors = args
+        .query_vectors
+        .as_deref()
+        .map(|spec| {
+            spec.split_once('=')
+                .map(|(name, path)| (name.to_string(), PathBuf::from(path)))
+                .with_context(|| format!("--query-vectors {spec:?}: expected NAME=PATH.npy"))
+        })
+        .transpose()?;
+    let device = DeviceSpec::parse(args.encoders.device())?;
+    let ann = Ann::parse(&args.ann)?;
+    let config = RetrieveConfig {
+        index: args.index.clone(),
+        queries: args.queries.clone(),
+        field: QueryField::parse(&args.field)?,
+        out: args.out.clone(),
+        k: args.k,
+        search: SearchOptions {
+            retriever: args.retriever.clone(),
+            ann,
+            ef_search: args.ef_search,
+            ..args.fusion.options()
+        },
+        encoders: args.encoders.options()?,
+        // `--ann exact --device cuda[:N]`: dense exact search on that GPU too (same results).
+        gpu_exact: match (ann, device) {
+            (Ann::Exact, DeviceSpec::Cuda(ordinal)) => Some(ordinal),
+            _ => None,
+        },
+        query_vectors,
+        rerank: args
+            .rerank
+            .config(args.encoders.device(), args.encoders.model_dtype())?,
+        tag: args.tag.clone(),
     };
-    let field = QueryField::parse(&args.field)?;
-    let mut engine = Engine::open(&args.index)?;
-    let retriever = engine.resolve(&args.retriever)?;
-    // `--ann exact --device cuda[:N]`: dense exact search on that GPU too (same results).
-    #[cfg(feature = "cuda")]
-    if let (Ann::Exact, DeviceSpec::Cuda(ordinal)) =
-        (options.ann, DeviceSpec::parse(args.encoders.device())?)
-    {
-        engine.use_gpu_exact(ordinal)?;
-    }
-    let queries = read_queries(&args.queries, field)?;
-    // Loaded before retrieval, so a bad model or corpus fails at once.
-    let reranker =
-        args.rerank
-            .load(&engine, args.encoders.device(), args.encoders.model_dtype())?;
-    let started = std::time::Instant::now();
-    let mut unsearchable = 0usize;
-    let results: Vec<(String, Vec<Hit>)> = if let Some(model) = retriever
-        .strip_prefix("dense:")
-        .filter(|_| args.query_vectors.is_some())
-    {
-        let spec = args.query_vectors.as_deref().unwrap_or_default();
-        let (name, path) = spec
-            .split_once('=')
-            .with_context(|| format!("--query-vectors {spec:?}: expected NAME=PATH.npy"))?;
-        if name != model {
-            bail!("--query-vectors names model {name:?} but the retriever is {retriever}");
-        }
-        let path = PathBuf::from(path);
-        let matrix = VectorMatrix::open(&path)?;
-        let ids = read_ids(&ids_path(&path))?;
-        if ids.len() != matrix.rows() {
-            bail!(
-                "{}: {} ids for {} rows",
-                ids_path(&path).display(),
-                ids.len(),
-                matrix.rows()
-            );
-        }
-        let row_of: std::collections::HashMap<&str, usize> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.as_str(), i))
-            .collect();
-        let vectors = queries
-            .iter()
-            .map(|q| {
-                let row = *row_of.get(q.id.as_str()).with_context(|| {
-                    format!("{} has no vector for query {:?}", path.display(), q.id)
-                })?;
-                Ok(matrix.row(row))
-            })
-            .collect::<anyhow::Result<Vec<Vec<f32>>>>()?;
-        let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-        let hits = engine.search_vectors(model, &refs, &options)?;
-        queries.iter().map(|q| q.id.to_string()).zip(hits).collect()
-    } else {
-        if args.query_vectors.is_some() {
-            bail!("--query-vectors is for a single dense retriever, not {retriever}");
-        }
-        args.encoders.load(&mut engine, &args.retriever)?;
-        // Slices keep the bar moving; each slice is one encoder batch plan and one parallel search.
-        let bars = Bars::new();
-        bars.begin("retrieve", Some(queries.len() as u64));
-        let mut results = Vec::with_capacity(queries.len());
-        for slice in queries.chunks(1024) {
-            let texts: Vec<&str> = slice.iter().map(|q| q.text.as_str()).collect();
-            let hits = engine.search_batch(&texts, &options)?;
-            for (query, hits) in slice.iter().zip(hits) {
-                if hits.is_empty() {
-                    unsearchable += 1;
-                } else {
-                    results.push((query.id.to_string(), hits));
-                }
-            }
-            bars.advance(slice.len() as u64);
-        }
-        bars.finish();
-        results
-    };
-    let (results, retriever) = match &reranker {
-        Some(reranker) => {
-            let texts: std::collections::HashMap<String, String> = queries
-                .iter()
-                .map(|q| (q.id.to_string(), q.text.clone()))
-                .collect();
-            let reranked = reranker.apply(results, &texts, &retriever, args.k, &Bars::new())?;
-            (reranked, format!("{retriever}+rerank"))
-        }
-        None => (results, retriever),
-    };
-    let tag = args.tag.unwrap_or_else(|| retriever.clone());
-    write_trec(&args.out, &results, &tag)?;
-    if unsearchable > 0 {
+    let summary = retrieve(&config, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
+    if summary.unsearchable > 0 {
         eprintln!(
-            "warning: {unsearchable} queries got no results (for bm25: no searchable terms, \
-             symbols only); they have no results in the run"
+            "warning: {} queries got no results (for bm25: no searchable terms, symbols only); \
+             they have no results in the run",
+            summary.unsearchable
         );
     }
     eprintln!(
-        "{} queries, {retriever}, k = {}: wrote {} in {:.2}s",
-        queries.len(),
+        "{} queries, {}, k = {}: wrote {} in {:.2}s",
+        summary.queries,
+        summary.run,
         args.k,
         args.out.display(),
-        started.elapsed().as_secs_f64()
+        summary.seconds
     );
     Ok(())
 }

@@ -4,11 +4,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::search::{Ann, DEFAULT_EF_SEARCH, Engine, SearchOptions};
+use freshstack::search::{Ann, DEFAULT_EF_SEARCH, Engine, LoadedRerank, Pipeline, SearchOptions};
 
 use super::progress::Bars;
 use super::rerank::RerankStageArgs;
-use super::retrieve::{EncoderArgs, FusionArgs};
+use super::retrieve::{EncoderArgs, FLAGS, FusionArgs};
+use super::with_flags;
 
 /// Arguments of `freshstack search`.
 #[derive(Debug, Args)]
@@ -45,38 +46,55 @@ pub struct SearchArgs {
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let options = SearchOptions {
-        retriever: args.retriever,
-        k: args.rerank.first_stage_k(args.k),
         ann: Ann::parse(&args.ann)?,
         ef_search: args.ef_search,
-        ..args.fusion.options()?
+        ..args.fusion.options()
     };
+    let rerank = args
+        .rerank
+        .config(args.encoders.device(), args.encoders.model_dtype())?;
     let mut engine = Engine::open(&args.index)?;
-    args.encoders.load(&mut engine, &options.retriever)?;
-    let reranker =
-        args.rerank
-            .load(&engine, args.encoders.device(), args.encoders.model_dtype())?;
-    let mut hits = engine.search(&args.query, &options)?;
-    if let Some(reranker) = &reranker {
-        let first_stage = engine.resolve(&options.retriever)?;
-        let texts = std::collections::HashMap::from([("query".to_string(), args.query.clone())]);
-        let results = vec![("query".to_string(), hits)];
-        let mut reranked = reranker.apply(results, &texts, &first_stage, args.k, &Bars::new())?;
-        hits = reranked.pop().map(|(_, hits)| hits).unwrap_or_default();
-    }
+    engine.load_query_encoders_for(&args.retriever, &args.encoders.options()?)?;
+    let reranker = rerank
+        .as_ref()
+        .map(|rerank| LoadedRerank::load(rerank, &engine))
+        .transpose()
+        .map_err(|e| with_flags(e, FLAGS))?;
+    let pipeline = Pipeline {
+        retriever: engine.retriever(&args.retriever, &options)?,
+        rerank: reranker.as_ref().map(LoadedRerank::stage),
+    };
+    let hits = pipeline
+        .explain(&args.query, args.k, &Bars::new())
+        .map_err(|e| with_flags(e, FLAGS))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    // The engine scores in f32: printed as f32, as they always were.
     for (rank, hit) in hits.iter().enumerate() {
         if args.json {
-            let mut row = serde_json::json!({"rank": rank + 1, "id": hit.id, "score": hit.score});
-            if !hit.per_retriever.is_empty() {
-                row["per_retriever"] = serde_json::to_value(&hit.per_retriever)?;
+            let mut row = serde_json::json!({
+                "rank": rank + 1,
+                "id": hit.doc.doc_id,
+                "score": hit.doc.score as f32,
+            });
+            if !hit.places.is_empty() {
+                row["per_retriever"] = hit
+                    .places
+                    .iter()
+                    .map(|p| {
+                        serde_json::json!({
+                            "retriever": p.retriever,
+                            "rank": p.rank,
+                            "score": p.score as f32,
+                        })
+                    })
+                    .collect();
             }
             writeln!(out, "{row}")?;
         } else {
             let parts: Vec<String> = hit
-                .per_retriever
+                .places
                 .iter()
-                .map(|p| format!("{}#{}={:.4}", p.retriever, p.rank, p.score))
+                .map(|p| format!("{}#{}={:.4}", p.retriever, p.rank, p.score as f32))
                 .collect();
             let parts = if parts.is_empty() {
                 String::new()
@@ -87,8 +105,8 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
                 out,
                 "{:>4}  {:>10.4}  {}{parts}",
                 rank + 1,
-                hit.score,
-                hit.id
+                hit.doc.score as f32,
+                hit.doc.doc_id
             )?;
         }
     }

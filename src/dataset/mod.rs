@@ -34,7 +34,7 @@ pub use question::{Nugget, QueryId, Question, QuestionMetadata, read_questions};
 pub(crate) use question::{RowIds, borrowed_id, string_id};
 pub use records::{JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, VariantsRecord};
 pub use round::py_round;
-pub use run::{Ranking, Run, ScoredDoc, score_key, write_trec_rankings};
+pub use run::{Ranking, Run, ScoreText, ScoredDoc, check_trec_tag, score_key, write_trec_rankings};
 pub use run_file::{DocRef, Rankings, RunFile};
 pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
 pub use vectors::{

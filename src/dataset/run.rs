@@ -1,5 +1,5 @@
 //! Runs: a ranked list of scored documents per question, and the TREC run format
-//! (`qid Q0 docid rank score tag`).
+//! (`qid Q0 docid rank score tag`) with its one writer, [`write_trec_rankings`].
 //!
 //! Reading follows the reference's `load_runfile` so that evaluation sees the same input:
 //! fields are split on any whitespace; a line with 7 or more fields has a doc id containing
@@ -184,9 +184,10 @@ impl Run {
     }
 
     /// Writes the run in TREC format, atomically: per question (in run order) documents by
-    /// descending score (ties keep input order), ranks from 1, at most `top_k` per question.
+    /// descending score (ties keep input order), ranks from 1, at most `top_k` per question,
+    /// scores as [`ScoreText::F64`] (see [`write_trec_rankings`]).
     pub fn write_trec(&self, path: impl AsRef<Path>, tag: &str, top_k: usize) -> Result<()> {
-        write_trec_rankings(self, path, tag, top_k)
+        write_trec_rankings(self, path, tag, top_k, ScoreText::F64)
     }
 
     /// A run made of already merged rankings (distinct question ids, distinct doc ids each).
@@ -245,14 +246,28 @@ impl Ranking {
     }
 }
 
-/// Writes any [`Rankings`] in TREC format, atomically: per question (in run order) documents by
-/// descending score (ties keep input order), ranks from 1, at most `top_k` per question. Lines
-/// are formatted in parallel, a batch of questions at a time, and written in order.
+/// How [`write_trec_rankings`] prints scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScoreText {
+    /// The shortest text that reads back as the same `f64`: fused, reranked and read runs.
+    #[default]
+    F64,
+    /// The shortest text that reads back as the same `f32`, for scores computed in `f32` and
+    /// widened to `f64` (the engine's BM25 and inner products): what `retrieve` writes, so a
+    /// score reads `12.345678`, not the widened `12.345678329467773`.
+    F32,
+}
+
+/// The one TREC writer. Writes any [`Rankings`] atomically: per question (in run order)
+/// documents by descending score (ties keep input order), ranks from 1, at most `top_k` per
+/// question, scores printed as `scores` says. Lines are formatted in parallel, a batch of
+/// questions at a time, and written in order.
 pub fn write_trec_rankings<R: Rankings + ?Sized>(
     run: &R,
     path: impl AsRef<Path>,
     tag: &str,
     top_k: usize,
+    scores: ScoreText,
 ) -> Result<()> {
     const BATCH: usize = 256;
     let mut writer = AtomicWriter::create(path)?;
@@ -273,7 +288,13 @@ pub fn write_trec_rankings<R: Rankings + ?Sized>(
                     text.push(' ');
                     push_score(&mut text, (rank + 1) as f64);
                     text.push(' ');
-                    push_score(&mut text, doc.score);
+                    match scores {
+                        ScoreText::F64 => push_score(&mut text, doc.score),
+                        // Writing to a String cannot fail.
+                        ScoreText::F32 => {
+                            let _ = write!(text, "{}", doc.score as f32);
+                        }
+                    }
                     text.push(' ');
                     text.push_str(tag);
                     text.push('\n');
@@ -344,6 +365,14 @@ fn push_digits(text: &mut String, mut n: u64, width: usize) {
         n /= 10;
     }
     text.extend(buf[i..].iter().map(|&b| b as char));
+}
+
+/// Checks a TREC run tag: one word (the last column of a line).
+pub fn check_trec_tag(tag: &str) -> Result<()> {
+    if tag.is_empty() || tag.contains(char::is_whitespace) {
+        return Err(Error::invalid("tag", format!("{tag:?}: must be one word")));
+    }
+    Ok(())
 }
 
 /// A score as a sort key: `-0.0` and `0.0` compare equal (as in Python and C).
@@ -500,5 +529,21 @@ mod tests {
         assert_eq!(text, "q1 Q0 a 1 2 x\nq1 Q0 b 2 0.5 x\n");
         let back = Run::read_trec(&path).unwrap();
         assert_eq!(back.get("q1").unwrap().docs.len(), 2);
+    }
+
+    #[test]
+    fn f32_scores_print_as_f32() {
+        let run: Run = vec![("q1".to_string(), "a".to_string(), f64::from(12.345_678_f32))]
+            .into_iter()
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.trec");
+        write_trec_rankings(&run, &path, "x", 10, ScoreText::F32).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "q1 Q0 a 1 12.345678 x\n");
+        run.write_trec(&path, "x", 10).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("q1 Q0 a 1 {} x\n", f64::from(12.345_678_f32)));
+        assert!(check_trec_tag("a b").is_err() && check_trec_tag("").is_err());
     }
 }

@@ -56,7 +56,7 @@ pub fn rerank_run(
     progress: &dyn Progress,
 ) -> Result<(Run, RerankSummary)> {
     if k == 0 {
-        return Err(Error::invalid("-k", "must be at least 1"));
+        return Err(Error::invalid("rerank depth", "must be at least 1"));
     }
     let mut summary = RerankSummary {
         questions: run.len(),
@@ -80,7 +80,7 @@ pub fn rerank_run(
         for ranking in &rankings[start..end] {
             let query = queries.get(&ranking.query_id).ok_or_else(|| {
                 Error::invalid(
-                    "--queries",
+                    "queries",
                     format!(
                         "question {:?} of the run has no query text",
                         ranking.query_id
@@ -91,7 +91,7 @@ pub fn rerank_run(
             for doc in order.iter().take(k) {
                 let text = documents.get(&doc.doc_id).ok_or_else(|| {
                     Error::invalid(
-                        "--corpus",
+                        "corpus",
                         format!("document {:?} of the run is not in the corpus", doc.doc_id),
                     )
                 })?;

@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use crate::dataset::{Run, ScoredDoc};
 use crate::error::Result;
 use crate::search::fusion::{FusionOptions, fuse};
-use crate::search::{Engine, Hit, RetrieverScore, RetrieverSpec, SearchOptions};
+use crate::search::{Engine, Explained, RetrieverScore, RetrieverSpec, SearchOptions};
 
 /// The query id used inside the one-query runs handed to [`fuse`].
 const QUERY: &str = "q";
@@ -19,7 +19,47 @@ impl Engine {
     /// Searches every query with `options`, results in query order. For BM25, a query without
     /// searchable terms (symbols or stop words only) gets no results rather than an error, so
     /// one odd query does not sink a batch ([`Engine::has_searchable_terms`] tells them apart).
-    pub fn search_batch(&self, queries: &[&str], options: &SearchOptions) -> Result<Vec<Vec<Hit>>> {
+    pub fn search_batch(
+        &self,
+        queries: &[&str],
+        options: &SearchOptions,
+    ) -> Result<Vec<Vec<ScoredDoc>>> {
+        Ok(self
+            .search_batch_explained(queries, options, false)?
+            .into_iter()
+            .map(|docs| docs.into_iter().map(|e| e.doc).collect())
+            .collect())
+    }
+
+    /// [`Engine::search`] with, for fusion, each document's place in every fused retriever
+    /// (empty places for a single retriever).
+    pub fn search_explained(&self, query: &str, options: &SearchOptions) -> Result<Vec<Explained>> {
+        if matches!(
+            RetrieverSpec::parse(&options.retriever)?,
+            RetrieverSpec::Fusion(_)
+        ) {
+            return Ok(self
+                .search_batch_explained(&[query], options, true)?
+                .pop()
+                .unwrap_or_default());
+        }
+        Ok(self
+            .search(query, options)?
+            .into_iter()
+            .map(|doc| Explained {
+                doc,
+                places: Vec::new(),
+            })
+            .collect())
+    }
+
+    /// [`Engine::search_batch`], recording the fused documents' places when `explain` is set.
+    fn search_batch_explained(
+        &self,
+        queries: &[&str],
+        options: &SearchOptions,
+        explain: bool,
+    ) -> Result<Vec<Vec<Explained>>> {
         let components = self.components(&options.retriever)?;
         let fused = matches!(
             RetrieverSpec::parse(&options.retriever)?,
@@ -58,7 +98,7 @@ impl Engine {
             ..options.clone()
         };
         // Exact dense searches the GPU takes (feature `cuda`), all queries at once.
-        let mut on_gpu: Vec<Option<Vec<Vec<Hit>>>> = Vec::with_capacity(components.len());
+        let mut on_gpu: Vec<Option<Vec<Vec<ScoredDoc>>>> = Vec::with_capacity(components.len());
         for (component, vectors) in components.iter().zip(&vectors) {
             on_gpu.push(match (component.strip_prefix("dense:"), vectors) {
                 (Some(model), Some(vectors)) => {
@@ -98,39 +138,42 @@ impl Engine {
                             }
                         }
                     })
-                    .collect::<Result<Vec<Vec<Hit>>>>()?;
+                    .collect::<Result<Vec<Vec<ScoredDoc>>>>()?;
                 if fused {
-                    fuse_hits(&components, &lists, &fusion, options.k)
+                    fuse_lists(&components, &lists, &fusion, options.k, explain)
                 } else {
-                    Ok(lists.into_iter().next().unwrap_or_default())
+                    Ok(lists
+                        .into_iter()
+                        .next()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|doc| Explained {
+                            doc,
+                            places: Vec::new(),
+                        })
+                        .collect())
                 }
             })
             .collect()
     }
 }
 
-/// Fuses one query's per-retriever hit lists with [`fuse`], keeping the best `k`, each with its
-/// rank and raw score in every retriever that returned it.
-fn fuse_hits(
+/// Fuses one query's per-retriever lists with [`fuse`], keeping the best `k`; with `explain`,
+/// each with its rank and raw score in every retriever that returned it.
+fn fuse_lists(
     names: &[String],
-    lists: &[Vec<Hit>],
+    lists: &[Vec<ScoredDoc>],
     options: &FusionOptions,
     k: usize,
-) -> Result<Vec<Hit>> {
+    explain: bool,
+) -> Result<Vec<Explained>> {
     let runs: Vec<Run> = names
         .iter()
         .zip(lists)
-        .map(|(name, hits)| {
+        .map(|(name, docs)| {
             let mut run = Run::new(name.as_str());
-            if !hits.is_empty() {
-                let docs = hits
-                    .iter()
-                    .map(|h| ScoredDoc {
-                        doc_id: h.id.clone(),
-                        score: f64::from(h.score),
-                    })
-                    .collect();
-                run.push_ranking(QUERY, docs);
+            if !docs.is_empty() {
+                run.push_ranking(QUERY, docs.clone());
             }
             run
         })
@@ -141,24 +184,27 @@ fn fuse_hits(
         return Ok(Vec::new());
     };
     // Only the top `depth` of each list was fused: the places recorded are within it.
-    let places: Vec<FxHashMap<&str, (usize, f32)>> = lists
-        .iter()
-        .map(|hits| {
-            hits.iter()
-                .take(options.depth)
-                .enumerate()
-                .map(|(i, h)| (h.id.as_str(), (i + 1, h.score)))
-                .collect()
-        })
-        .collect();
+    let places: Vec<FxHashMap<&str, (usize, f64)>> = if explain {
+        lists
+            .iter()
+            .map(|docs| {
+                docs.iter()
+                    .take(options.depth)
+                    .enumerate()
+                    .map(|(i, d)| (d.doc_id.as_str(), (i + 1, d.score)))
+                    .collect()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(ranking
         .docs
         .iter()
         .take(k)
-        .map(|doc| Hit {
-            id: doc.doc_id.clone(),
-            score: doc.score as f32,
-            per_retriever: names
+        .map(|doc| Explained {
+            doc: doc.clone(),
+            places: names
                 .iter()
                 .zip(&places)
                 .filter_map(|(name, places)| {

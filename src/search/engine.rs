@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::dataset::VectorMatrix;
+use crate::dataset::{ScoredDoc, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::{
     Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, cache_key, dot, flat_search, layout,
 };
-use crate::search::{Ann, Hit, QueryEncoder, Retriever, RetrieverSpec, SearchOptions};
+use crate::search::{Ann, QueryEncoder, Retriever, RetrieverSpec, SearchOptions};
 
 /// One dense model of an open index.
 pub(super) struct DenseModel {
@@ -267,7 +267,7 @@ impl Engine {
     /// Searches with a text query. Dense retrievers need a registered [`QueryEncoder`].
     /// A query without any searchable term (symbols only) is an error for BM25.
     /// For fusion, a query without BM25 terms still gets the other retrievers' results.
-    pub fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<Hit>> {
+    pub fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<ScoredDoc>> {
         match RetrieverSpec::parse(&options.retriever)? {
             RetrieverSpec::Bm25 => self.search_bm25(query, options.k),
             RetrieverSpec::Dense(name) => {
@@ -288,7 +288,7 @@ impl Engine {
     }
 
     /// BM25 top `k` for `query`.
-    pub fn search_bm25(&self, query: &str, k: usize) -> Result<Vec<Hit>> {
+    pub fn search_bm25(&self, query: &str, k: usize) -> Result<Vec<ScoredDoc>> {
         let bm25 = self.bm25_index()?;
         if bm25.query_terms(query)?.is_empty() {
             return Err(Error::invalid(
@@ -308,7 +308,7 @@ impl Engine {
         name: &str,
         vector: &[f32],
         options: &SearchOptions,
-    ) -> Result<Vec<Hit>> {
+    ) -> Result<Vec<ScoredDoc>> {
         let model = self.dense_model((!name.is_empty()).then_some(name))?;
         check_vector(model, vector)?;
         let k = options.k;
@@ -354,7 +354,7 @@ impl Engine {
         name: &str,
         vectors: &[&[f32]],
         options: &SearchOptions,
-    ) -> Result<Vec<Vec<Hit>>> {
+    ) -> Result<Vec<Vec<ScoredDoc>>> {
         use rayon::prelude::*;
         if let Some(hits) = self.search_vectors_gpu(name, vectors, options)? {
             return Ok(hits);
@@ -393,7 +393,7 @@ impl Engine {
         name: &str,
         vectors: &[&[f32]],
         options: &SearchOptions,
-    ) -> Result<Option<Vec<Vec<Hit>>>> {
+    ) -> Result<Option<Vec<Vec<ScoredDoc>>>> {
         #[cfg(feature = "cuda")]
         {
             if options.ann != Ann::Exact || self.gpu.is_empty() {
@@ -457,13 +457,12 @@ impl Engine {
             .map_err(|e| format!("dense:{}: {e}", model.info.name))
     }
 
-    pub(super) fn hits(&self, scored: Vec<(u32, f32)>) -> Vec<Hit> {
+    pub(super) fn hits(&self, scored: Vec<(u32, f32)>) -> Vec<ScoredDoc> {
         scored
             .into_iter()
-            .map(|(ord, score)| Hit {
-                id: self.ids.id(ord).to_string(),
-                score,
-                per_retriever: Vec::new(),
+            .map(|(ord, score)| ScoredDoc {
+                doc_id: self.ids.id(ord).to_string(),
+                score: f64::from(score),
             })
             .collect()
     }
@@ -507,8 +506,9 @@ fn check_vector(model: &DenseModel, vector: &[f32]) -> Result<()> {
 
 /// One retriever of an [`Engine`], as a [`Retriever`].
 pub struct EngineRetriever<'a> {
-    engine: &'a Engine,
-    options: SearchOptions,
+    pub(super) engine: &'a Engine,
+    /// `retriever` is the resolved name (`dense:NAME`, `fusion:bm25,dense:NAME`).
+    pub(super) options: SearchOptions,
 }
 
 impl Retriever for EngineRetriever<'_> {
@@ -516,7 +516,7 @@ impl Retriever for EngineRetriever<'_> {
         self.options.retriever.clone()
     }
 
-    fn retrieve(&self, query: &str, k: usize) -> Result<Vec<Hit>> {
+    fn retrieve(&self, query: &str, k: usize) -> Result<Vec<ScoredDoc>> {
         let options = SearchOptions {
             k,
             ..self.options.clone()

@@ -13,7 +13,7 @@
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::dataset::{DocRef, Rankings, Run, ScoredDoc, py_round, score_key, write_trec_rankings};
+use crate::dataset::{DocRef, Rankings, Run, ScoredDoc, py_round, score_key};
 use crate::error::{Error, Result};
 
 /// How per-run scores are combined.
@@ -56,8 +56,9 @@ impl Default for FusionOptions {
 const NORMALIZATION_EPSILON: f64 = 1e-8;
 
 /// Fused rankings whose document ids borrow from the input runs (as the reference's fused dicts
-/// share the input's strings). Write them with [`Fused::write_trec`] or copy them into a
-/// [`Run`] with [`Fused::to_run`].
+/// share the input's strings). Write them with
+/// [`write_trec_rankings`](crate::dataset::write_trec_rankings) or copy them into a [`Run`] with
+/// [`Fused::to_run`].
 #[derive(Debug, Clone)]
 pub struct Fused<'a> {
     name: String,
@@ -100,17 +101,6 @@ impl<'a> Fused<'a> {
         }
         run
     }
-
-    /// Writes the fused run in TREC format (atomically), the same bytes as
-    /// [`Run::write_trec`] on [`Fused::to_run`].
-    pub fn write_trec(
-        &self,
-        path: impl AsRef<std::path::Path>,
-        tag: &str,
-        top_k: usize,
-    ) -> Result<()> {
-        write_trec_rankings(self, path, tag, top_k)
-    }
 }
 
 impl Rankings for Fused<'_> {
@@ -149,18 +139,18 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
         return Err(Error::invalid("runs", "nothing to fuse"));
     }
     if options.depth == 0 {
-        return Err(Error::invalid("--depth", "must be at least 1"));
+        return Err(Error::invalid("fusion depth", "must be at least 1"));
     }
     let weights = match &options.weights {
         Some(w) if w.len() != runs.len() => {
             return Err(Error::invalid(
-                "--weights",
+                "fusion weights",
                 format!("{} weights for {} runs", w.len(), runs.len()),
             ));
         }
         Some(w) if w.iter().any(|x| !x.is_finite()) => {
             return Err(Error::invalid(
-                "--weights",
+                "fusion weights",
                 "weights must be finite numbers",
             ));
         }
@@ -172,7 +162,7 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
     {
         // 1 / (k + rank) with rank from 1: k <= -1 divides by zero or turns the order around.
         return Err(Error::invalid(
-            "--rrf-k",
+            "rrf k",
             format!("{k}: must be a finite number >= 0"),
         ));
     }
@@ -204,8 +194,8 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
                         "runs",
                         format!(
                             "run {}: question {query_id:?}, document {doc_id:?}: score {score} is \
-                             not finite; normalized-sum fusion needs finite scores (--method rrf \
-                             uses ranks only)",
+                             not finite; normalized-sum fusion needs finite scores (RRF uses \
+                             ranks only)",
                             runs[run].run_name()
                         ),
                     )
@@ -476,7 +466,7 @@ mod tests {
                 ..FusionOptions::default()
             };
             let err = fuse(&[&a], &options, "f").unwrap_err().to_string();
-            assert!(err.contains("--rrf-k"), "{err}");
+            assert!(err.contains("invalid rrf k"), "{err}");
         }
         let options = FusionOptions {
             method: FusionMethod::Rrf { k: 0.0 },

@@ -1,8 +1,12 @@
 //! Searching an index: the [`Retriever`] trait, the hybrid [`Engine`] that opens an index
 //! directory and serves `bm25`, `dense:NAME` and `fusion` retrievers, query encoders backed by
 //! the `embed` models ([`ModelQueryEncoder`]), building a hybrid index that encodes the corpus
-//! ([`build_hybrid_index`]: the glue between `index` and `embed`), query files and TREC runs,
-//! and [`fusion`] of runs (normalized sum exact with the reference's `util.fusion`, and RRF).
+//! ([`build_hybrid_index`]: the glue between `index` and `embed`), query files, [`fusion`] of
+//! runs (normalized sum exact with the reference's `util.fusion`, and RRF), and the
+//! [`Pipeline`] (first stage + optional [`Rerank`]) whose output is a
+//! [`Run`](crate::dataset::Run). Rankings are [`ScoredDoc`]s, the one shape, scores widened
+//! from the engine's `f32` to `f64` exactly; [`Explained`] adds the per-retriever places that
+//! `freshstack search` shows.
 //!
 //! Guarantees: results of `bm25` and `dense` are ordered by score descending, then document id
 //! ascending; `fusion` orders as [`fuse`] does (the reference's tie order); nothing depends on
@@ -14,41 +18,45 @@ mod build;
 mod encoders;
 mod engine;
 pub mod fusion;
+mod pipeline;
 mod queries;
-mod trec;
+mod retrieve;
 
 pub(crate) use build::fingerprint as model_fingerprint;
 pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index};
 pub use encoders::{ModelQueryEncoder, QueryEncoderOptions};
 pub use engine::{Engine, EngineInfo, EngineRetriever};
 pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};
+pub use pipeline::{DocumentTexts, Pipeline, Rerank, Retrieved};
 pub use queries::{QueryField, QueryItem, read_queries};
-pub use trec::write_trec;
+pub use retrieve::{
+    LoadedRerank, QueryVectors, RerankConfig, RetrieveConfig, RetrieveSummary, retrieve,
+};
 
+use crate::dataset::ScoredDoc;
 use crate::error::{Error, Result};
 
-/// One retrieved document.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Hit {
-    /// Document id.
-    pub id: String,
-    /// The retriever's score (BM25, inner product for dense, the fused score for fusion).
-    pub score: f32,
+/// A document of a fused (or reranked) ranking with its place in each retriever that returned
+/// it: what `freshstack search` shows. Rankings themselves are [`ScoredDoc`]s, the one shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explained {
+    /// The document and its final score.
+    pub doc: ScoredDoc,
     /// For fusion: the document's rank and raw score in each fused retriever whose top
-    /// `fusion_depth` holds it, in retriever order; empty for a single retriever.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub per_retriever: Vec<RetrieverScore>,
+    /// `fusion_depth` holds it, in retriever order; after a rerank, the first stage's place
+    /// comes first. Empty for a single retriever.
+    pub places: Vec<RetrieverScore>,
 }
 
-/// A fused document's place in one of the fused retrievers.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// A document's place in one retriever's ranking.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RetrieverScore {
-    /// `bm25` or `dense:NAME`.
+    /// `bm25`, `dense:NAME`, or the first stage's name after a rerank.
     pub retriever: String,
     /// 1-based rank in that retriever's results.
     pub rank: usize,
     /// That retriever's raw score.
-    pub score: f32,
+    pub score: f64,
 }
 
 /// Anything that ranks documents for a text query. Implemented by the engine's retrievers;
@@ -57,7 +65,7 @@ pub trait Retriever: Send + Sync {
     /// The retriever's name (`bm25`, `dense:NAME`), used as the run tag.
     fn name(&self) -> String;
     /// The best `k` documents for `query`, best first (ties by id).
-    fn retrieve(&self, query: &str, k: usize) -> Result<Vec<Hit>>;
+    fn retrieve(&self, query: &str, k: usize) -> Result<Vec<ScoredDoc>>;
 }
 
 /// Turns query text into a vector for a dense model (implemented by the encoders). The vector

@@ -25,7 +25,7 @@ use serde::Serialize;
 pub use config::BuildConfig;
 use export::{Filtered, copy_file, copy_run_for, filter_questions, write_dataset};
 use manifest::{Fingerprint, StageBook, hash_file};
-use pool::{PoolConfig, PoolReranker, PoolRetriever, Technique, technique_queries};
+use pool::{PoolConfig, PoolRetriever, Technique, technique_queries};
 
 use crate::dataset::{
     AtomicWriter, JudgmentRecord, NuggetsRecord, QueryId, Question, VariantsRecord, read_jsonl,
@@ -40,7 +40,8 @@ use crate::progress::Progress;
 use crate::report::ReportOptions;
 use crate::rerank::{CrossEncoder, RerankerOptions};
 use crate::search::{
-    DenseModelSpec, Engine, HybridIndexConfig, QueryEncoderOptions, build_hybrid_index,
+    DenseModelSpec, DocumentTexts, Engine, HybridIndexConfig, QueryEncoderOptions, Rerank,
+    build_hybrid_index,
 };
 use crate::source::stackoverflow::{
     DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions, parse_day,
@@ -642,10 +643,10 @@ impl Builder<'_> {
                 };
                 let corpus = b.path(layout::CORPUS);
                 let reranker = cross_encoder.as_ref().zip(b.config.rerank.as_ref()).map(
-                    |(reranker, rerank)| PoolReranker {
+                    |(reranker, rerank)| Rerank {
                         reranker,
                         depth: rerank.depth,
-                        corpus: &corpus,
+                        documents: DocumentTexts::Corpus(&corpus),
                     },
                 );
                 let summary = pool::pool(

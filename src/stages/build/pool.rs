@@ -14,8 +14,7 @@ use crate::dataset::{
 };
 use crate::error::Result;
 use crate::progress::Progress;
-use crate::rerank::{Reranker, read_documents, rerank_run, top_document_ids};
-use crate::search::{Engine, FusionOptions, SearchOptions, fuse};
+use crate::search::{Engine, FusionOptions, Pipeline, QueryItem, Rerank, SearchOptions, fuse};
 
 /// A way of turning a question into a retrieval query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -128,16 +127,6 @@ pub struct PoolConfig {
     pub run_depth: usize,
 }
 
-/// A cross-encoder second stage: each run of the pool also gets a `{retriever}+rerank` run.
-pub struct PoolReranker<'a> {
-    /// The cross-encoder.
-    pub reranker: &'a dyn Reranker,
-    /// Documents per ranking rescored.
-    pub depth: usize,
-    /// The corpus the index was built from (the documents' texts).
-    pub corpus: &'a Path,
-}
-
 /// What pooling produced.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PoolSummary {
@@ -149,14 +138,14 @@ pub struct PoolSummary {
     pub pooled_documents: usize,
 }
 
-/// Runs every technique through every retriever (and, with a reranker, reranks every run),
-/// writes `runs_dir/{name}.trec` for each list and the pool (JSONL [`PoolRow`]s, by question
-/// id) to `pool_path`.
+/// Runs every technique through every retriever (and, with a reranker, reranks every run: each
+/// run of the pool also gets a `{retriever}+rerank` run), writes `runs_dir/{name}.trec` for
+/// each list and the pool (JSONL [`PoolRow`]s, by question id) to `pool_path`.
 pub fn pool(
     engine: &Engine,
     config: &PoolConfig,
     queries_by_technique: &[(Technique, Vec<(String, String)>)],
-    reranker: Option<&PoolReranker>,
+    reranker: Option<&Rerank>,
     runs_dir: &Path,
     pool_path: &Path,
     progress: &dyn Progress,
@@ -241,68 +230,48 @@ pub fn pool(
 fn rerank_lists(
     lists: &mut [(Technique, Vec<(String, Run)>)],
     queries_by_technique: &[(Technique, Vec<(String, String)>)],
-    reranker: &PoolReranker,
+    reranker: &Rerank,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let mut wanted: HashSet<&str> = HashSet::new();
-    for (_, runs) in lists.iter() {
-        for (_, run) in runs {
-            wanted.extend(top_document_ids(run, reranker.depth));
-        }
-    }
-    let documents = read_documents(reranker.corpus, &wanted)?;
-    let mut reranked_lists = Vec::with_capacity(lists.len());
-    for ((technique, runs), (_, queries)) in lists.iter().zip(queries_by_technique) {
-        let texts: HashMap<String, String> = queries.iter().cloned().collect();
-        let mut reranked = Vec::with_capacity(runs.len());
+    let texts: Vec<HashMap<String, String>> = queries_by_technique
+        .iter()
+        .map(|(_, queries)| queries.iter().cloned().collect())
+        .collect();
+    let mut jobs = Vec::new();
+    for ((technique, runs), texts) in lists.iter().zip(&texts) {
         for (label, run) in runs {
-            progress.begin(&format!("rerank {}.{label}", technique.name()), None);
-            let (run, _) = rerank_run(
-                reranker.reranker,
-                run,
-                &texts,
-                &documents,
-                reranker.depth,
-                progress,
-            )?;
-            progress.finish();
-            reranked.push((format!("{label}+rerank"), run));
+            jobs.push((run, texts, format!("rerank {}.{label}", technique.name())));
         }
-        reranked_lists.push(reranked);
     }
-    for ((_, runs), reranked) in lists.iter_mut().zip(reranked_lists) {
-        runs.extend(reranked);
+    let mut reranked = reranker.rerank_runs(&jobs, progress)?.into_iter();
+    for (_, runs) in lists.iter_mut() {
+        let labels: Vec<String> = runs.iter().map(|(label, _)| label.clone()).collect();
+        for label in labels {
+            let run = reranked.next().unwrap_or_default();
+            runs.push((format!("{label}+rerank"), run));
+        }
     }
     Ok(())
 }
 
 /// One retriever over every query (batched: one encoder pass per dense model); a query
-/// without searchable terms gets an empty ranking. Rankings are in query order.
+/// without searchable terms gets no ranking. Rankings are in query order.
 fn retrieve_run(
     engine: &Engine,
     retriever: &str,
     queries: &[(String, String)],
     k: usize,
 ) -> Result<Run> {
-    let options = SearchOptions {
-        retriever: retriever.to_string(),
-        k,
-        ..SearchOptions::default()
+    let pipeline = Pipeline {
+        retriever: engine.retriever(retriever, &SearchOptions::default())?,
+        rerank: None,
     };
-    let texts: Vec<&str> = queries.iter().map(|(_, text)| text.as_str()).collect();
-    let results = engine.search_batch(&texts, &options)?;
-    let mut run = Run::new(retriever);
-    for ((query_id, _), hits) in queries.iter().zip(results) {
-        if !hits.is_empty() {
-            let docs = hits
-                .into_iter()
-                .map(|hit| ScoredDoc {
-                    doc_id: hit.id,
-                    score: f64::from(hit.score),
-                })
-                .collect();
-            run.push_ranking(query_id, docs);
-        }
-    }
-    Ok(run)
+    let items: Vec<QueryItem> = queries
+        .iter()
+        .map(|(id, text)| QueryItem {
+            id: id.as_str().into(),
+            text: text.clone(),
+        })
+        .collect();
+    Ok(pipeline.first_stage(&items, k)?.0)
 }
