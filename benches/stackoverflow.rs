@@ -12,7 +12,8 @@ use std::path::Path;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use freshstack::NoProgress;
 use freshstack::source::stackoverflow::{
-    DayRange, ImportConfig, TagFilter, TagMatch, import_questions, scan_posts, tag_cooccurrence,
+    DEFAULT_MAX_EVENT_BYTES, DayRange, ImportConfig, TagFilter, TagMatch, import_questions,
+    scan_posts, tag_cooccurrence,
 };
 
 /// A small deterministic generator (xorshift), so runs compare.
@@ -132,7 +133,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("scan_rows", |b| {
         b.iter(|| {
             let mut n = 0u64;
-            scan_posts(&posts, &NoProgress, |row| {
+            scan_posts(&posts, DEFAULT_MAX_EVENT_BYTES, &NoProgress, |row| {
                 n += row.byte_offset() & 1;
                 Ok(())
             })
@@ -152,6 +153,7 @@ fn bench(c: &mut Criterion) {
         min_score: None,
         allow_unaccepted: false,
         site_url: "https://stackoverflow.com".into(),
+        max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
     };
     let out = dir.path().join("questions.jsonl");
     // Two passes: the throughput is per pass over the dump, so count the bytes twice.

@@ -10,6 +10,10 @@ fn main() -> ExitCode {
     tune_allocator();
     let args = cli::Cli::parse();
     cli::init_logging(args.verbose);
+    // An interrupted stage removes its temporaries (atomic outputs, index staging) on the way out.
+    if let Err(e) = freshstack::dataset::remove_temporaries_on_signals() {
+        tracing::warn!("cannot watch for SIGINT/SIGTERM: {e}; an interrupt may leave temp files");
+    }
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if cli::is_broken_pipe(&err) => ExitCode::SUCCESS,

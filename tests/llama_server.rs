@@ -14,7 +14,8 @@ use freshstack::NoProgress;
 use freshstack::dataset::{NuggetsRecord, read_questions};
 use freshstack::llm::{Llm, OpenAiChat, OpenAiConfig, ResponseCache};
 use freshstack::source::stackoverflow::{
-    DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch,
+    import_questions,
 };
 use freshstack::source::{CorpusConfig, RepoSpec, build_corpus};
 use freshstack::stages::{
@@ -130,6 +131,7 @@ fn quickstart_questions(dir: &Path) -> PathBuf {
         min_score: None,
         allow_unaccepted: false,
         site_url: DEFAULT_SITE_URL.to_string(),
+        max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
     };
     import_questions(
         &root().join("examples/quickstart/Posts.xml"),

@@ -15,7 +15,8 @@ use freshstack::dataset::read_questions;
 use freshstack::llm::prompts::NUGGETS;
 use freshstack::llm::{ChatParams, LocalChat};
 use freshstack::source::stackoverflow::{
-    DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch,
+    import_questions,
 };
 use serde_json::{Value, json};
 
@@ -280,6 +281,7 @@ fn nugget_prompts(chat: &LocalChat) -> Vec<(String, String)> {
         min_score: None,
         allow_unaccepted: false,
         site_url: DEFAULT_SITE_URL.to_string(),
+        max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
     };
     import_questions(
         &repo().join(freshstack::stages::build::quickstart::QUICKSTART_POSTS),

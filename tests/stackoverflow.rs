@@ -9,8 +9,8 @@ use freshstack::NoProgress;
 use freshstack::Question;
 use freshstack::dataset::read_jsonl;
 use freshstack::source::stackoverflow::{
-    DayRange, DropReason, ImportConfig, TagFilter, TagMatch, import_questions, recent_topics,
-    tag_cooccurrence,
+    DEFAULT_MAX_EVENT_BYTES, DayRange, DropReason, ImportConfig, TagFilter, TagMatch,
+    import_questions, recent_topics, tag_cooccurrence,
 };
 
 /// Escapes an attribute value as the dumps do (newlines as `&#xA;`).
@@ -243,6 +243,7 @@ fn config(allow_unaccepted: bool) -> ImportConfig {
         min_score: Some(0),
         allow_unaccepted,
         site_url: "https://stackoverflow.com".into(),
+        max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
     }
 }
 
@@ -579,4 +580,69 @@ fn import_out_dash_writes_the_questions_to_stdout() {
     );
     assert!(!to_stdout.stdout.is_empty());
     assert_eq!(to_stdout.stdout, std::fs::read(&out).unwrap());
+}
+
+#[test]
+fn one_huge_xml_event_is_buffered_whole() {
+    // Regression (issue 19 item 4): 1 GiB of NULs gzipped, or one giant attribute, was read into
+    // memory whole. Now any one event past --max-event-bytes fails on one line naming the file,
+    // line and byte, and nothing is written.
+    let dir = tempfile::tempdir().unwrap();
+    let gzip = |bytes: &[u8]| {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(bytes).unwrap();
+        gz.finish().unwrap()
+    };
+    let xml = dump(false, true);
+    let body = format!(" Body=\"{}\"", "x".repeat(2 << 20));
+    // The first row gets a 2 MiB body.
+    let row_at = xml.find("<row").unwrap();
+    let row_line = xml[..row_at].matches('\n').count() + 1;
+    let attr_at = row_at + xml[row_at..].find(" Id=").unwrap();
+    let huge = format!("{}{body}{}", &xml[..attr_at], &xml[attr_at..]);
+    let nuls = vec![0u8; 4 << 20];
+    for (name, bytes, line, byte) in [
+        ("huge.xml.gz", gzip(huge.as_bytes()), row_line, row_at),
+        ("nuls.gz", gzip(&nuls), 1, 0),
+    ] {
+        let posts = write(dir.path(), name, &bytes);
+        let out = dir.path().join("q.jsonl");
+        let failed = freshstack(&[
+            "stackoverflow",
+            "import",
+            "--posts",
+            posts.to_str().unwrap(),
+            "--tag",
+            "laravel",
+            "--max-event-bytes",
+            "1000000",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!failed.status.success(), "{name}");
+        let stderr = String::from_utf8_lossy(&failed.stderr);
+        let expected = format!("{name}:{line}: byte {byte}: ");
+        assert!(stderr.contains(&expected), "{expected} in {stderr}");
+        assert!(stderr.contains("longer than 1000000 bytes"), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(!out.exists());
+    }
+    // Under the default bound (64 MiB) the 2 MiB body is an ordinary row.
+    let posts = write(dir.path(), "huge.xml.gz", &gzip(huge.as_bytes()));
+    let out = dir.path().join("q.jsonl");
+    let ok = freshstack(&[
+        "stackoverflow",
+        "import",
+        "--posts",
+        posts.to_str().unwrap(),
+        "--tag",
+        "laravel",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
 }

@@ -10,6 +10,7 @@ mod eval_parity;
 mod fusion;
 mod hybrid;
 mod hybrid_minilm;
+mod interrupt;
 mod llama_server;
 mod llm;
 mod native_llm;

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use freshstack::source::stackoverflow::{
-    DEFAULT_SITE_URL, DayRange, DropReason, ImportConfig, TagFilter, TagMatch, detect_compression,
-    import_questions, parse_day, recent_topics, tag_cooccurrence, write_import_summary,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, DropReason, ImportConfig, TagFilter,
+    TagMatch, detect_compression, import_questions, parse_day, recent_topics, tag_cooccurrence,
+    write_import_summary,
 };
 
 use super::progress::Bars;
@@ -61,6 +62,10 @@ struct ImportArgs {
     /// Also write the summary (read, kept, dropped by reason) as JSON here.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
+    /// Fail on any one XML event (a row with its attributes, a text node, a comment) longer
+    /// than this many bytes, so a corrupt dump cannot exhaust memory (default 64 MiB).
+    #[arg(long, default_value_t = DEFAULT_MAX_EVENT_BYTES, value_name = "BYTES")]
+    max_event_bytes: u64,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +135,7 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
         min_score: args.min_score,
         allow_unaccepted: args.allow_unaccepted,
         site_url: args.site_url,
+        max_event_bytes: args.max_event_bytes,
     };
     // Fails on a missing file or an unknown compression before any work.
     detect_compression(&args.posts)?;

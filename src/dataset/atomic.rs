@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::tempfiles::{self, TempFile};
 use crate::error::{Error, Result};
 
 /// How many symbolic links [`resolve_links`] follows before giving up (Linux's own limit).
@@ -34,7 +35,7 @@ pub struct AtomicWriter {
 enum Sink {
     /// A temporary file, renamed onto `target` at commit, with `mode` set first when given.
     Replace {
-        tmp: tempfile::NamedTempFile,
+        tmp: TempFile,
         target: PathBuf,
         mode: Option<Permissions>,
     },
@@ -62,7 +63,7 @@ impl Sink {
 impl Write for Sink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            Sink::Replace { tmp, .. } => tmp.write(buf),
+            Sink::Replace { tmp, .. } => tmp.file.write(buf),
             Sink::InPlace { target, file } => Self::in_place_file(target, file)?.write(buf),
             Sink::Stdout(out) => out.write(buf),
         }
@@ -70,7 +71,7 @@ impl Write for Sink {
 
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            Sink::Replace { tmp, .. } => tmp.flush(),
+            Sink::Replace { tmp, .. } => tmp.file.flush(),
             Sink::InPlace { file, .. } => file.as_mut().map_or(Ok(()), |f| f.flush()),
             Sink::Stdout(out) => out.flush(),
         }
@@ -144,14 +145,17 @@ impl AtomicWriter {
             .map_err(|e| Error::io(&path, e.into_error()))?;
         match sink {
             Sink::Replace { tmp, target, mode } => {
+                let TempFile { file, registration } = tmp;
                 if let Some(mode) = mode {
-                    tmp.as_file()
+                    file.as_file()
                         .set_permissions(mode)
                         .map_err(|e| Error::io(&path, e))?;
                 }
-                tmp.as_file().sync_all().map_err(|e| Error::io(&path, e))?;
-                tmp.persist(&target)
+                file.as_file().sync_all().map_err(|e| Error::io(&path, e))?;
+                // Out of the signal thread's way: it removes the temporary or finds it renamed.
+                tempfiles::critical(|| file.persist(&target))
                     .map_err(|e| Error::io(&path, e.error))?;
+                drop(registration);
             }
             Sink::InPlace { target, mut file } => {
                 Sink::in_place_file(&target, &mut file)
@@ -179,7 +183,8 @@ fn is_socket(meta: &Metadata) -> bool {
 }
 
 /// A temporary file next to `target`, created with `0o666` so that the kernel applies the
-/// umask (tempfile's default is `0o600`); `mode` is the replaced file's, to keep.
+/// umask (tempfile's default is `0o600`), locked and registered for removal on a signal, stale
+/// ones of the same output removed first ([`tempfiles`]); `mode` is the replaced file's, to keep.
 fn replace(target: PathBuf, mode: Option<Permissions>) -> Result<Sink> {
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -190,12 +195,7 @@ fn replace(target: PathBuf, mode: Option<Permissions>) -> Result<Sink> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .permissions(Permissions::from_mode(0o666))
-        .tempfile_in(&dir)
-        .map_err(|e| Error::io(&dir, e))?;
+    let tmp = tempfiles::temp_file_for(&dir, &name)?;
     let mode = mode.map(|m| Permissions::from_mode(m.mode() & 0o7777));
     Ok(Sink::Replace { tmp, target, mode })
 }

@@ -8,7 +8,10 @@
 //! stage uses to read and write files, and the benchmark loaders ([`DatasetSpec`]: local exports
 //! or the Hugging Face cache, JSONL or Parquet). Guarantees: output files are written through
 //! [`AtomicWriter`] (temp file + rename), so an interrupted stage never leaves a half-written file
-//! under the final name; a FIFO or device is written in place, a symlink's target is replaced. Imports nothing else of ours.
+//! under the final name; a FIFO or device is written in place, a symlink's target is replaced;
+//! the temporaries it and the index builds create are removed on SIGINT/SIGTERM/SIGHUP and, when
+//! a run died harder, by the next run ([`remove_temporaries_on_signals`]). Imports nothing else of
+//! ours.
 
 mod atomic;
 mod document;
@@ -22,6 +25,7 @@ mod round;
 mod run;
 mod run_file;
 mod shard;
+pub(crate) mod tempfiles;
 mod vectors;
 
 pub use atomic::{AtomicWriter, write_json_atomic};
@@ -37,6 +41,7 @@ pub use round::py_round;
 pub use run::{Ranking, Run, ScoreText, ScoredDoc, check_trec_tag, score_key, write_trec_rankings};
 pub use run_file::{DocRef, Rankings, RunFile};
 pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
+pub use tempfiles::{STALE_AFTER, remove_temporaries_on_signals};
 pub use vectors::{
     NpyWriter, VectorDtype, VectorMatrix, ids_path, read_ids, read_npy_f32, write_ids, write_npy,
     write_npy_matrix,

@@ -2,11 +2,11 @@
 //! is written into a temporary sibling directory, the manifest last, then renamed into place.
 
 use std::io::BufRead;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
 
+use crate::dataset::tempfiles::{self, StagingDir};
 use crate::dataset::{Document, VectorDtype, VectorMatrix, ids_path, read_ids, write_npy};
 use crate::error::{Error, Result};
 use crate::index::bm25::{Bm25Settings, Bm25Writer};
@@ -220,12 +220,7 @@ pub fn build_index_with_encoders(
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".freshstack-index.")
-        // The umask's mode, as `create_dir` would give (tempfile's default is 0o700).
-        .permissions(std::fs::Permissions::from_mode(0o777))
-        .tempdir_in(&parent)
-        .map_err(|e| Error::io(&parent, e))?;
+    let staging = StagingDir::create(&parent)?;
     let tmp = staging.path();
     ids.write(&tmp.join(layout::IDS_FILE))?;
 
@@ -487,26 +482,41 @@ impl StoredModel<'_> {
     }
 }
 
-/// Moves the staged index onto `dir`, replacing an older index there.
-pub(crate) fn install(staging: tempfile::TempDir, dir: &Path) -> Result<()> {
-    let tmp = staging.keep();
-    if dir.exists() {
+/// Moves the staged index onto `dir`, replacing an older index there. The renames run with
+/// the signal thread held off, so an interrupt never leaves `dir` missing between them.
+pub(crate) fn install(staging: StagingDir, dir: &Path) -> Result<()> {
+    let StagingDir {
+        dir: staged,
+        lock,
+        registration,
+    } = staging;
+    let tmp = staged.keep();
+    let outcome = if dir.exists() {
         let parent = tmp.parent().unwrap_or(Path::new("."));
         let old = tempfile::Builder::new()
             .prefix(".freshstack-old.")
             .tempdir_in(parent)
             .map_err(|e| Error::io(parent, e))?;
+        let old_registration = tempfiles::Registration::new(old.path());
         let old_path = old.path().join("index");
-        std::fs::rename(dir, &old_path).map_err(|e| Error::io(dir, e))?;
-        if let Err(e) = std::fs::rename(&tmp, dir) {
-            let _ = std::fs::rename(&old_path, dir);
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(Error::io(dir, e));
-        }
+        let swapped = tempfiles::critical(|| {
+            std::fs::rename(dir, &old_path).map_err(|e| Error::io(dir, e))?;
+            if let Err(e) = std::fs::rename(&tmp, dir) {
+                let _ = std::fs::rename(&old_path, dir);
+                return Err(Error::io(dir, e));
+            }
+            Ok(())
+        });
         drop(old);
-    } else if let Err(e) = std::fs::rename(&tmp, dir) {
+        drop(old_registration);
+        swapped
+    } else {
+        tempfiles::critical(|| std::fs::rename(&tmp, dir)).map_err(|e| Error::io(dir, e))
+    };
+    if outcome.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
-        return Err(Error::io(dir, e));
     }
-    Ok(())
+    drop(lock);
+    drop(registration);
+    outcome
 }

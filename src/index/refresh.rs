@@ -9,11 +9,11 @@
 //! over the new matrix. Only the added documents are encoded. The index is copied to a temporary
 //! sibling, changed there and renamed into place, so a failed refresh leaves the old index.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashSet;
 
+use crate::dataset::tempfiles::StagingDir;
 use crate::dataset::{VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
@@ -87,12 +87,7 @@ pub fn refresh_index_with_encoders(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let staging = tempfile::Builder::new()
-        .prefix(".freshstack-index.")
-        // The umask's mode, as `create_dir` would give (tempfile's default is 0o700).
-        .permissions(std::fs::Permissions::from_mode(0o777))
-        .tempdir_in(&parent)
-        .map_err(|e| Error::io(&parent, e))?;
+    let staging = StagingDir::create(&parent)?;
     let tmp = staging.path();
     progress.begin("copying index", None);
     copy_dir(dir, tmp)?;

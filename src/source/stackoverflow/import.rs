@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::html::html_to_markdown;
 use super::input::detect_compression;
-use super::reader::{Field, scan_posts};
+use super::reader::{DEFAULT_MAX_EVENT_BYTES, Field, scan_posts};
 use super::tags::{DayRange, TagFilter, file_len, parse_tags};
 use crate::dataset::{AtomicWriter, Question, QuestionMetadata, write_json_atomic};
 use crate::error::Result;
@@ -37,6 +37,14 @@ pub struct ImportConfig {
     pub allow_unaccepted: bool,
     /// Base of question URLs (`{site_url}/q/{id}`); other Stack Exchange sites differ.
     pub site_url: String,
+    /// Bound on any one XML event of the dump (a row with its attributes, a text node, a
+    /// comment); longer is an error, so a corrupt or hostile dump cannot exhaust memory.
+    #[serde(default = "default_max_event_bytes")]
+    pub max_event_bytes: u64,
+}
+
+fn default_max_event_bytes() -> u64 {
+    DEFAULT_MAX_EVENT_BYTES
 }
 
 /// Why a row was dropped.
@@ -153,7 +161,7 @@ pub fn import_questions(
     let mut wanted: HashMap<u64, u64> = HashMap::new();
 
     progress.begin("pass 1/2: questions", file_len(posts));
-    let stats = scan_posts(posts, progress, |row| {
+    let stats = scan_posts(posts, config.max_event_bytes, progress, |row| {
         summary.rows_read += 1;
         let (Some(id), Some(kind)) = (row.id(Field::Id), row.number(Field::PostTypeId)) else {
             summary.drop_row(DropReason::MalformedRow);
@@ -245,7 +253,7 @@ pub fn import_questions(
     if !pending.is_empty() {
         summary.passes = 2;
         progress.begin("pass 2/2: answers", file_len(posts));
-        scan_posts(posts, progress, |row| {
+        scan_posts(posts, config.max_event_bytes, progress, |row| {
             if row.number(Field::PostTypeId) != Some(2) {
                 return Ok(());
             }

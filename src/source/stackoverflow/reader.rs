@@ -1,11 +1,13 @@
 //! The streaming `Posts.xml` reader: one `<row .../>` at a time through quick-xml, in memory
-//! bounded by the largest row whatever the dump size.
+//! bounded by the largest row whatever the dump size, and the largest row bounded too: any one
+//! XML event (a tag with its attributes, a text node, a comment) longer than `max_event_bytes`
+//! is an error, so 1 GiB of NULs or one giant comment cannot make the parser buffer it whole.
 //!
 //! Attributes are located once per row but decoded (entities, UTF-8) only when asked for, so a
 //! scan that needs ids, types and tags never pays for unescaping bodies.
 
 use std::borrow::Cow;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 use quick_xml::events::Event;
@@ -42,6 +44,11 @@ pub enum Field {
 }
 
 const FIELDS: usize = 10;
+
+/// Default bound on one XML event (a `<row>` tag with its attributes, a text node, a comment):
+/// far above any real post (Stack Overflow caps a body at 30,000 characters, a few hundred KB
+/// escaped), far below what exhausts memory.
+pub const DEFAULT_MAX_EVENT_BYTES: u64 = 64 << 20;
 
 impl Field {
     /// The XML attribute name.
@@ -171,12 +178,19 @@ pub struct ScanStats {
 /// entity, or a file that ends before the root closes (a truncated download) is an
 /// [`Error::Xml`] naming the byte offset and line. `visit` may fail with its own error, which
 /// ends the scan.
+///
+/// Any one XML event longer than `max_event_bytes` (see [`DEFAULT_MAX_EVENT_BYTES`]) is an
+/// [`Error::Xml`] at the event's first byte; memory stays within about that much plus the read
+/// buffer.
 pub fn scan_posts(
     path: &Path,
+    max_event_bytes: u64,
     progress: &dyn Progress,
     mut visit: impl FnMut(&PostRow<'_>) -> Result<()>,
 ) -> Result<ScanStats> {
-    let outcome = with_posts_reader(path, progress, |reader| scan_reader(reader, &mut visit));
+    let outcome = with_posts_reader(path, progress, |reader| {
+        scan_reader(reader, max_event_bytes, &mut visit)
+    });
     match outcome {
         Err(Error::Xml {
             byte_offset,
@@ -196,11 +210,13 @@ pub fn scan_posts(
 }
 
 /// Parses rows from an already opened stream; errors carry the byte offset, no path or line.
+/// `max_event_bytes` bounds any one XML event as in [`scan_posts`].
 pub fn scan_reader(
     reader: &mut dyn BufRead,
+    max_event_bytes: u64,
     visit: &mut dyn FnMut(&PostRow<'_>) -> Result<()>,
 ) -> Result<ScanStats> {
-    let mut xml = quick_xml::Reader::from_reader(reader);
+    let mut xml = quick_xml::Reader::from_reader(EventBudget::new(reader, max_event_bytes));
     // Whitespace between rows is not worth an event.
     xml.config_mut().trim_text(true);
     let mut buf = Vec::with_capacity(64 * 1024);
@@ -215,17 +231,40 @@ pub fn scan_reader(
     };
     loop {
         buf.clear();
-        let start = xml.buffer_position();
+        if buf.capacity() > 4 << 20 {
+            // One big row must not pin its buffer for the rest of the dump.
+            buf = Vec::with_capacity(64 * 1024);
+        }
+        // quick-xml consumes exactly one event per call (plus the whitespace it trims before
+        // it), so the bytes consumed from here on are this event's.
+        xml.get_mut().reset();
+        // quick-xml's offsets leave out a byte-order mark; ours count every byte of the stream
+        // (as `line_at` does).
+        let skew = xml.get_ref().position - xml.buffer_position();
         let event = match xml.read_event_into(&mut buf) {
             Ok(event) => event,
+            Err(_) if xml.get_ref().exceeded => {
+                let budget = xml.get_ref();
+                return Err(xml_error(
+                    budget.event_start + budget.leading_whitespace,
+                    format!(
+                        "one XML event (a tag with its attributes, a text node or a comment) \
+                         starting here is longer than {max_event_bytes} bytes; a real post is \
+                         far smaller, so the dump is likely corrupt (raise the bound with \
+                         --max-event-bytes if it is not)"
+                    ),
+                ));
+            }
             Err(e) => {
                 let offset = match &e {
                     quick_xml::Error::Io(_) => xml.buffer_position(),
                     _ => xml.error_position(),
                 };
-                return Err(xml_error(offset, format!("malformed XML: {e}")));
+                return Err(xml_error(offset + skew, format!("malformed XML: {e}")));
             }
         };
+        // Where the event's markup starts (after the whitespace trimmed before it).
+        let start = xml.get_ref().event_start + xml.get_ref().leading_whitespace;
         let opens = matches!(event, Event::Start(_));
         match event {
             Event::Start(tag) | Event::Empty(tag)
@@ -274,7 +313,7 @@ pub fn scan_reader(
             }
             Event::End(_) => depth = depth.saturating_sub(1),
             Event::Eof => {
-                let end = xml.buffer_position();
+                let end = xml.buffer_position() + skew;
                 if !seen_root {
                     return Err(xml_error(
                         end,
@@ -295,6 +334,98 @@ pub fn scan_reader(
             // Comments (new dumps open with one), the declaration, text, PIs: nothing to do.
             _ => {}
         }
+    }
+}
+
+/// The stream quick-xml reads, counting the bytes consumed since the last [`reset`]: past the
+/// budget it hands out nothing more and fails, so the parser's event buffer cannot grow beyond
+/// the budget (quick-xml otherwise appends to it until the event's delimiter, however far).
+///
+/// [`reset`]: EventBudget::reset
+struct EventBudget<'r> {
+    inner: &'r mut dyn BufRead,
+    /// Bytes consumed from the stream in all.
+    position: u64,
+    /// `position` at the last reset.
+    event_start: u64,
+    /// Bytes consumed since the last reset.
+    consumed: u64,
+    limit: u64,
+    /// Set when a read was refused, so the caller can tell the budget from a real I/O error.
+    exceeded: bool,
+    /// Whitespace consumed since the reset before anything else (quick-xml trims it into the
+    /// next event), so an error can name the byte where the event itself starts.
+    leading_whitespace: u64,
+    /// Whitespace at the front of what the last `fill_buf` returned, until content is seen.
+    whitespace_ahead: Option<usize>,
+}
+
+impl<'r> EventBudget<'r> {
+    fn new(inner: &'r mut dyn BufRead, limit: u64) -> Self {
+        Self {
+            inner,
+            position: 0,
+            event_start: 0,
+            consumed: 0,
+            limit,
+            exceeded: false,
+            leading_whitespace: 0,
+            whitespace_ahead: Some(0),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.event_start = self.position;
+        self.consumed = 0;
+        self.leading_whitespace = 0;
+        self.whitespace_ahead = Some(0);
+    }
+}
+
+impl Read for EventBudget<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let available = self.fill_buf()?;
+        let n = available.len().min(out.len());
+        out[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for EventBudget<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        let room = self.limit.saturating_sub(self.consumed);
+        let available = self.inner.fill_buf()?;
+        if available.is_empty() {
+            return Ok(available);
+        }
+        if room == 0 {
+            self.exceeded = true;
+            return Err(std::io::Error::other("XML event over its size bound"));
+        }
+        let n = available
+            .len()
+            .min(usize::try_from(room).unwrap_or(usize::MAX));
+        let available = &available[..n];
+        if self.whitespace_ahead.is_some() {
+            let spaces = available
+                .iter()
+                .take_while(|b| b.is_ascii_whitespace())
+                .count();
+            self.whitespace_ahead = Some(spaces);
+        }
+        Ok(available)
+    }
+
+    fn consume(&mut self, n: usize) {
+        if let Some(spaces) = self.whitespace_ahead {
+            let skipped = spaces.min(n);
+            self.leading_whitespace += skipped as u64;
+            self.whitespace_ahead = (n <= spaces).then(|| spaces - n);
+        }
+        self.consumed += n as u64;
+        self.position += n as u64;
+        self.inner.consume(n);
     }
 }
 
@@ -360,7 +491,7 @@ mod tests {
 
     fn rows(xml: &str) -> Result<Vec<(Option<u64>, Option<String>)>> {
         let mut out = Vec::new();
-        scan_reader(&mut xml.as_bytes(), &mut |row| {
+        scan_reader(&mut xml.as_bytes(), DEFAULT_MAX_EVENT_BYTES, &mut |row| {
             out.push((
                 row.id(Field::Id),
                 row.text(Field::Body)?.map(|b| b.into_owned()),
@@ -431,7 +562,7 @@ mod tests {
     fn numbers_and_dates() {
         let xml = "<posts><row Id=\"12\" Score=\"-3\" ParentId=\"x1\" \
                    CreationDate=\"2024-03-14T10:11:12.880\"/></posts>";
-        scan_reader(&mut xml.as_bytes(), &mut |row| {
+        scan_reader(&mut xml.as_bytes(), DEFAULT_MAX_EVENT_BYTES, &mut |row| {
             assert_eq!(row.number(Field::Score), Some(-3));
             assert_eq!(row.id(Field::Score), None);
             assert_eq!(row.number(Field::ParentId), None);
@@ -439,5 +570,63 @@ mod tests {
             Ok(())
         })
         .unwrap();
+    }
+
+    fn scan_with_limit(xml: &[u8], limit: u64) -> Result<ScanStats> {
+        scan_reader(&mut &xml[..], limit, &mut |row| {
+            row.text(Field::Body)?;
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn one_huge_xml_event_is_no_longer_buffered_whole() {
+        // Regression (issue 19 item 4): a giant attribute, text node or comment was read into
+        // memory whole. Each is now an error at its first byte once past the bound.
+        let big = "x".repeat(5000);
+        let cases = [
+            (format!("<posts><row Id=\"1\" Body=\"{big}\"/></posts>"), 7),
+            (format!("<posts>{big}<row Id=\"1\"/></posts>"), 7),
+            (format!("<!--{big}--><posts/>"), 0),
+            (format!("<posts><![CDATA[{big}]]></posts>"), 7),
+            // The whitespace quick-xml trims before a row is not the row.
+            (
+                format!("<posts>\n  <row Id=\"1\" Body=\"{big}\"/></posts>"),
+                10,
+            ),
+        ];
+        for (xml, at) in &cases {
+            match scan_with_limit(xml.as_bytes(), 4096) {
+                Err(Error::Xml {
+                    byte_offset,
+                    message,
+                    ..
+                }) => {
+                    assert_eq!(byte_offset, *at, "{message}");
+                    assert!(message.contains("longer than 4096 bytes"), "{message}");
+                }
+                other => panic!("{xml:.20}: expected the bound, got {other:?}"),
+            }
+            // The same input under a raised bound reads as before.
+            scan_with_limit(xml.as_bytes(), 8192).unwrap();
+        }
+        // Rows each under the bound pass, however many: the bound is per event.
+        let rows = format!(
+            "<posts>{}</posts>",
+            "<row Id=\"1\" Body=\"abc\"/>".repeat(1000)
+        );
+        assert_eq!(scan_with_limit(rows.as_bytes(), 64).unwrap().rows, 1000);
+
+        // 256 MiB of NULs (what a gzipped bomb decompresses to) stop at the default bound, in
+        // one read buffer's worth past it, instead of being buffered to the end.
+        let mut nuls =
+            std::io::BufReader::with_capacity(1 << 20, std::io::repeat(0).take(256 << 20));
+        let err = scan_reader(&mut nuls, DEFAULT_MAX_EVENT_BYTES, &mut |_| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("longer than"), "{err}");
+        let left = std::io::copy(&mut nuls, &mut std::io::sink()).unwrap();
+        assert!(
+            left >= (256 << 20) - DEFAULT_MAX_EVENT_BYTES - (1 << 20),
+            "{left}"
+        );
     }
 }

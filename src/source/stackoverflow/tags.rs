@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::reader::{Field, PostRow, scan_posts};
+use super::reader::{DEFAULT_MAX_EVENT_BYTES, Field, PostRow, scan_posts};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 
@@ -167,7 +167,7 @@ pub fn tag_cooccurrence(
     let mut counts: HashMap<String, u64> = HashMap::new();
     let (mut questions_read, mut malformed, mut topic_questions) = (0u64, 0u64, 0u64);
     progress.begin("scanning posts", file_len(posts));
-    scan_posts(posts, progress, |row| {
+    scan_posts(posts, DEFAULT_MAX_EVENT_BYTES, progress, |row| {
         if row.number(Field::PostTypeId) != Some(1) {
             return Ok(());
         }
@@ -262,7 +262,7 @@ pub fn recent_topics(
     let mut stats: HashMap<String, (u64, [u8; 10])> = HashMap::new();
     let (mut questions_read, mut malformed) = (0u64, 0u64);
     progress.begin("scanning posts", file_len(posts));
-    scan_posts(posts, progress, |row| {
+    scan_posts(posts, DEFAULT_MAX_EVENT_BYTES, progress, |row| {
         if row.number(Field::PostTypeId) != Some(1) {
             return Ok(());
         }

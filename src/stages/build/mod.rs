@@ -44,7 +44,8 @@ use crate::search::{
     build_hybrid_index,
 };
 use crate::source::stackoverflow::{
-    DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch, import_questions, parse_day,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch,
+    import_questions, parse_day,
 };
 use crate::source::{CorpusConfig, RepoSpec, TokenizerSpec, build_corpus};
 use crate::stages::{
@@ -370,6 +371,7 @@ impl Builder<'_> {
                         .site_url
                         .clone()
                         .unwrap_or_else(|| DEFAULT_SITE_URL.to_string()),
+                    max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
                 };
                 let imported = self.path("work/questions.imported.jsonl");
                 import_questions(posts, &import, &imported, progress)?;
