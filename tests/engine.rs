@@ -230,11 +230,10 @@ fn other_format_version_and_corrupt_files_are_errors() {
     let index = bm25_index(dir.path());
     let manifest_path = index.join("manifest.json");
     let manifest = std::fs::read_to_string(&manifest_path).unwrap();
-    std::fs::write(
-        &manifest_path,
-        manifest.replace("\"format_version\": 1", "\"format_version\": 99"),
-    )
-    .unwrap();
+    // Rewritten through Manifest::write, so that its seal holds: only the version differs.
+    let mut future: freshstack::index::Manifest = serde_json::from_str(&manifest).unwrap();
+    future.format_version = 99;
+    future.write(&index).unwrap();
     let err = Engine::open(&index).err().unwrap().to_string();
     assert!(
         err.contains("format version 99") && err.contains("rebuild"),

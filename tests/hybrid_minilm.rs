@@ -198,7 +198,9 @@ fn minilm_cli_index_and_fusion_retrieve() {
             "\"dir\": \"/gone/mini\"",
         );
     assert_ne!(moved, text);
-    std::fs::write(&manifest_path, moved).unwrap();
+    // Rewritten through Manifest::write, so that its seal holds (a hand edit breaks it).
+    let moved: freshstack::index::Manifest = serde_json::from_str(&moved).unwrap();
+    moved.write(&index).unwrap();
     let out = freshstack(&[
         "search",
         "--index",

@@ -4,6 +4,7 @@ mod benchmark;
 mod build;
 mod cli_eval;
 mod corpus;
+mod corrupt_index;
 mod embed;
 mod engine;
 mod eval_parity;

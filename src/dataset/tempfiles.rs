@@ -77,9 +77,9 @@ pub(crate) fn critical<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Removes this process's temporaries on SIGINT, SIGTERM or SIGHUP, then exits with status
-/// 128 + the signal number (130 for Ctrl-C), as a shell reports a process killed by it. Call once,
-/// early in `main`; it starts one thread that waits for the signals.
+/// Removes this process's temporaries on SIGINT, SIGTERM or SIGHUP, then ends the process by
+/// that same signal (default action), so a shell reports it as killed by it (130 for Ctrl-C).
+/// Call once, early in `main`; it starts one thread that waits for the signals.
 pub fn remove_temporaries_on_signals() -> std::io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
@@ -92,6 +92,9 @@ pub fn remove_temporaries_on_signals() -> std::io::Result<()> {
                 for path in live.paths.values() {
                     remove_path(path);
                 }
+                // Die of the signal itself, so a shell or parent sees "killed by SIGINT" (bash
+                // stops a loop on that, not on exit status 130).
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
                 std::process::exit(128 + signal);
             }
         })?;

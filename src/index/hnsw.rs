@@ -38,8 +38,9 @@ const MAX_LAYERS: usize = 16;
 const GRAPH_FILE: &str = "graph.bin";
 /// File holding the key of the cached graph.
 const KEY_FILE: &str = "key";
-/// First bytes of [`GRAPH_FILE`] (format version in the last byte).
-const MAGIC: &[u8; 8] = b"FSHNSW\x00\x01";
+/// First bytes of [`GRAPH_FILE`] (format version in the last byte). Version 2 ends with the
+/// CRC-32 of every byte before it (a graph is a cache outside the manifest's checksums).
+const MAGIC: &[u8; 8] = b"FSHNSW\x00\x02";
 
 /// `1 - dot(a, b)`, clamped at 0 so rounding on unit vectors never makes it negative.
 #[derive(Debug, Clone, Copy, Default)]
@@ -271,6 +272,8 @@ impl HnswGraph {
             }
             put_adjacency(&mut out, &layer.adjacency);
         }
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
         let mut file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
         file.write_all(&out).map_err(|e| Error::io(&path, e))?;
         std::fs::write(dir.join(KEY_FILE), key).map_err(|e| Error::io(dir.join(KEY_FILE), e))
@@ -288,7 +291,16 @@ impl HnswGraph {
         let Ok(bytes) = std::fs::read(&path) else {
             return Ok(None);
         };
-        match parse(&bytes, matrix.rows()) {
+        let intact = bytes.len() >= 4 && {
+            let (body, crc) = bytes.split_at(bytes.len() - 4);
+            crc32fast::hash(body).to_le_bytes() == crc
+        };
+        let parsed = if intact {
+            parse(&bytes[..bytes.len() - 4], matrix.rows())
+        } else {
+            Err("checksum differs (damaged, or an older version)".to_string())
+        };
+        match parsed {
             Ok((entry, base, upper)) => Ok(Some(Self {
                 dim: matrix.dim(),
                 vectors: to_half(&to_f32(matrix), matrix.dim()),

@@ -1,15 +1,20 @@
 //! The index manifest: `DIR/manifest.json`, written atomically last, so a directory with a
 //! manifest is a complete index. It records the format version, the corpus it was built from
-//! (path, size, hash, document count), the BM25 settings, each dense model, and the size of every
-//! file, which [`Manifest::read`] checks so a truncated or half-copied index is an error rather
-//! than a panic deep inside a reader.
+//! (path, size, hash, document count), the BM25 settings, each dense model, and the size and
+//! CRC-32 of every file, which [`Manifest::read`] checks before any reader (tantivy's, the vector
+//! map) sees a byte, so a truncated, half-copied or corrupted index is a one-line error that
+//! says to rebuild rather than a panic deep inside a reader or changed results. The manifest
+//! seals itself: its last member, `"checksum"`, is the CRC-32 of every byte before it.
+//!
+//! A manifest written before checksums existed (no `"checksum"`, no per-file `crc32`) still
+//! opens, with its sizes checked only and a warning that a rebuild adds the checksums.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::write_json_atomic;
+use crate::dataset::AtomicWriter;
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Settings;
 
@@ -111,22 +116,78 @@ impl Default for HnswSettings {
     }
 }
 
-/// A file of the index and its size.
+/// A file of the index, its size and checksum.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileInfo {
     /// Path relative to the index directory, `/`-separated.
     pub path: String,
     /// Size in bytes.
     pub bytes: u64,
+    /// CRC-32 (IEEE) of the file's bytes, 8 hex digits; absent in indexes built before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32: Option<String>,
+}
+
+/// What precedes the manifest's own checksum: the manifest's last member.
+const SEAL_KEY: &[u8] = b",\n  \"checksum\": \"";
+/// What follows it: the closing quote and brace.
+const SEAL_END: &[u8] = b"\"\n}\n";
+
+/// Splits a manifest's bytes into the covered part and whether its seal holds: `None` when there
+/// is no seal (a manifest from before checksums, or one whose seal itself was damaged).
+fn unseal(bytes: &[u8]) -> Option<(&[u8], bool)> {
+    let hex_end = bytes.len().checked_sub(SEAL_END.len())?;
+    if &bytes[hex_end..] != SEAL_END {
+        return None;
+    }
+    let hex_start = hex_end.checked_sub(8)?;
+    let head_end = hex_start.checked_sub(SEAL_KEY.len())?;
+    if &bytes[head_end..hex_start] != SEAL_KEY {
+        return None;
+    }
+    let head = &bytes[..head_end];
+    let expected = format!("{:08x}", crc32fast::hash(head));
+    Some((head, expected.as_bytes() == &bytes[hex_start..hex_end]))
+}
+
+/// The CRC-32 of a file's bytes, 8 hex digits, read in 1 MiB blocks (a memory map was no faster:
+/// the page faults cost what the copy does).
+pub(crate) fn crc32_file(path: &Path) -> Result<String> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(format!("{:08x}", hasher.finalize()))
+}
+
+fn corrupt_manifest(path: &Path, why: impl std::fmt::Display) -> Error {
+    Error::index(
+        path,
+        format!("corrupt manifest: {why}; rebuild the index with `freshstack index`"),
+    )
+}
+
+fn corrupt(path: &Path, why: impl std::fmt::Display) -> Error {
+    Error::index(
+        path,
+        format!("corrupt index: {why}; rebuild it with `freshstack index`"),
+    )
 }
 
 impl Manifest {
     /// Reads and validates `dir/manifest.json`: a missing or unparsable manifest, another
-    /// format version, or a file whose size differs is a clear error.
+    /// format version, a file whose size differs, or any byte of the manifest or of a file that
+    /// differs from the build (by CRC-32) is a clear error. Every file is read once for that.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join(MANIFEST_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::index(
                     dir,
@@ -135,8 +196,14 @@ impl Manifest {
             }
             Err(e) => return Err(Error::io(&path, e)),
         };
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::index(&path, format!("corrupt manifest: {e}")))?;
+        let sealed = match unseal(&bytes) {
+            Some((_, false)) => return Err(corrupt_manifest(&path, "its checksum differs")),
+            Some((_, true)) => true,
+            None => false,
+        };
+        let text = std::str::from_utf8(&bytes).map_err(|e| corrupt_manifest(&path, e))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| corrupt_manifest(&path, e))?;
         let found = value.get("format_version").and_then(|v| v.as_u64());
         if found != Some(u64::from(FORMAT_VERSION)) {
             let found = found.map_or_else(|| "none".to_string(), |v| v.to_string());
@@ -148,29 +215,64 @@ impl Manifest {
                 ),
             ));
         }
-        let manifest: Manifest = serde_json::from_value(value)
-            .map_err(|e| Error::index(&path, format!("corrupt manifest: {e}")))?;
+        let manifest: Manifest =
+            serde_json::from_value(value).map_err(|e| corrupt_manifest(&path, e))?;
+        let with_crc = manifest.files.iter().filter(|f| f.crc32.is_some()).count();
+        if !sealed && with_crc > 0 {
+            return Err(corrupt_manifest(&path, "its checksum is missing"));
+        }
+        if sealed && with_crc < manifest.files.len() {
+            return Err(corrupt_manifest(&path, "a file has no checksum"));
+        }
+        if !sealed {
+            tracing::warn!(
+                "{}: built before index checksums: file sizes are checked, not their bytes; \
+                 rebuild it with `freshstack index` to have every byte verified",
+                dir.display()
+            );
+        }
         for file in &manifest.files {
             let file_path = dir.join(&file.path);
             let bytes = std::fs::metadata(&file_path)
                 .map_err(|e| Error::index(&file_path, format!("missing index file: {e}")))?
                 .len();
             if bytes != file.bytes {
-                return Err(Error::index(
+                return Err(corrupt(
                     &file_path,
-                    format!(
-                        "corrupt index: {bytes} bytes, the manifest says {}; rebuild the index",
-                        file.bytes
-                    ),
+                    format!("{bytes} bytes, the manifest says {}", file.bytes),
                 ));
+            }
+            if let Some(expected) = &file.crc32 {
+                let found = crc32_file(&file_path)?;
+                if &found != expected {
+                    return Err(corrupt(
+                        &file_path,
+                        format!("CRC-32 {found}, the manifest says {expected}"),
+                    ));
+                }
             }
         }
         Ok(manifest)
     }
 
-    /// Writes the manifest atomically into `dir`.
+    /// Writes the manifest atomically into `dir`, sealed with its checksum.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        write_json_atomic(dir.join(MANIFEST_FILE), self)
+        let path = dir.join(MANIFEST_FILE);
+        let json = serde_json::to_string_pretty(self).map_err(|e| Error::Json {
+            path: path.clone(),
+            source: e,
+        })?;
+        // A struct serializes as `{\n  ...\n}`: the seal goes in as its last member.
+        let head = json.strip_suffix("\n}").unwrap_or(&json);
+        let mut writer = AtomicWriter::create(&path)?;
+        let crc = crc32fast::hash(head.as_bytes());
+        writer
+            .write_all(head.as_bytes())
+            .and_then(|()| writer.write_all(SEAL_KEY))
+            .and_then(|()| writer.write_all(format!("{crc:08x}").as_bytes()))
+            .and_then(|()| writer.write_all(SEAL_END))
+            .map_err(|e| Error::io(&path, e))?;
+        writer.commit()
     }
 
     /// Fills [`Manifest::files`] from the files now under `dir` (recursively, sorted), skipping
@@ -202,8 +304,12 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()>
             }
             continue;
         }
-        // tantivy's lock files come and go with readers; the manifest is written last.
-        if name == MANIFEST_FILE || name.ends_with(".lock") || name.starts_with('.') {
+        // tantivy's lock files come and go with readers; the manifest is written last; other
+        // dot-files are temporaries, except tantivy's list of its files, which it reads.
+        if name == MANIFEST_FILE
+            || name.ends_with(".lock")
+            || (name.starts_with('.') && name != ".managed.json")
+        {
             continue;
         }
         let rel = path
@@ -214,7 +320,11 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()>
             .collect::<Vec<_>>()
             .join("/");
         let bytes = entry.metadata().map_err(|e| Error::io(&path, e))?.len();
-        out.push(FileInfo { path: rel, bytes });
+        out.push(FileInfo {
+            path: rel,
+            bytes,
+            crc32: Some(crc32_file(&path)?),
+        });
     }
     Ok(())
 }

@@ -3,7 +3,8 @@
 //!
 //! Layout of an index directory:
 //! ```text
-//! DIR/manifest.json            format version, corpus hash, settings, models, file sizes
+//! DIR/manifest.json            format version, corpus hash, settings, models, file sizes and
+//!                              CRC-32s; sealed by its own CRC-32
 //! DIR/ids.txt                  document ids, one per line; line n = ordinal n-1
 //! DIR/bm25/                    tantivy index (field `body`, fast field `ord`, `repo`)
 //! DIR/dense/NAME/vectors.npy   N x dim, f16 or f32, rows in ordinal order
@@ -11,7 +12,8 @@
 //! ```
 //! Guarantees: a build writes into a temporary sibling and renames it into place, so a
 //! directory with a manifest is complete; opening an index of another format version, or one
-//! whose files do not match the manifest, is an [`Error::Index`](crate::Error::Index).
+//! whose files do not match the manifest (size or CRC-32, checked before any reader runs), is
+//! an [`Error::Index`](crate::Error::Index).
 //! Imports only `dataset` (and the error and progress types).
 
 mod analyzer;

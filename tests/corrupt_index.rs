@@ -1,0 +1,187 @@
+//! A corrupt index (issue 19 item 3): every byte of every file of a small index is flipped in
+//! turn; each flip must give a one-line error that says to rebuild (the manifest's CRC-32s are
+//! checked before tantivy or the vector map reads a byte), or, in the HNSW cache, which is
+//! rebuilt when its checksum fails, the very same answers. Never a panic, never other answers.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use freshstack::NoProgress;
+use freshstack::dataset::{VectorDtype, write_npy};
+use freshstack::index::{Bm25Settings, HnswSettings, IndexConfig, VectorSource, build_index};
+use freshstack::search::{Ann, Engine, SearchOptions};
+
+const TEXTS: &[&str] = &[
+    "Route::get('/users', [UserController::class, 'index']);",
+    "Configure the database connection in config/database.php",
+    "class HTTPServer: def handle_request(self): return getUserName()",
+    "The cache driver stores items; cache items expire.",
+    "Queues let you defer time consuming tasks such as sending email.",
+    "A queue worker retries failed jobs with a backoff.",
+];
+
+fn small_index(dir: &Path) -> PathBuf {
+    let ids: Vec<String> = (0..TEXTS.len())
+        .map(|i| format!("a/b/f{i}.md_0_1"))
+        .collect();
+    let corpus: String = ids
+        .iter()
+        .zip(TEXTS)
+        .map(|(id, text)| {
+            serde_json::json!({"_id": id, "title": "", "text": text, "metadata": {"repo": "a/b"}})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let corpus_path = dir.join("corpus.jsonl");
+    std::fs::write(&corpus_path, corpus).unwrap();
+    // Unit vectors along (i mod 4) with a small tilt, so exact and HNSW rank alike.
+    let npy = dir.join("vectors.npy");
+    write_npy(&npy, ids.len(), 4, VectorDtype::F32, |i, row| {
+        row.fill(0.1);
+        row[i % 4] = 1.0;
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        row.iter_mut().for_each(|x| *x /= norm);
+    })
+    .unwrap();
+    std::fs::write(npy.with_extension("ids"), ids.join("\n") + "\n").unwrap();
+    let index = dir.join("index");
+    let config = IndexConfig {
+        corpus: corpus_path,
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![VectorSource {
+            name: "v".into(),
+            npy,
+        }],
+        hnsw: Some(HnswSettings::default()),
+    };
+    build_index(&config, &index, &NoProgress).unwrap();
+    index
+}
+
+/// What the index answers: BM25, exact and HNSW dense search, as (id, score) lists.
+fn answers(index: &Path) -> freshstack::Result<Vec<Vec<(String, f32)>>> {
+    let engine = Engine::open(index)?;
+    let as_pairs = |hits: Vec<freshstack::search::Hit>| {
+        hits.into_iter()
+            .map(|h| (h.id, h.score))
+            .collect::<Vec<_>>()
+    };
+    let mut out = vec![as_pairs(engine.search_bm25("queue worker cache", 6)?)];
+    for ann in [Ann::Exact, Ann::Hnsw] {
+        let options = SearchOptions {
+            retriever: "dense:v".into(),
+            k: 6,
+            ann,
+            ..SearchOptions::default()
+        };
+        out.push(as_pairs(engine.search_vector(
+            "v",
+            &[0.0, 1.0, 0.2, 0.0],
+            &options,
+        )?));
+    }
+    Ok(out)
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn a_corrupt_index_panics_or_answers_wrongly() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = small_index(dir.path());
+    let baseline = answers(&index).unwrap();
+    let mut paths = Vec::new();
+    files(&index, &mut paths);
+    paths.sort();
+    let names: Vec<String> = paths
+        .iter()
+        .map(|p| p.strip_prefix(&index).unwrap().display().to_string())
+        .collect();
+    // Every kind of file is in the test: tantivy's, ours, the HNSW cache.
+    for part in [
+        ".fast",
+        ".term",
+        ".fieldnorm",
+        ".idx",
+        ".store",
+        "meta.json",
+        ".managed.json",
+        "ids.txt",
+        "vectors.npy",
+        "manifest.json",
+        "graph.bin",
+    ] {
+        assert!(
+            names.iter().any(|n| n.ends_with(part)),
+            "{part} in {names:?}"
+        );
+    }
+    let mut flips = 0;
+    for (path, name) in paths.iter().zip(&names) {
+        let original = std::fs::read(path).unwrap();
+        let cache = name.contains("/hnsw/");
+        // One byte rewritten in place (no truncation, which ext4 answers with a flush).
+        let poke = |at: usize, byte: u8| {
+            let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+            file.write_at(&[byte], at as u64).unwrap();
+        };
+        for at in 0..original.len() {
+            poke(at, original[at] ^ 0xff);
+            match answers(&index) {
+                Err(e) => {
+                    let message = e.to_string();
+                    assert!(
+                        !cache && message.contains("rebuild") && !message.contains('\n'),
+                        "{name} byte {at}: {message}"
+                    );
+                }
+                Ok(got) => assert!(
+                    cache && got == baseline,
+                    "{name} byte {at}: answered {got:?}, not {baseline:?}"
+                ),
+            }
+            if cache {
+                // The rebuilt cache replaced the file with the same graph; write it back anyway.
+                std::fs::write(path, &original).unwrap();
+            } else {
+                poke(at, original[at]);
+            }
+            flips += 1;
+        }
+    }
+    assert!(flips > 3000, "{flips} flips");
+    assert_eq!(answers(&index).unwrap(), baseline);
+}
+
+#[test]
+fn a_corrupt_index_is_one_line_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = small_index(dir.path());
+    let ids = index.join("ids.txt");
+    let mut bytes = std::fs::read(&ids).unwrap();
+    bytes[3] ^= 0x01;
+    std::fs::write(&ids, bytes).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["search", "--index", index.to_str().unwrap(), "queue"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ids.txt")
+            && stderr.contains("corrupt index")
+            && stderr.contains("rebuild"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
