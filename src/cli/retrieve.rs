@@ -118,11 +118,11 @@ pub struct RetrieveArgs {
     retriever: String,
     /// Query text: question (title + body), answer or nuggets (oracles), or text (BEIR).
     #[arg(long, default_value = "question")]
-    field: String,
+    field: QueryField,
     /// hnsw (default when the model has a graph) or exact (ground truth). With `--device
     /// cuda[:N]` in a `--features cuda` build, exact dense search runs on that GPU (same results).
     #[arg(long, default_value = "hnsw")]
-    ann: String,
+    ann: Ann,
     /// HNSW search width.
     #[arg(long, default_value_t = DEFAULT_EF_SEARCH)]
     ef_search: usize,
@@ -164,11 +164,11 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         })
         .transpose()?;
     let device = DeviceSpec::parse(args.encoders.device())?;
-    let ann = Ann::parse(&args.ann)?;
+    let ann = args.ann;
     let config = RetrieveConfig {
         index: args.index.clone(),
         queries: args.queries.clone(),
-        field: QueryField::parse(&args.field)?,
+        field: args.field,
         out: args.out.clone(),
         k: args.k,
         search: SearchOptions {

@@ -26,7 +26,7 @@ pub struct SearchArgs {
     k: usize,
     /// hnsw (when the model has a graph) or exact.
     #[arg(long, default_value = "hnsw")]
-    ann: String,
+    ann: Ann,
     /// HNSW search width.
     #[arg(long, default_value_t = DEFAULT_EF_SEARCH)]
     ef_search: usize,
@@ -46,7 +46,7 @@ pub struct SearchArgs {
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let options = SearchOptions {
-        ann: Ann::parse(&args.ann)?,
+        ann: args.ann,
         ef_search: args.ef_search,
         ..args.fusion.options()
     };

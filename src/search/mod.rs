@@ -92,14 +92,16 @@ pub enum Ann {
     Exact,
 }
 
-impl Ann {
+impl std::str::FromStr for Ann {
+    type Err = Error;
+
     /// Parses `hnsw` or `exact`.
-    pub fn parse(name: &str) -> Result<Self> {
+    fn from_str(name: &str) -> Result<Self> {
         match name {
             "hnsw" => Ok(Ann::Hnsw),
             "exact" => Ok(Ann::Exact),
             other => Err(Error::invalid(
-                "--ann",
+                "ANN method",
                 format!("{other:?}: expected hnsw or exact"),
             )),
         }

@@ -26,21 +26,25 @@ pub enum QueryField {
     Text,
 }
 
-impl QueryField {
+impl std::str::FromStr for QueryField {
+    type Err = Error;
+
     /// Parses `question`, `answer`, `nuggets` or `text`.
-    pub fn parse(name: &str) -> Result<Self> {
+    fn from_str(name: &str) -> Result<Self> {
         match name {
             "question" => Ok(Self::Question),
             "answer" => Ok(Self::Answer),
             "nuggets" => Ok(Self::Nuggets),
             "text" => Ok(Self::Text),
             other => Err(Error::invalid(
-                "--field",
+                "query field",
                 format!("{other:?}: expected question, answer, nuggets or text"),
             )),
         }
     }
+}
 
+impl QueryField {
     fn name(self) -> &'static str {
         match self {
             Self::Question => "question",
