@@ -60,11 +60,11 @@ fn small_index(dir: &Path) -> PathBuf {
 }
 
 /// What the index answers: BM25, exact and HNSW dense search, as (id, score) lists.
-fn answers(index: &Path) -> freshstack::Result<Vec<Vec<(String, f32)>>> {
+fn answers(index: &Path) -> freshstack::Result<Vec<Vec<(String, f64)>>> {
     let engine = Engine::open(index)?;
-    let as_pairs = |hits: Vec<freshstack::search::Hit>| {
+    let as_pairs = |hits: Vec<freshstack::dataset::ScoredDoc>| {
         hits.into_iter()
-            .map(|h| (h.id, h.score))
+            .map(|h| (h.doc_id, h.score))
             .collect::<Vec<_>>()
     };
     let mut out = vec![as_pairs(engine.search_bm25("queue worker cache", 6)?)];
