@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""HNSW: freshstack (hnsw_rs through `freshstack index --vectors` / `retrieve --ann hnsw`) against
-hnswlib on the same vectors and parameters (M 16, ef_construction 200, ef swept).
-Prints build time, recall@10 against exact search, and single-threaded queries/s for both.
+"""HNSW: freshstack (`freshstack index --vectors` / `retrieve --ann hnsw`) against hnswlib on the
+same vectors and parameters (M 16, ef_construction 200, ef swept).
+Prints build time (all cores) and memory, recall@10 against exact search, and single-threaded
+queries/s for both.
 
 Vectors: real embeddings with --vectors DOCS.npy --query-vectors QUERIES.npy (as written by
 `freshstack embed`, ids in the .ids files next to them), else seeded random unit vectors
-(--n, --dim: the hardest case for HNSW). freshstack's queries/s is measured through the CLI:
+(--n, --dim: the hardest case for HNSW), or with --clustered a seeded Gaussian mixture
+(--clusters centres, unit vectors around each; closer to real embeddings than uniform noise).
+Memory: hnswlib's is the growth of this process's resident set over the build; freshstack's the
+peak RSS of the whole `index` process (GNU time), which also holds the vectors. freshstack's queries/s is measured through the CLI:
 (time of retrieving all queries - time of retrieving one) / (queries - 1), best of --repeat,
 so process start, index open and graph load are not counted.
 
@@ -32,6 +36,33 @@ def timed(cmd):
     return time.perf_counter() - start
 
 
+def rss_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def clustered(rng, n, dim, centres, spread):
+    """Unit vectors around `centres` seeded cluster centres (uniform random directions)."""
+    c = unit(rng, centres, dim)
+    which = rng.integers(0, centres, n)
+    x = c[which] + rng.standard_normal((n, dim)).astype(np.float32) * (spread / np.sqrt(dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def timed_rss(cmd):
+    """Wall seconds and peak RSS (KiB) of `cmd`, through GNU time."""
+    out = tempfile.mktemp(prefix="hnswcmp-time.")
+    start = time.perf_counter()
+    subprocess.run(["/usr/bin/time", "-f", "%M", "-o", out] + cmd, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    kb = int(open(out).read().split()[-1])
+    os.unlink(out)
+    return wall, kb
+
+
 def unit(rng, n, dim):
     x = rng.standard_normal((n, dim)).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -54,6 +85,10 @@ def main():
     ap.add_argument("--ef-construction", type=int, default=200)
     ap.add_argument("--efs", default="32,64,128,256", help="search widths to sweep")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--clustered", action="store_true", help="seeded Gaussian mixture")
+    ap.add_argument("--clusters", type=int, default=1000)
+    ap.add_argument("--spread", type=float, default=0.6,
+                    help="noise norm around a centre (unit centres)")
     ap.add_argument("--vectors", help="document vectors .npy (real embeddings)")
     ap.add_argument("--query-vectors", help="query vectors .npy (with --vectors)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/freshstack"))
@@ -64,12 +99,17 @@ def main():
         args.n, args.dim = data.shape
         args.queries = len(queries)
         what = f"real embeddings {os.path.basename(args.vectors)}"
+    elif args.clustered:
+        rng = np.random.default_rng(42)
+        both = clustered(rng, args.n + args.queries, args.dim, args.clusters, args.spread)
+        data, queries = both[:args.n], both[args.n:]
+        what = f"clustered unit vectors ({args.clusters} centres, spread {args.spread})"
     else:
         rng = np.random.default_rng(42)
         data = unit(rng, args.n, args.dim)
         queries = unit(rng, args.queries, args.dim)
         what = "random unit vectors"
-    scores = queries @ data.T
+    scores = queries @ data.T  # (queries x n) float32: 0.4 GB at 1,000 x 100,000
     # The 10th best exact score per query: a returned document counts as a true neighbour when
     # its exact score reaches it (ties, e.g. duplicate chunks, make any tied one correct).
     kth = -np.partition(-scores, 9, axis=1)[:, 9]
@@ -97,12 +137,14 @@ def main():
           f"ef_construction {args.ef_construction}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}")
 
+    before = rss_kb()
     t0 = time.perf_counter()
     index = hnswlib.Index(space="ip", dim=args.dim)
     index.init_index(max_elements=args.n, ef_construction=args.ef_construction, M=args.m,
                      random_seed=42)
     index.add_items(data, np.arange(args.n))
     lib_build = time.perf_counter() - t0
+    lib_mib = (rss_kb() - before) / 1024
     index.set_num_threads(1)
     lib = {}
     for ef in efs:
@@ -115,11 +157,16 @@ def main():
         lib[ef] = (args.queries / best, recall_of(labels))
 
     index_dir = os.path.join(work, "index")
-    build = timed([args.bin, "index", "--corpus", os.path.join(work, "corpus.jsonl"), "--index",
+    build, peak_kb = timed_rss([args.bin, "index", "--corpus", os.path.join(work, "corpus.jsonl"), "--index",
                    index_dir, "--vectors", f"v={os.path.join(work, 'docs.npy')}", "--hnsw-m",
                    str(args.m), "--hnsw-ef-construction", str(args.ef_construction)])
-    print(f"build: hnswlib {lib_build:.1f} s, freshstack {build:.1f} s (all cores; freshstack "
-          f"incl. process start, corpus read and vector copy)")
+    graph = os.path.join(index_dir, "dense", "v", "hnsw", "graph.bin")
+    graph_mib = os.path.getsize(graph) / 2**20 if os.path.exists(graph) else float("nan")
+    print(f"build: hnswlib {lib_build:.1f} s, freshstack {build:.1f} s (ratio "
+          f"{build / lib_build:.2f}; all cores; freshstack incl. process start, corpus read and "
+          f"vector copy)")
+    print(f"memory: hnswlib index {lib_mib:.0f} MiB; freshstack index process peak RSS "
+          f"{peak_kb / 1024:.0f} MiB, graph.bin {graph_mib:.1f} MiB")
 
     def ours(ann, ef):
         common = [args.bin, "retrieve", "--index", index_dir, "--retriever", "dense", "-k", "10",

@@ -39,7 +39,7 @@ pub use docids::{DocIds, TopK};
 pub use flat::{dot, search as flat_search};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuFlat, KERNEL_SOURCE, compile_kernels};
-pub use hnsw::{ClampedDot, HnswGraph, cache_key};
+pub use hnsw::{HnswGraph, cache_key};
 pub use manifest::{
     CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE,
     Manifest, fnv1a64, fnv1a64_file,

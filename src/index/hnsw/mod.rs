@@ -1,21 +1,17 @@
 //! Approximate nearest-neighbour search with an HNSW graph over unit vectors.
 //!
-//! hnsw_rs builds the graph; it is then frozen into a compact form ([`HnswGraph`]: per layer, the
-//! neighbour rows as `u32` in one array with offsets) beside a contiguous f16 copy of the vectors,
-//! and searched by our own code (greedy descent through the upper layers, then a beam of width
-//! `ef` on layer 0, a per-thread visited array with generation stamps, AVX2 + F16C dot products
-//! against the f32 query). The caller rescores the results exactly.
-//!
-//! Reproducible: the points are inserted one at a time in row order, and hnsw_rs draws their
-//! levels from a seeded generator, so the graph (and every search on it) is the same whatever
-//! the thread count. hnsw_rs's parallel insert is not used: its result depends on the thread
-//! interleaving.
+//! The graph is built by our own batch insertion ([`construction`]: parallel, and the same
+//! bytes whatever the thread count) and kept in a compact form ([`HnswGraph`]: per layer, the
+//! neighbour rows as `u32` in one array with offsets) beside a contiguous f16 copy of the
+//! vectors. Search: greedy descent through the upper layers, then a beam of width `ef` on layer
+//! 0, a per-thread visited array with generation stamps, AVX2 + F16C dot products against the
+//! f32 query. The caller rescores the results exactly.
 //!
 //! The graph is a *cache* (`graph.bin`, our own little-endian format, without a copy of the
 //! vectors): it is rebuilt whenever it is missing, unreadable or its key (corpus hash, model,
-//! parameters: see [`cache_key`]) differs. Distances during the build: hnsw_rs's `DistDot`
-//! asserts `1 - dot >= 0`, which unit vectors break when their self dot product rounds above 1;
-//! [`ClampedDot`] clamps at 0 instead.
+//! parameters, construction version: see [`cache_key`]) differs.
+
+mod construction;
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -23,16 +19,14 @@ use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::Path;
 
-use hnsw_rs::hnsw::Hnsw;
 use rayon::prelude::*;
 
 use crate::dataset::VectorMatrix;
 use crate::error::{Error, Result};
-use crate::index::flat::dot;
 use crate::index::manifest::HnswSettings;
 use crate::progress::Progress;
 
-/// Layers of the graph (hnsw_rs caps at 16).
+/// Layers of the graph at most.
 const MAX_LAYERS: usize = 16;
 /// The frozen graph inside the cache directory.
 const GRAPH_FILE: &str = "graph.bin";
@@ -41,16 +35,6 @@ const KEY_FILE: &str = "key";
 /// First bytes of [`GRAPH_FILE`] (format version in the last byte). Version 2 ends with the
 /// CRC-32 of every byte before it (a graph is a cache outside the manifest's checksums).
 const MAGIC: &[u8; 8] = b"FSHNSW\x00\x02";
-
-/// `1 - dot(a, b)`, clamped at 0 so rounding on unit vectors never makes it negative.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ClampedDot;
-
-impl hnsw_rs::anndists::dist::Distance<f32> for ClampedDot {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        (1.0 - dot(a, b)).max(0.0)
-    }
-}
 
 /// Neighbour lists of one layer: `links[offsets[i]..offsets[i + 1]]` for the layer's `i`-th node.
 #[derive(Debug, Default, PartialEq)]
@@ -89,7 +73,7 @@ pub struct HnswGraph {
 /// The cache key of a graph: changes whenever the vectors or parameters do.
 pub fn cache_key(corpus_hash: &str, model: &str, rows: usize, settings: &HnswSettings) -> String {
     format!(
-        "v2 corpus={corpus_hash} model={model} rows={rows} m={} ef_construction={}",
+        "v3 corpus={corpus_hash} model={model} rows={rows} m={} ef_construction={}",
         settings.m, settings.ef_construction
     )
 }
@@ -103,35 +87,40 @@ struct Rows {
     len: usize,
 }
 
-/// The matrix as f32, row-major (rows converted in parallel): what hnsw_rs builds from.
-fn to_f32(matrix: &VectorMatrix) -> Vec<f32> {
-    let dim = matrix.dim();
-    let mut out = vec![0f32; matrix.rows() * dim];
-    out.par_chunks_mut(dim)
-        .enumerate()
-        .for_each(|(row, slot)| matrix.row_into(row, slot));
-    out
+impl Rows {
+    /// Row `row` of a `dim`-wide matrix.
+    #[inline(always)]
+    fn row(&self, row: u32, dim: usize) -> &[u16] {
+        let at = self.start + row as usize * dim;
+        &self.data[at..at + dim]
+    }
 }
 
-/// `vectors` (row-major, `dim` wide) as [`Rows`] (rounded to nearest f16).
-fn to_half(vectors: &[f32], dim: usize) -> Rows {
-    let len = vectors.len();
+/// `matrix` as [`Rows`] (rounded to nearest f16; rows converted in parallel, each through a
+/// one-row f32 buffer).
+fn to_half(matrix: &VectorMatrix) -> Rows {
+    let dim = matrix.dim();
+    let len = matrix.rows() * dim;
     let mut data = vec![0u16; len + 31];
     let start = data.as_ptr().align_offset(64).min(31);
     data[start..start + len]
         .par_chunks_mut(dim.max(1))
-        .zip(vectors.par_chunks(dim.max(1)))
-        .for_each(|(out, row)| {
-            for (o, v) in out.iter_mut().zip(row) {
-                *o = half::f16::from_f32(*v).to_bits();
-            }
-        });
+        .enumerate()
+        .for_each_init(
+            || vec![0f32; dim],
+            |row, (i, out)| {
+                matrix.row_into(i, row);
+                for (o, v) in out.iter_mut().zip(row.iter()) {
+                    *o = half::f16::from_f32(*v).to_bits();
+                }
+            },
+        );
     Rows { data, start, len }
 }
 
 impl HnswGraph {
-    /// Builds the graph over every row of `matrix`: points inserted one at a time, in row order,
-    /// so the graph is reproducible (see the module documentation).
+    /// Builds the graph over every row of `matrix`, in parallel; the graph is the same whatever
+    /// the thread count (see [`construction`]).
     pub fn build(
         matrix: &VectorMatrix,
         settings: &HnswSettings,
@@ -154,95 +143,22 @@ impl HnswGraph {
                 format!("{rows} rows: at most {} are supported", u32::MAX),
             ));
         }
-        let vectors = to_f32(matrix);
-        let hnsw = Hnsw::<f32, ClampedDot>::new(
+        let vectors = to_half(matrix);
+        let (entry, base, upper) = construction::construct(
+            &vectors,
+            dim,
             settings.m,
-            rows.max(1),
-            MAX_LAYERS,
             settings.ef_construction,
-            ClampedDot,
+            kernel(),
+            progress,
         );
-        progress.begin("hnsw", Some(rows as u64));
-        const STEP: usize = 1024;
-        for (start, chunk) in vectors.chunks(dim * STEP).enumerate() {
-            for (i, v) in chunk.chunks_exact(dim).enumerate() {
-                hnsw.insert_slice((v, start * STEP + i));
-            }
-            progress.advance((chunk.len() / dim) as u64);
-        }
-        progress.finish();
-        let vectors = to_half(&vectors, dim);
-        Ok(Self::freeze(&hnsw, dim, vectors))
-    }
-
-    /// The compact form of hnsw_rs's graph.
-    fn freeze(hnsw: &Hnsw<'_, f32, ClampedDot>, dim: usize, vectors: Rows) -> Self {
-        let rows = vectors.len / dim.max(1);
-        // Per row: its level and its neighbours on each layer up to it.
-        let mut levels = vec![0u8; rows];
-        let mut lists: Vec<Vec<Vec<u32>>> = vec![Vec::new(); rows];
-        let mut entry: Option<(u8, u32)> = None;
-        for point in hnsw.get_point_indexation() {
-            let row = point.get_origin_id();
-            if row >= rows {
-                continue;
-            }
-            let level = point.get_point_id().0;
-            levels[row] = level;
-            lists[row] = point
-                .get_neighborhood_id()
-                .into_iter()
-                .take(usize::from(level) + 1)
-                .map(|layer| {
-                    layer
-                        .into_iter()
-                        .filter(|n| n.d_id < rows && n.d_id != row)
-                        .map(|n| n.d_id as u32)
-                        .collect()
-                })
-                .collect();
-            // The entry point: the first row (in row order) of the highest level.
-            let candidate = (level, row as u32);
-            entry = Some(match entry {
-                Some((l, r)) if l > level || (l == level && r < candidate.1) => (l, r),
-                _ => candidate,
-            });
-        }
-        let top = entry.map_or(0, |(l, _)| usize::from(l));
-        let mut base = Adjacency {
-            offsets: Vec::with_capacity(rows + 1),
-            links: Vec::new(),
-        };
-        base.offsets.push(0);
-        for list in &lists {
-            if let Some(l0) = list.first() {
-                base.links.extend_from_slice(l0);
-            }
-            base.offsets.push(base.links.len() as u64);
-        }
-        let mut upper: Vec<UpperLayer> = (1..=top).map(|_| UpperLayer::default()).collect();
-        for layer in &mut upper {
-            layer.adjacency.offsets.push(0);
-        }
-        for (row, list) in lists.iter().enumerate() {
-            for (l, layer) in upper.iter_mut().enumerate().take(usize::from(levels[row])) {
-                layer.rows.push(row as u32);
-                if let Some(links) = list.get(l + 1) {
-                    layer.adjacency.links.extend_from_slice(links);
-                }
-                layer
-                    .adjacency
-                    .offsets
-                    .push(layer.adjacency.links.len() as u64);
-            }
-        }
-        Self {
+        Ok(Self {
             dim,
             vectors,
-            entry: entry.map_or(0, |(_, r)| r),
+            entry,
             base,
             upper,
-        }
+        })
     }
 
     /// Writes the graph into `dir` (created) with its `key`.
@@ -303,7 +219,7 @@ impl HnswGraph {
         match parsed {
             Ok((entry, base, upper)) => Ok(Some(Self {
                 dim: matrix.dim(),
-                vectors: to_half(&to_f32(matrix), matrix.dim()),
+                vectors: to_half(matrix),
                 entry,
                 base,
                 upper,
@@ -334,8 +250,7 @@ impl HnswGraph {
 
     #[inline]
     fn vector(&self, row: u32) -> &[u16] {
-        let at = self.vectors.start + row as usize * self.dim;
-        &self.vectors.data[at..at + self.dim]
+        self.vectors.row(row, self.dim)
     }
 
     /// The approximate `k` nearest rows to `query` with search width `ef` (>= k), best first
@@ -345,16 +260,15 @@ impl HnswGraph {
             return Vec::new();
         }
         let ef = ef.max(k);
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("f16c")
-            {
-                // SAFETY: the CPU supports AVX2 and F16C (checked just above; cached).
-                return unsafe { self.search_avx2(query, k, ef) };
-            }
+        match kernel() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `kernel` found AVX-512 (F) on this CPU.
+            Kernel::Avx512 => unsafe { self.search_avx512(query, k, ef) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `kernel` found AVX2 and F16C on this CPU.
+            Kernel::Avx2 => unsafe { self.search_avx2(query, k, ef) },
+            _ => self.search_with::<PORTABLE>(query, k, ef),
         }
-        self.search_with::<false>(query, k, ef)
     }
 
     /// [`HnswGraph::search_with`] compiled for AVX2, with [`traversal_dot_avx2`] inlined (the
@@ -362,33 +276,32 @@ impl HnswGraph {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     fn search_avx2(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
-        self.search_with::<true>(query, k, ef)
+        self.search_with::<AVX2>(query, k, ef)
     }
 
-    /// The inner product of the search: [`traversal_dot_avx2`] when `AVX2` (only ever set by
-    /// [`HnswGraph::search_avx2`], on a CPU that has it), else [`traversal_dot`].
+    /// [`HnswGraph::search_with`] compiled for AVX-512, with [`traversal_dot_avx512`] inlined.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    fn search_avx512(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
+        self.search_with::<AVX512>(query, k, ef)
+    }
+
+    /// The inner product of the search with the kernel `K`.
     #[inline(always)]
-    fn score<const AVX2: bool>(&self, query: &[f32], row: u32) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if AVX2 {
-                // SAFETY: `AVX2` is true only under `search_avx2`, called after the CPU check.
-                return unsafe { traversal_dot_avx2(query, self.vector(row)) };
-            }
-        }
-        traversal_dot(query, self.vector(row))
+    fn score<const K: u8>(&self, query: &[f32], row: u32) -> f32 {
+        traversal_score::<K>(query, self.vector(row))
     }
 
     #[inline(always)]
-    fn search_with<const AVX2: bool>(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
+    fn search_with<const K: u8>(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
         // Greedy descent through the upper layers.
         let mut current = self.entry;
-        let mut best = self.score::<AVX2>(query, current);
+        let mut best = self.score::<K>(query, current);
         for layer in self.upper.iter().rev() {
             while let Ok(slot) = layer.rows.binary_search(&current) {
                 let mut moved = false;
                 for &n in layer.adjacency.of(slot) {
-                    let score = self.score::<AVX2>(query, n);
+                    let score = self.score::<K>(query, n);
                     if score > best || (score == best && n < current) {
                         best = score;
                         current = n;
@@ -401,17 +314,16 @@ impl HnswGraph {
             }
         }
         // The buffers are taken out of the thread-local slot and put back, so that the search
-        // itself runs here (a closure passed to `with` would not be compiled for AVX2).
+        // itself runs here (a closure passed to `with` would not be compiled for the kernel).
         let mut scratch = SCRATCH.with(|slot| std::mem::take(&mut *slot.borrow_mut()));
-        let found =
-            self.search_base::<AVX2>(&mut scratch, query, Scored::new(best, current), k, ef);
+        let found = self.search_base::<K>(&mut scratch, query, Scored::new(best, current), k, ef);
         SCRATCH.with(|slot| *slot.borrow_mut() = scratch);
         found
     }
 
     /// The beam search on layer 0 from `start`.
     #[inline(always)]
-    fn search_base<const AVX2: bool>(
+    fn search_base<const K: u8>(
         &self,
         scratch: &mut Scratch,
         query: &[f32],
@@ -446,7 +358,7 @@ impl HnswGraph {
                 }
             }
             for &n in fresh.iter() {
-                let s = Scored::new(self.score::<AVX2>(query, n), n);
+                let s = Scored::new(self.score::<K>(query, n), n);
                 let worst = results.peek().map_or(0, |w| w.0.score());
                 if results.len() < ef || s.score() > worst {
                     candidates.push(s);
@@ -536,6 +448,106 @@ fn traversal_dot_avx2(a: &[f32], b: &[u16]) -> f32 {
         + tail
 }
 
+/// The traversal kernel compiled into a search or construction path (a const parameter, so
+/// each path is compiled for one instruction set and the dot product inlines).
+const PORTABLE: u8 = 0;
+/// [`traversal_dot_avx2`].
+const AVX2: u8 = 1;
+/// [`traversal_dot_avx512`].
+const AVX512: u8 = 2;
+
+/// The widest traversal kernel this CPU runs. All three give the same bits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kernel {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+/// The widest kernel this CPU runs (feature detection is cached by the standard library).
+fn kernel() -> Kernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Kernel::Avx512;
+            }
+            return Kernel::Avx2;
+        }
+    }
+    Kernel::Portable
+}
+
+/// The traversal inner product with kernel `K`. `K` other than [`PORTABLE`] only ever reaches
+/// here inside a function compiled for that instruction set, called after [`kernel`] found it.
+#[inline(always)]
+fn traversal_score<const K: u8>(query: &[f32], row: &[u16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if K == AVX512 {
+            // SAFETY: see above: the CPU has AVX-512 F (and AVX2, F16C).
+            return unsafe { traversal_dot_avx512(query, row) };
+        }
+        if K == AVX2 {
+            // SAFETY: see above: the CPU has AVX2 and F16C.
+            return unsafe { traversal_dot_avx2(query, row) };
+        }
+    }
+    traversal_dot(query, row)
+}
+
+/// [`traversal_dot`] with AVX-512: register `lo` holds accumulators `0..16`, `hi` `16..32`;
+/// folding each register's halves gives exactly the AVX2 form's `(acc0 + acc1) + (acc2 + acc3)`,
+/// so the bits are the same.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,f16c")]
+#[inline]
+fn traversal_dot_avx512(a: &[f32], b: &[u16]) -> f32 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_si256, _mm256_storeu_ps,
+        _mm512_add_ps, _mm512_castpd512_pd256, _mm512_castps_pd, _mm512_cvtph_ps,
+        _mm512_extractf64x4_pd, _mm512_loadu_ps, _mm512_mul_ps, _mm512_setzero_ps,
+    };
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let wide = n / 32 * 32;
+    let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut i = 0;
+    while i < wide {
+        // SAFETY: i + 32 <= wide <= n = a.len() = b.len(): the 32 values are in bounds.
+        unsafe {
+            let x0 = _mm512_loadu_ps(a.as_ptr().add(i));
+            let x1 = _mm512_loadu_ps(a.as_ptr().add(i + 16));
+            let y0 = _mm512_cvtph_ps(_mm256_loadu_si256(b.as_ptr().add(i).cast::<__m256i>()));
+            let y1 = _mm512_cvtph_ps(_mm256_loadu_si256(b.as_ptr().add(i + 16).cast::<__m256i>()));
+            lo = _mm512_add_ps(lo, _mm512_mul_ps(x0, y0));
+            hi = _mm512_add_ps(hi, _mm512_mul_ps(x1, y1));
+        }
+        i += 32;
+    }
+    let halves = |v| {
+        let v = _mm512_castps_pd(v);
+        (
+            _mm256_castpd_ps(_mm512_castpd512_pd256(v)),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(v)),
+        )
+    };
+    let ((a0, a1), (a2, a3)) = (halves(lo), halves(hi));
+    let folded = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds eight floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), folded) };
+    let mut tail = 0f32;
+    for (x, y) in a[wide..].iter().zip(&b[wide..]) {
+        tail += x * half::f16::from_bits(*y).to_f32();
+    }
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+        + tail
+}
+
 /// Hints the CPU to start loading the first cache lines of `v`.
 #[inline(always)]
 fn prefetch(v: &[u16]) {
@@ -577,6 +589,16 @@ impl Scored {
 
     fn row(self) -> u32 {
         u32::MAX - self.0 as u32
+    }
+
+    /// The score itself (the inverse of the packing in [`Scored::new`]).
+    fn value(self) -> f32 {
+        let ordered = self.score();
+        f32::from_bits(if ordered >> 31 == 1 {
+            ordered & !(1 << 31)
+        } else {
+            !ordered
+        })
     }
 }
 
@@ -720,6 +742,7 @@ fn parse(
 mod tests {
     use super::*;
     use crate::dataset::{VectorDtype, write_npy};
+    use crate::index::flat::dot;
     use crate::progress::NoProgress;
 
     fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
@@ -765,6 +788,12 @@ mod tests {
                 // SAFETY: the CPU has AVX2 and F16C.
                 let wide = unsafe { traversal_dot_avx2(a, b) };
                 assert_eq!(wide.to_bits(), traversal_dot(a, b).to_bits(), "{len}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if kernel() == Kernel::Avx512 {
+                // SAFETY: the CPU has AVX-512 F, AVX2 and F16C.
+                let widest = unsafe { traversal_dot_avx512(a, b) };
+                assert_eq!(widest.to_bits(), traversal_dot(a, b).to_bits(), "{len}");
             }
         }
     }
