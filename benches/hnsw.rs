@@ -1,4 +1,4 @@
-//! Dense search: one HNSW query (graph built by hnsw_rs and frozen, our search; M 16,
+//! Dense search: one HNSW query (graph built by our batch insertion, our search; M 16,
 //! ef_construction 200, ef 128; the engine rescores exactly)
 //! against exact flat search, and the graph build, on seeded random unit vectors (the hardest
 //! case for HNSW; real embeddings cluster). Prints recall@10 of HNSW against exact once. Then

@@ -120,7 +120,7 @@ fn to_half(matrix: &VectorMatrix) -> Rows {
 
 impl HnswGraph {
     /// Builds the graph over every row of `matrix`, in parallel; the graph is the same whatever
-    /// the thread count (see [`construction`]).
+    /// the thread count (batch insertion; see the module documentation).
     pub fn build(
         matrix: &VectorMatrix,
         settings: &HnswSettings,
