@@ -113,7 +113,10 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("llama-server {name} exited ({status}); see {}/{name}.log", dir.display());
+                panic!(
+                    "llama-server {name} exited ({status}); see {}/{name}.log",
+                    dir.display()
+                );
             }
             if ureq::get(&health)
                 .call()
@@ -169,10 +172,9 @@ impl<'a> BuildRun<'a> {
 
     /// `(task, state)` of the tasks of `step` squeue lists, e.g. ("12_1", "RUNNING").
     fn tasks(&self, step: &str) -> Vec<(String, String)> {
-        let out = self.cluster.output(
-            "squeue",
-            &["-h", "-n", &self.job_name(step), "-o", "%i %T"],
-        );
+        let out = self
+            .cluster
+            .output("squeue", &["-h", "-n", &self.job_name(step), "-o", "%i %T"]);
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split_once(' '))
@@ -194,7 +196,10 @@ impl<'a> BuildRun<'a> {
             );
             std::thread::sleep(Duration::from_millis(500));
         };
-        (status.success(), std::fs::read_to_string(&self.log).unwrap())
+        (
+            status.success(),
+            std::fs::read_to_string(&self.log).unwrap(),
+        )
     }
 }
 
@@ -241,7 +246,10 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
     };
     let gguf = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let encoder = root().join("models/all-MiniLM-L6-v2");
-    for (path, setup) in [(&gguf, "scripts/setup-llm.sh"), (&encoder, "scripts/setup.sh")] {
+    for (path, setup) in [
+        (&gguf, "scripts/setup-llm.sh"),
+        (&encoder, "scripts/setup.sh"),
+    ] {
         if !path.exists() {
             eprintln!("SKIPPED {TEST}: {} is absent (run {setup})", path.display());
             return;
@@ -259,7 +267,10 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
     let _ = std::fs::remove_dir_all(&dir);
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
-    eprintln!("{TEST}: working in {} (Slurm logs in logs/)", work.display());
+    eprintln!(
+        "{TEST}: working in {} (Slurm logs in logs/)",
+        work.display()
+    );
 
     // Four quickstart questions (two per LLM shard) and the quickstart corpus.
     let all = quickstart_questions(&dir);
@@ -340,7 +351,10 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
     ok(&cluster.output("scancel", &[&task_1]), "scancel");
     let (success, log) = run.wait(Duration::from_secs(1200));
     eprintln!("{TEST}: run 1 (server B killed, {task_1} cancelled):\n{log}");
-    assert!(!success, "build.sh succeeded although {task_1} was cancelled");
+    assert!(
+        !success,
+        "build.sh succeeded although {task_1} was cancelled"
+    );
     assert!(
         log.contains("task judge 1 (job"),
         "build.sh did not name the cancelled task:\n{log}"
@@ -361,7 +375,10 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
             "the rerun resubmitted {step}:\n{log}"
         );
     }
-    assert!(log.contains(", tasks 1\n"), "judge task 1 alone was not rerun:\n{log}");
+    assert!(
+        log.contains(", tasks 1\n"),
+        "judge task 1 alone was not rerun:\n{log}"
+    );
 
     // One unsharded process each, on the surviving server.
     let whole = dir.join("whole");
@@ -429,7 +446,10 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
     );
     let judgments = bytes(&whole.join("judgments.jsonl"));
     assert!(!judgments.is_empty(), "no judgments were written");
-    assert_same_bytes(&work.join("judgments.jsonl"), &whole.join("judgments.jsonl"));
+    assert_same_bytes(
+        &work.join("judgments.jsonl"),
+        &whole.join("judgments.jsonl"),
+    );
 
     // A missing shard: merge fails with one line naming it.
     let out = freshstack(&[
@@ -442,7 +462,10 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
     assert!(!out.status.success(), "merge of one shard of two succeeded");
     assert_eq!(stderr.trim().lines().count(), 1, "not one line: {stderr}");
     assert!(stderr.contains("missing shard"), "{stderr}");
-    assert!(stderr.contains("1/2"), "the missing shard is not named: {stderr}");
+    assert!(
+        stderr.contains("1/2"),
+        "the missing shard is not named: {stderr}"
+    );
     assert!(!dir.join("partial.jsonl").exists());
     eprintln!(
         "{TEST}: passed in {:.0} s; Slurm task logs in {}",
