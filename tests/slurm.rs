@@ -322,7 +322,7 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
 
     // Run 1, with the faults: once both judge tasks run, server B dies (task 0 must finish on
     // server A alone) and task 1 is cancelled mid-way (the script must fail, naming it).
-    let run = BuildRun::start(&cluster, &env, dir.join("build-1.log"));
+    let mut run = BuildRun::start(&cluster, &env, dir.join("build-1.log"));
     let judge_cache_1 = work.join("shards/judge-cache.1.sqlite");
     let deadline = Instant::now() + Duration::from_secs(1200);
     let task_1 = loop {
@@ -335,9 +335,10 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
         {
             break id.clone();
         }
+        let exited = run.child.try_wait().unwrap().is_some();
         assert!(
-            run.child.id() > 0 && Instant::now() < deadline,
-            "judge task 1 never ran; see {}",
+            !exited && Instant::now() < deadline,
+            "judge task 1 never ran (build.sh exited: {exited}); see {}",
             run.log.display()
         );
         std::thread::sleep(Duration::from_millis(100));
