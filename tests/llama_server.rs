@@ -26,13 +26,13 @@ use serde_json::{Value, json};
 
 use crate::support::free_port;
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// `$FRESHSTACK_LLAMA_SERVER`, else the newest build under
 /// `${FRESHSTACK_CACHE:-$HOME/.cache/freshstack}/llama.cpp/*/bin/`.
-fn llama_server_binary() -> Option<PathBuf> {
+pub(crate) fn llama_server_binary() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("FRESHSTACK_LLAMA_SERVER") {
         return Some(PathBuf::from(path)).filter(|p| p.is_file());
     }
@@ -123,7 +123,7 @@ impl Server {
 }
 
 /// The quickstart's questions, imported from `examples/quickstart/Posts.xml`.
-fn quickstart_questions(dir: &Path) -> PathBuf {
+pub(crate) fn quickstart_questions(dir: &Path) -> PathBuf {
     let out = dir.join("questions.jsonl");
     let config = ImportConfig {
         filter: TagFilter::new(&["freshstack".to_string()], TagMatch::Any).unwrap(),
@@ -152,7 +152,7 @@ fn words(text: &str) -> BTreeSet<String> {
 
 /// A corpus of the LLM stage sources (chunks of 256 tokens) and a pool of each question's 3
 /// documents sharing the most words with it (ties by id): small enough for two CPU cores.
-fn corpus_and_pool(dir: &Path, questions: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn corpus_and_pool(dir: &Path, questions: &Path) -> (PathBuf, PathBuf) {
     let corpus = dir.join("corpus.jsonl");
     let repo = RepoSpec::parse(&format!(
         "freshstack/freshstack={}",

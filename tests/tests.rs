@@ -19,6 +19,7 @@ mod native_parity;
 mod report;
 mod rerank;
 mod shard;
+mod slurm;
 mod stackoverflow;
 mod structured_output;
 mod support;
