@@ -18,7 +18,6 @@
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
@@ -89,33 +88,15 @@ struct Growing<'a> {
     top: u8,
 }
 
-/// Per-thread buffers of the construction, reused across points and batches.
+/// Per-thread buffers of the construction, reused across points and batches: the search's own
+/// (visited stamps, heaps) and two f32 rows.
 #[derive(Default)]
 struct Scratch {
-    visited: Vec<u32>,
-    stamp: u32,
-    candidates: BinaryHeap<Scored>,
-    results: BinaryHeap<Reverse<Scored>>,
-    fresh: Vec<u32>,
+    search: super::Scratch,
     /// The point being inserted, as f32.
     query: Vec<f32>,
     /// A candidate of the pruning heuristic, as f32.
     other: Vec<f32>,
-}
-
-impl Scratch {
-    fn begin(&mut self, rows: usize) {
-        if self.visited.len() < rows {
-            self.visited.resize(rows, 0);
-        }
-        self.stamp = self.stamp.wrapping_add(1);
-        if self.stamp == 0 {
-            self.visited.fill(0);
-            self.stamp = 1;
-        }
-        self.candidates.clear();
-        self.results.clear();
-    }
 }
 
 thread_local! {
@@ -169,16 +150,15 @@ impl Growing<'_> {
     /// The beam search of width `ef` on `layer` from `start`: the found nodes, best first.
     #[inline(always)]
     fn beam<const K: u8>(&self, scratch: &mut Scratch, layer: usize, start: Scored) -> Vec<Scored> {
-        scratch.begin(self.levels.len());
-        let Scratch {
+        scratch.search.begin(self.levels.len());
+        let Scratch { search, query, .. } = scratch;
+        let super::Scratch {
             visited,
             stamp,
             candidates,
             results,
             fresh,
-            query,
-            ..
-        } = scratch;
+        } = search;
         let stamp = *stamp;
         visited[start.row() as usize] = stamp;
         candidates.push(start);
