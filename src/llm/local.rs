@@ -673,6 +673,7 @@ impl LocalChat {
                 let fail = |e: String| gguf_error(&self.path, e);
                 let mut session = self.lock(session)?;
                 session.clear();
+                session.reserve(prompt.len() + gen_tokens);
                 let started = std::time::Instant::now();
                 let (mut logits, _) = session.prefill(model, prompt).map_err(fail)?;
                 let prompt_secs = started.elapsed().as_secs_f64();
@@ -789,6 +790,7 @@ impl LocalChat {
                 let forced = self.forced(&mut constraint, budget)?;
                 input.extend(&forced);
                 generated.extend(forced);
+                session.reserve(prompt_ids.len() + budget);
                 let started = std::time::Instant::now();
                 let (mut logits, reuse) = session.prefill(model, &input).map_err(native_fail)?;
                 let prompt_secs = started.elapsed().as_secs_f64();
@@ -980,6 +982,7 @@ impl LocalChat {
             Engine::Native { model, session } => {
                 let mut session = self.lock(session)?;
                 let native_fail = |e: String| gguf_error(&self.path, e);
+                session.reserve(prompt_ids.len() + continuation.len());
                 let (logits, _) = session.prefill(model, prompt_ids).map_err(native_fail)?;
                 rows.push(logits);
                 for &token in fed {

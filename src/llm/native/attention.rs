@@ -66,6 +66,19 @@ impl KvCache {
         self.len = len;
     }
 
+    /// Makes room for `positions` positions in all (exactly, where the capacity is short), so
+    /// that appending up to there never reallocates.
+    pub fn reserve(&mut self, positions: usize) {
+        let keys = positions.div_ceil(KEY_BLOCK) * self.head_dim * KEY_BLOCK;
+        for head in self.keys.iter_mut().flatten() {
+            head.reserve_exact(keys.saturating_sub(head.len()));
+        }
+        let values = positions * self.kv_heads * self.head_dim;
+        for layer in &mut self.values {
+            layer.reserve_exact(values.saturating_sub(layer.len()));
+        }
+    }
+
     /// Bytes of keys and values held.
     pub fn bytes(&self) -> usize {
         let floats: usize = self
