@@ -1,6 +1,6 @@
 //! The encoder: tokenizer + backbone + pooling + normalisation, with length-sorted token-budget
-//! batching. [`TextEncoder::load`] reads a resolved model directory; [`Encoder::embed`] returns
-//! vectors in input order.
+//! batching. [`TextEncoder::load`] reads a resolved model directory; it implements the data
+//! model's [`Encoder`], whose `embed` returns vectors in input order.
 
 use std::path::Path;
 
@@ -12,47 +12,13 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 use super::batch::{
     DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
-use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling, TextKind};
+use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling};
 use super::models::{Backbone, build_backbone, model_err};
 use super::pooling::{l2_normalize, pool};
 use super::resolve::ModelFiles;
-use crate::dataset::Shard;
+use crate::dataset::{Embeddings, Encoder, Shard, TextKind};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
-
-/// Texts to vectors. Carries no candle types, so retrievers and stages depend only on this.
-pub trait Encoder {
-    /// Output dimension.
-    fn dim(&self) -> usize;
-    /// Embeds `texts` (raw: the encoder applies its query or document template), one row per
-    /// text in input order.
-    fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings>;
-}
-
-/// A row-major matrix of embeddings plus what happened on the way.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Embeddings {
-    /// Columns.
-    pub dim: usize,
-    /// `rows x dim` values, row `i` for input `i`.
-    pub data: Vec<f32>,
-    /// Texts cut at the model's max length.
-    pub num_truncated: usize,
-    /// Tokens fed to the model (special tokens included, padding excluded).
-    pub num_tokens: usize,
-}
-
-impl Embeddings {
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.data.len().checked_div(self.dim).unwrap_or(0)
-    }
-
-    /// Row `i`.
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
-    }
-}
 
 /// Where the model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

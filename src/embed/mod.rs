@@ -6,7 +6,8 @@
 //! normalisation, length-sorted token-budget batching (the `.npy` + `.ids` output format is the
 //! data model's, [`VectorMatrix`](crate::dataset::VectorMatrix)).
 //! Guarantees: rows come back in input order; results do not depend on the thread count; the
-//! public API ([`Encoder`], [`Embeddings`]) carries no candle types. Imports only `dataset`,
+//! public API ([`TextEncoder`] through the data model's [`Encoder`](crate::dataset::Encoder))
+//! carries no candle types. Imports only `dataset`,
 //! `error` and `progress`.
 //!
 //! Layout (the shape of text-embeddings-inference's candle backend):
@@ -33,11 +34,9 @@ pub use batch::{
     DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
 pub(crate) use encoder::find_manifest;
-pub use encoder::{DeviceSpec, Embeddings, Encoder, EncoderOptions, TextEncoder};
+pub use encoder::{DeviceSpec, EncoderOptions, TextEncoder};
 pub use input::{EmbedInput, InputKind, read_embed_input};
 pub use kernels::bf16::PackedBf16Linear;
-pub use manifest::{
-    Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling, TextKind,
-};
+pub use manifest::{Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling};
 pub(crate) use models::{BertConfig, BertFlavor, BertModel};
 pub use resolve::{ModelFiles, resolve_model};
