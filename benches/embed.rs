@@ -6,9 +6,8 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use freshstack::NoProgress;
-use freshstack::embed::{
-    Encoder, EncoderOptions, ModelDType, TextEncoder, TextKind, resolve_model,
-};
+use freshstack::dataset::{Encoder, TextKind};
+use freshstack::embed::{EncoderOptions, ModelDType, TextEncoder, resolve_model};
 
 /// The next state of a 64-bit LCG (Knuth's MMIX constants): deterministic inputs for every run.
 fn lcg_next(state: &mut u64) -> u64 {

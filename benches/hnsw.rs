@@ -12,12 +12,12 @@
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use freshstack::dataset::{VectorDtype, VectorMatrix, write_npy};
+use freshstack::dataset::{Embeddings, Encoder, TextKind, VectorDtype, VectorMatrix, write_npy};
 use freshstack::index::{
-    Bm25Settings, DocIds, DocumentEncoder, EncodedVectors, HnswGraph, HnswSettings, IndexConfig,
+    Bm25Settings, DocIds, DocumentModel, HnswGraph, HnswSettings, IndexConfig, LoadedModel,
     build_index_with_encoders, flat_search,
 };
-use freshstack::search::{Engine, QueryEncoder, SearchOptions};
+use freshstack::search::{Engine, SearchOptions};
 use freshstack::{NoProgress, Progress};
 
 const DIM: usize = 384;
@@ -107,22 +107,37 @@ fn bench(c: &mut Criterion) {
 }
 
 /// Seeded random unit vectors for the documents, in corpus order.
-struct RandomDocs(Vec<Vec<f32>>);
+#[derive(Clone)]
+struct RandomDocs(Arc<Vec<Vec<f32>>>);
 
-impl DocumentEncoder for RandomDocs {
+impl DocumentModel for RandomDocs {
     fn name(&self) -> &str {
         "rand"
     }
-    fn encode_documents(
-        &self,
-        texts: &[&str],
-        _: &dyn Progress,
-    ) -> freshstack::Result<EncodedVectors> {
-        Ok(EncodedVectors {
-            dim: DIM,
-            data: self.0[..texts.len()].concat(),
+    fn load(&self) -> freshstack::Result<LoadedModel> {
+        Ok(LoadedModel {
+            encoder: Box::new(self.clone()),
             model: None,
             source: "random".into(),
+        })
+    }
+}
+
+impl Encoder for RandomDocs {
+    fn dim(&self) -> usize {
+        DIM
+    }
+    fn embed(
+        &self,
+        texts: &[&str],
+        _: TextKind,
+        _: &dyn Progress,
+    ) -> freshstack::Result<Embeddings> {
+        Ok(Embeddings {
+            dim: DIM,
+            data: self.0[..texts.len()].concat(),
+            num_truncated: 0,
+            num_tokens: 0,
         })
     }
 }
@@ -130,17 +145,31 @@ impl DocumentEncoder for RandomDocs {
 /// Each query text names its vector: `"... #i"`.
 struct RandomQueries(Vec<Vec<f32>>);
 
-impl QueryEncoder for RandomQueries {
+impl Encoder for RandomQueries {
     fn dim(&self) -> usize {
         DIM
     }
-    fn encode_query(&self, text: &str) -> freshstack::Result<Vec<f32>> {
-        let i: usize = text
-            .rsplit('#')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        Ok(self.0[i % self.0.len()].clone())
+    fn embed(
+        &self,
+        texts: &[&str],
+        _: TextKind,
+        _: &dyn Progress,
+    ) -> freshstack::Result<Embeddings> {
+        let mut data = Vec::with_capacity(texts.len() * DIM);
+        for text in texts {
+            let i: usize = text
+                .rsplit('#')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            data.extend_from_slice(&self.0[i % self.0.len()]);
+        }
+        Ok(Embeddings {
+            dim: DIM,
+            data,
+            num_truncated: 0,
+            num_tokens: 0,
+        })
     }
 }
 
@@ -179,7 +208,7 @@ fn bench_fusion(c: &mut Criterion) {
         hnsw: Some(HnswSettings::default()),
     };
     let index = dir.path().join("index");
-    let docs = RandomDocs(unit_vectors(n, 42));
+    let docs = RandomDocs(Arc::new(unit_vectors(n, 42)));
     build_index_with_encoders(&config, &[&docs], &index, &NoProgress).unwrap();
     let mut engine = Engine::open(&index).unwrap();
     engine

@@ -61,8 +61,8 @@ pub mod source;
 pub mod stages;
 
 pub use dataset::{
-    AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryId, Question, QuestionMetadata,
-    Run, ScoredDoc,
+    AtomicWriter, Document, DocumentMetadata, Encoder, NuggetQrels, QueryId, Question,
+    QuestionMetadata, Run, ScoredDoc,
 };
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
@@ -70,7 +70,7 @@ pub use index::{IndexConfig, build_index};
 pub use llm::{Chat, ChatParams, Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};
 pub use progress::{NoProgress, Progress};
 pub use search::{
-    DenseModelSpec, Engine, HybridIndexConfig, Pipeline, QueryEncoder, Retriever, SearchOptions,
+    DenseModelSpec, Engine, HybridIndexConfig, Pipeline, Retriever, SearchOptions,
     build_hybrid_index,
 };
 pub use source::{CorpusConfig, CorpusSummary, RepoSpec, build_corpus};

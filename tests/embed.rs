@@ -5,10 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use freshstack::NoProgress;
-use freshstack::dataset::read_npy_f32;
-use freshstack::embed::{
-    Embeddings, Encoder, EncoderOptions, ModelDType, TextEncoder, TextKind, resolve_model,
-};
+use freshstack::dataset::{Embeddings, Encoder, TextKind, read_npy_f32};
+use freshstack::embed::{EncoderOptions, ModelDType, TextEncoder, resolve_model};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,14 +7,12 @@ use std::sync::Arc;
 
 use freshstack::NoProgress;
 use freshstack::Progress;
-use freshstack::dataset::ScoredDoc;
+use freshstack::dataset::{Embeddings, Encoder, ScoredDoc, TextKind};
 use freshstack::index::{
-    Bm25Settings, DenseModelRef, DocumentEncoder, EncodedVectors, HnswSettings, IndexConfig,
+    Bm25Settings, DenseModelRef, DocumentModel, HnswSettings, IndexConfig, LoadedModel,
     build_index_with_encoders,
 };
-use freshstack::search::{
-    Ann, Engine, FusionMethod, QueryEncoder, QueryEncoderOptions, SearchOptions,
-};
+use freshstack::search::{Ann, Engine, FusionMethod, QueryEncoderOptions, SearchOptions};
 
 use crate::util::write;
 
@@ -105,7 +103,7 @@ fn hash_model_ref() -> DenseModelRef {
     }
 }
 
-impl DocumentEncoder for HashEncoder {
+impl DocumentModel for HashEncoder {
     fn name(&self) -> &str {
         "hash"
     }
@@ -114,27 +112,32 @@ impl DocumentEncoder for HashEncoder {
         freshstack::dataset::VectorDtype::F32
     }
 
-    fn encode_documents(
-        &self,
-        texts: &[&str],
-        _: &dyn Progress,
-    ) -> freshstack::Result<EncodedVectors> {
-        Ok(EncodedVectors {
-            dim: HASH_DIM,
-            data: texts.iter().flat_map(|t| hash_vector(t)).collect(),
+    fn load(&self) -> freshstack::Result<LoadedModel> {
+        Ok(LoadedModel {
+            encoder: Box::new(HashEncoder),
             model: Some(hash_model_ref()),
             source: "test/hash".into(),
         })
     }
 }
 
-impl QueryEncoder for HashEncoder {
+impl Encoder for HashEncoder {
     fn dim(&self) -> usize {
         HASH_DIM
     }
 
-    fn encode_query(&self, text: &str) -> freshstack::Result<Vec<f32>> {
-        Ok(hash_vector(text))
+    fn embed(
+        &self,
+        texts: &[&str],
+        _: TextKind,
+        _: &dyn Progress,
+    ) -> freshstack::Result<Embeddings> {
+        Ok(Embeddings {
+            dim: HASH_DIM,
+            data: texts.iter().flat_map(|t| hash_vector(t)).collect(),
+            num_truncated: 0,
+            num_tokens: 0,
+        })
     }
 }
 
@@ -479,12 +482,22 @@ fn committed_v1_index_opens_and_searches() {
     assert!((hits[0].score - 1.0).abs() < 1e-6);
     // Fusion of the two, with the vector half given by a query encoder.
     struct Axis;
-    impl QueryEncoder for Axis {
+    impl Encoder for Axis {
         fn dim(&self) -> usize {
             4
         }
-        fn encode_query(&self, _: &str) -> freshstack::Result<Vec<f32>> {
-            Ok(vec![0.0, 1.0, 0.0, 0.0])
+        fn embed(
+            &self,
+            texts: &[&str],
+            _: TextKind,
+            _: &dyn Progress,
+        ) -> freshstack::Result<Embeddings> {
+            Ok(Embeddings {
+                dim: 4,
+                data: texts.iter().flat_map(|_| [0.0, 1.0, 0.0, 0.0]).collect(),
+                num_truncated: 0,
+                num_tokens: 0,
+            })
         }
     }
     let mut engine = engine;

@@ -230,7 +230,8 @@ struct EmbedReference {
 /// `model_type = xlm-roberta` against `transformers`' `XLMRobertaModel` on the same weights.
 #[test]
 fn xlm_roberta_embeddings_match_transformers() {
-    use freshstack::embed::{Encoder, EncoderOptions, TextEncoder, TextKind};
+    use freshstack::dataset::{Encoder, TextKind};
+    use freshstack::embed::{EncoderOptions, TextEncoder};
     let dir = fixture("xlmr");
     let reference: EmbedReference =
         serde_json::from_str(&std::fs::read_to_string(dir.join("embed_reference.json")).unwrap())

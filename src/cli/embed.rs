@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use freshstack::dataset::{Encoder, TextKind};
 use freshstack::dataset::{
     SHARD_FORMAT, Shard, ShardInfo, VectorDtype, ids_path, keys_hash, shard_info_path, write_ids,
     write_npy_matrix,
 };
 use freshstack::embed::{
-    DeviceSpec, Encoder, EncoderOptions, InputKind, ModelDType, Pooling, TextEncoder, TextKind,
-    read_embed_input, resolve_model,
+    DeviceSpec, EncoderOptions, InputKind, ModelDType, Pooling, TextEncoder, read_embed_input,
+    resolve_model,
 };
 
 use super::progress::Bars;

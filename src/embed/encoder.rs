@@ -1,6 +1,6 @@
 //! The encoder: tokenizer + backbone + pooling + normalisation, with length-sorted token-budget
-//! batching. [`TextEncoder::load`] reads a resolved model directory; [`Encoder::embed`] returns
-//! vectors in input order.
+//! batching. [`TextEncoder::load`] reads a resolved model directory; it implements the data
+//! model's [`Encoder`], whose `embed` returns vectors in input order.
 
 use std::path::Path;
 
@@ -12,50 +12,13 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 use super::batch::{
     DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
-use super::bert::{BertConfig, BertFlavor, BertModel};
-use super::gemma2::Gemma2Config;
-use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling, TextKind};
-use super::mistral::MistralConfig;
+use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling};
+use super::models::{Backbone, build_backbone, model_err};
 use super::pooling::{l2_normalize, pool};
-use super::qwen::{QwenConfig, QwenVersion};
 use super::resolve::ModelFiles;
-use crate::dataset::Shard;
+use crate::dataset::{Embeddings, Encoder, Shard, TextKind};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
-
-/// Texts to vectors. Carries no candle types, so retrievers and stages depend only on this.
-pub trait Encoder {
-    /// Output dimension.
-    fn dim(&self) -> usize;
-    /// Embeds `texts` (raw: the encoder applies its query or document template), one row per
-    /// text in input order.
-    fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings>;
-}
-
-/// A row-major matrix of embeddings plus what happened on the way.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Embeddings {
-    /// Columns.
-    pub dim: usize,
-    /// `rows x dim` values, row `i` for input `i`.
-    pub data: Vec<f32>,
-    /// Texts cut at the model's max length.
-    pub num_truncated: usize,
-    /// Tokens fed to the model (special tokens included, padding excluded).
-    pub num_tokens: usize,
-}
-
-impl Embeddings {
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.data.len().checked_div(self.dim).unwrap_or(0)
-    }
-
-    /// Row `i`.
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
-    }
-}
 
 /// Where the model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -120,13 +83,6 @@ pub struct EncoderOptions {
     pub task: Option<String>,
 }
 
-/// The forward pass of one architecture: all final hidden states `[batch, seq, hidden]` for
-/// right-padded `input_ids` `[batch, seq]` (u32) whose rows hold `lengths` real tokens.
-pub(crate) trait Backbone: Send + Sync {
-    fn forward(&self, input_ids: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor>;
-    fn hidden_size(&self) -> usize;
-}
-
 #[derive(Deserialize)]
 struct ModelTypeOnly {
     model_type: Option<String>,
@@ -172,10 +128,6 @@ pub struct TextEncoder {
     backbone: Box<dyn Backbone>,
     device: Device,
     max_batch_tokens: usize,
-}
-
-fn model_err(name: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
-    move |e| Error::model(name, e.to_string())
 }
 
 impl TextEncoder {
@@ -448,44 +400,6 @@ impl Encoder for TextEncoder {
     fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings> {
         Ok(self.embed_batches(texts, kind, None, progress)?.0)
     }
-}
-
-fn build_backbone(
-    arch: Architecture,
-    config: &str,
-    vb: VarBuilder,
-    name: &str,
-) -> Result<Box<dyn Backbone>> {
-    let parse_err = |e: serde_json::Error| Error::model(name, format!("config.json: {e}"));
-    let backbone: Box<dyn Backbone> = match arch {
-        Architecture::Bert | Architecture::XlmRoberta => {
-            let cfg: BertConfig = serde_json::from_str(config).map_err(parse_err)?;
-            let flavor = if arch == Architecture::XlmRoberta {
-                BertFlavor::Roberta
-            } else {
-                BertFlavor::Bert
-            };
-            Box::new(BertModel::load(&cfg, vb, flavor).map_err(model_err(name))?)
-        }
-        Architecture::Mistral => {
-            let cfg: MistralConfig = serde_json::from_str(config).map_err(parse_err)?;
-            Box::new(super::mistral::load(&cfg, vb).map_err(model_err(name))?)
-        }
-        Architecture::Qwen2 | Architecture::Qwen3 => {
-            let cfg: QwenConfig = serde_json::from_str(config).map_err(parse_err)?;
-            let version = if arch == Architecture::Qwen2 {
-                QwenVersion::Qwen2
-            } else {
-                QwenVersion::Qwen3
-            };
-            Box::new(super::qwen::load(&cfg, version, vb).map_err(model_err(name))?)
-        }
-        Architecture::Gemma2 => {
-            let cfg: Gemma2Config = serde_json::from_str(config).map_err(parse_err)?;
-            Box::new(super::gemma2::load(&cfg, vb).map_err(model_err(name))?)
-        }
-    };
-    Ok(backbone)
 }
 
 /// The built-in manifest for `files`: by Hugging Face id, else by directory name.

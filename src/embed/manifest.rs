@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+use crate::dataset::TextKind;
 use crate::error::{Error, Result};
 
 /// The FreshStack retrieval task, as the reference's later examples phrase it (Qwen3-Embedding).
@@ -245,29 +246,6 @@ impl ModelManifest {
         match template.split_once("{text}") {
             Some((before, after)) => format!("{before}{text}{after}"),
             None => format!("{template}{text}"),
-        }
-    }
-}
-
-/// Whether a text is a query (instruction template) or a document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TextKind {
-    /// A search query (a question).
-    Query,
-    /// A corpus document.
-    Document,
-}
-
-impl TextKind {
-    /// Parses `query` or `document`.
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "query" => Ok(Self::Query),
-            "document" | "doc" => Ok(Self::Document),
-            other => Err(Error::invalid(
-                "kind",
-                format!("unknown kind '{other}' (expected query or document)"),
-            )),
         }
     }
 }

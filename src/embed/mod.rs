@@ -6,33 +6,37 @@
 //! normalisation, length-sorted token-budget batching (the `.npy` + `.ids` output format is the
 //! data model's, [`VectorMatrix`](crate::dataset::VectorMatrix)).
 //! Guarantees: rows come back in input order; results do not depend on the thread count; the
-//! public API ([`Encoder`], [`Embeddings`]) carries no candle types. Imports only `dataset`,
+//! public API ([`TextEncoder`] through the data model's [`Encoder`](crate::dataset::Encoder))
+//! carries no candle types. Imports only `dataset`,
 //! `error` and `progress`.
+//!
+//! Layout (the shape of text-embeddings-inference's candle backend):
+//! - `encoder.rs` — [`TextEncoder`]: tokenizer + backbone + pooling + normalisation, the device
+//!   and load options;
+//! - `models/` — one file per architecture (`bert.rs`; `mistral.rs`, `qwen.rs`, `gemma2.rs` over
+//!   the shared `decoder.rs`) and the dispatch from an [`Architecture`] to its backbone;
+//! - `kernels/` — the CPU kernels under the models (`ops.rs`, `bert_layer.rs`, `bf16.rs`), which
+//!   `llm`'s native GGUF engine reuses;
+//! - `pooling.rs`, `batch.rs` (length-sorted token-budget batches), `resolve.rs` (where a model's
+//!   files are), `manifest.rs` (the `models/*.toml` registry), `input.rs` (the rows `embed` and
+//!   `rerank` read).
 
 mod batch;
-mod bert;
-mod cpu_bert;
-pub(crate) mod cpu_bf16;
-pub(crate) mod cpu_ops;
-mod decoder;
 mod encoder;
-mod gemma2;
 mod input;
+pub(crate) mod kernels;
 mod manifest;
-mod mistral;
+mod models;
 mod pooling;
-mod qwen;
 mod resolve;
 
 pub use batch::{
     DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
-pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
-pub use cpu_bf16::PackedBf16Linear;
 pub(crate) use encoder::find_manifest;
-pub use encoder::{DeviceSpec, Embeddings, Encoder, EncoderOptions, TextEncoder};
+pub use encoder::{DeviceSpec, EncoderOptions, TextEncoder};
 pub use input::{EmbedInput, InputKind, read_embed_input};
-pub use manifest::{
-    Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling, TextKind,
-};
+pub use kernels::bf16::PackedBf16Linear;
+pub use manifest::{Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling};
+pub(crate) use models::{BertConfig, BertFlavor, BertModel};
 pub use resolve::{ModelFiles, resolve_model};

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashMap;
 
 use crate::dataset::tempfiles::{self, StagingDir};
-use crate::dataset::{Document, VectorDtype, VectorMatrix, ids_path, read_ids, write_npy};
+use crate::dataset::{
+    Document, Encoder, TextKind, VectorDtype, VectorMatrix, ids_path, read_ids, write_npy,
+};
 use crate::error::{Error, Result};
 use crate::index::bm25::{Bm25Settings, Bm25Writer};
 use crate::index::docids::DocIds;
@@ -59,33 +61,43 @@ pub fn validate_model_name(name: &str) -> Result<()> {
     }
 }
 
-/// Encodes the corpus for one dense model while an index is built. `index` does not know about
-/// encoders (it imports only `dataset`): the search layer implements this with the `embed`
-/// encoders (`search::build_hybrid_index`), tests with anything.
-pub trait DocumentEncoder: Sync {
+/// One dense model an index build encodes the corpus with: its name, how its vectors are
+/// stored, and how to load its [`Encoder`] (the data model's one text-to-vector trait). `index`
+/// knows no models (it imports only `dataset`): the search layer implements this with the
+/// `embed` models (`search::build_hybrid_index`), tests with anything.
+pub trait DocumentModel: Sync {
     /// The retriever name (`dense:NAME`).
     fn name(&self) -> &str;
     /// How the stored matrix keeps its values.
     fn storage_dtype(&self) -> VectorDtype {
         VectorDtype::F16
     }
-    /// Embeds `texts` (one per document, in corpus order; see [`document_text`]) and returns
-    /// one L2-normalised row per text, in input order. Called once per build, so an
-    /// implementation may load its model here and drop it afterwards.
-    fn encode_documents(&self, texts: &[&str], progress: &dyn Progress) -> Result<EncodedVectors>;
+    /// Loads the encoder. Called once per build, and only when there are documents to encode;
+    /// the encoder is dropped once it has embedded them, so a build holds one model at a time.
+    fn load(&self) -> Result<LoadedModel>;
 }
 
-/// What a [`DocumentEncoder`] returns.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EncodedVectors {
-    /// Columns.
-    pub dim: usize,
-    /// `rows x dim` values, row-major, in input order.
-    pub data: Vec<f32>,
+/// A loaded [`DocumentModel`]: the encoder and what the manifest records about it.
+pub struct LoadedModel {
+    /// Embeds the documents' texts ([`TextKind::Document`], one per document in corpus order;
+    /// see [`document_text`]): one L2-normalised row per text, in input order.
+    pub encoder: Box<dyn Encoder>,
     /// The model, recorded in the manifest so searches can encode queries alike.
     pub model: Option<DenseModelRef>,
     /// Where the vectors came from, for the manifest's `source` (e.g. the model id).
     pub source: String,
+}
+
+/// The vectors a [`DocumentModel`] computed, with its [`LoadedModel`]'s record.
+pub(crate) struct EncodedVectors {
+    /// Columns.
+    pub(crate) dim: usize,
+    /// `rows x dim` values, row-major, in input order.
+    pub(crate) data: Vec<f32>,
+    /// [`LoadedModel::model`].
+    pub(crate) model: Option<DenseModelRef>,
+    /// [`LoadedModel::source`].
+    pub(crate) source: String,
 }
 
 /// The text a dense encoder sees for `doc`: `title + " " + text` when the title is not blank
@@ -175,7 +187,7 @@ pub fn build_index(
 /// whole build succeeds.
 pub fn build_index_with_encoders(
     config: &IndexConfig,
-    encoders: &[&dyn DocumentEncoder],
+    encoders: &[&dyn DocumentModel],
     dir: &Path,
     progress: &dyn Progress,
 ) -> Result<IndexSummary> {
@@ -388,7 +400,7 @@ fn first_non_finite_row(matrix: &VectorMatrix) -> Option<usize> {
 
 /// Encodes the corpus with one encoder and stores its vectors (and graph).
 fn add_encoded(
-    encoder: &dyn DocumentEncoder,
+    encoder: &dyn DocumentModel,
     texts: &[&str],
     tmp: &Path,
     corpus_hash: &str,
@@ -419,11 +431,19 @@ fn add_encoded(
 
 /// `encoder`'s vectors for `texts`, checked: one finite row of a non-zero dimension per text.
 pub(crate) fn checked_vectors(
-    encoder: &dyn DocumentEncoder,
+    encoder: &dyn DocumentModel,
     texts: &[&str],
     progress: &dyn Progress,
 ) -> Result<EncodedVectors> {
-    let encoded = encoder.encode_documents(texts, progress)?;
+    let loaded = encoder.load()?;
+    let embeddings = loaded.encoder.embed(texts, TextKind::Document, progress)?;
+    drop(loaded.encoder);
+    let encoded = EncodedVectors {
+        dim: embeddings.dim,
+        data: embeddings.data,
+        model: loaded.model,
+        source: loaded.source,
+    };
     let name = encoder.name();
     if encoded.dim == 0 || encoded.data.len() != texts.len() * encoded.dim {
         return Err(Error::invalid(

@@ -32,7 +32,7 @@ pub use bm25::{
     Bm25Index, Bm25Settings, Bm25Writer, DEFAULT_B, DEFAULT_K1, MAX_QUERY_BYTES, ScoredOrd,
 };
 pub use build::{
-    DocumentEncoder, EncodedVectors, IndexConfig, IndexSummary, VectorSource, build_index,
+    DocumentModel, IndexConfig, IndexSummary, LoadedModel, VectorSource, build_index,
     build_index_with_encoders, document_text, read_corpus, validate_model_name,
 };
 pub use docids::{DocIds, TopK};

@@ -4,7 +4,7 @@
 //! Removed documents are deleted from tantivy and their ordinals become empty lines of
 //! `ids.txt` (searches skip them, BM25 and dense alike); added documents get new ordinals at the
 //! end. Dense models keep every stored row and append the added documents' vectors, computed by
-//! a [`DocumentEncoder`] per model (the search layer loads the recorded model; models given as
+//! a [`DocumentModel`] per model (the search layer loads the recorded model; models given as
 //! precomputed `--vectors` have none, so adding to them is refused); their HNSW graph is rebuilt
 //! over the new matrix. Only the added documents are encoded. The index is copied to a temporary
 //! sibling, changed there and renamed into place, so a failed refresh leaves the old index.
@@ -18,7 +18,7 @@ use crate::dataset::{VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
 use crate::index::build::{
-    DocumentEncoder, StoredModel, checked_vectors, document_text, install, read_corpus,
+    DocumentModel, StoredModel, checked_vectors, document_text, install, read_corpus,
 };
 use crate::index::docids::DocIds;
 use crate::index::layout;
@@ -60,7 +60,7 @@ pub fn refresh_index(
 /// models of the same names (every dense model needs one when documents are added).
 pub fn refresh_index_with_encoders(
     config: &RefreshConfig,
-    encoders: &[&dyn DocumentEncoder],
+    encoders: &[&dyn DocumentModel],
     dir: &Path,
     progress: &dyn Progress,
 ) -> Result<RefreshSummary> {

@@ -81,7 +81,7 @@ impl Engine {
         for component in &components {
             vectors.push(match component.strip_prefix("dense:") {
                 Some(model) => {
-                    let encoded = self.query_encoder(model)?.encode_queries(queries)?;
+                    let encoded = self.query_encoder(model)?.embed_queries(queries)?;
                     if encoded.len() != queries.len() {
                         return Err(crate::error::Error::model(
                             model,

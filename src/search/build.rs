@@ -9,16 +9,15 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::dataset::VectorDtype;
+use crate::dataset::{Embeddings, Encoder, TextKind, VectorDtype};
+use crate::embed::ModelManifest;
 use crate::embed::{
-    DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, TextKind,
-    resolve_model,
+    DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, resolve_model,
 };
-use crate::embed::{Encoder, ModelManifest};
 use crate::error::{Error, Result};
 use crate::index::{
-    Bm25Settings, DenseModelRef, DocumentEncoder, EncodedVectors, HnswSettings, IndexConfig,
-    IndexSummary, Manifest, RefreshConfig, RefreshSummary, VectorSource, build_index_with_encoders,
+    Bm25Settings, DenseModelRef, DocumentModel, HnswSettings, IndexConfig, IndexSummary,
+    LoadedModel, Manifest, RefreshConfig, RefreshSummary, VectorSource, build_index_with_encoders,
     fnv1a64_file, refresh_index_with_encoders, validate_model_name,
 };
 use crate::progress::Progress;
@@ -119,7 +118,7 @@ pub fn build_hybrid_index(
     let mut encoders = Vec::with_capacity(config.dense.len());
     for spec in &config.dense {
         validate_model_name(&spec.name)?;
-        encoders.push(ModelDocumentEncoder {
+        encoders.push(EmbedDocumentModel {
             name: spec.name.clone(),
             reference: spec.model.clone(),
             files: resolve_model(&spec.model)?,
@@ -133,8 +132,7 @@ pub fn build_hybrid_index(
         vectors: config.vectors.clone(),
         hnsw: config.hnsw,
     };
-    let refs: Vec<&dyn DocumentEncoder> =
-        encoders.iter().map(|e| e as &dyn DocumentEncoder).collect();
+    let refs: Vec<&dyn DocumentModel> = encoders.iter().map(|e| e as &dyn DocumentModel).collect();
     build_index_with_encoders(&index_config, &refs, dir, progress)
 }
 
@@ -154,7 +152,7 @@ pub fn refresh_hybrid_index(
     if config.add.is_some() {
         for info in &manifest.dense {
             let Some(model) = &info.model else { continue };
-            encoders.push(ModelDocumentEncoder {
+            encoders.push(EmbedDocumentModel {
                 name: info.name.clone(),
                 reference: model.reference.clone(),
                 files: resolve_recorded_model(&info.name, model, None)?,
@@ -163,13 +161,12 @@ pub fn refresh_hybrid_index(
             });
         }
     }
-    let refs: Vec<&dyn DocumentEncoder> =
-        encoders.iter().map(|e| e as &dyn DocumentEncoder).collect();
+    let refs: Vec<&dyn DocumentModel> = encoders.iter().map(|e| e as &dyn DocumentModel).collect();
     refresh_index_with_encoders(config, &refs, dir, progress)
 }
 
-/// A [`DocumentEncoder`] backed by an `embed` model, loaded only while it encodes.
-struct ModelDocumentEncoder {
+/// A [`DocumentModel`] backed by an `embed` model, loaded only while it encodes.
+struct EmbedDocumentModel {
     name: String,
     reference: String,
     files: ModelFiles,
@@ -177,7 +174,7 @@ struct ModelDocumentEncoder {
     dtype: VectorDtype,
 }
 
-impl DocumentEncoder for ModelDocumentEncoder {
+impl DocumentModel for EmbedDocumentModel {
     fn name(&self) -> &str {
         &self.name
     }
@@ -186,25 +183,44 @@ impl DocumentEncoder for ModelDocumentEncoder {
         self.dtype
     }
 
-    fn encode_documents(&self, texts: &[&str], progress: &dyn Progress) -> Result<EncodedVectors> {
+    fn load(&self) -> Result<LoadedModel> {
         let encoder = TextEncoder::load(&self.files, &self.options)?;
-        let embeddings = encoder.embed(texts, TextKind::Document, progress)?;
+        let model = model_ref(&self.reference, &self.files, encoder.manifest())?;
+        Ok(LoadedModel {
+            encoder: Box::new(DocumentTextEncoder {
+                name: self.name.clone(),
+                encoder,
+            }),
+            source: model.id.clone(),
+            model: Some(model),
+        })
+    }
+}
+
+/// A [`TextEncoder`] embedding a corpus for dense model `name`: says how many documents were
+/// truncated.
+struct DocumentTextEncoder {
+    name: String,
+    encoder: TextEncoder,
+}
+
+impl Encoder for DocumentTextEncoder {
+    fn dim(&self) -> usize {
+        self.encoder.dim()
+    }
+
+    fn embed(&self, texts: &[&str], kind: TextKind, progress: &dyn Progress) -> Result<Embeddings> {
+        let embeddings = self.encoder.embed(texts, kind, progress)?;
         if embeddings.num_truncated > 0 {
             tracing::warn!(
                 "dense:{}: {} of {} documents were truncated to {} tokens",
                 self.name,
                 embeddings.num_truncated,
                 texts.len(),
-                encoder.manifest().max_length
+                self.encoder.manifest().max_length
             );
         }
-        let model = model_ref(&self.reference, &self.files, encoder.manifest())?;
-        Ok(EncodedVectors {
-            dim: embeddings.dim,
-            data: embeddings.data,
-            source: model.id.clone(),
-            model: Some(model),
-        })
+        Ok(embeddings)
     }
 }
 

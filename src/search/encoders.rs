@@ -1,5 +1,6 @@
-//! Query encoders backed by the `embed` models: [`ModelQueryEncoder`] implements
-//! [`QueryEncoder`], and [`Engine::load_query_encoders`] loads, for the dense models an index
+//! Query encoders backed by the `embed` models (a [`TextEncoder`] is an
+//! [`Encoder`](crate::dataset::Encoder)): [`load_recorded_encoder`] and
+//! [`Engine::load_query_encoders`] load, for the dense models an index
 //! recorded ([`DenseModelRef`]), the same model with the same query template, task, max length
 //! and pooling as at build time.
 
@@ -7,14 +8,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::embed::{
-    DeviceSpec, Encoder, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, TextKind,
-    resolve_model,
+    DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, resolve_model,
 };
 use crate::error::{Error, Result};
 use crate::index::DenseModelRef;
-use crate::progress::NoProgress;
+use crate::search::Engine;
 use crate::search::build::fingerprint;
-use crate::search::{Engine, QueryEncoder};
 
 /// How [`Engine::load_query_encoders`] loads models.
 #[derive(Debug, Clone, Default)]
@@ -30,34 +29,23 @@ pub struct QueryEncoderOptions {
     pub models: BTreeMap<String, String>,
 }
 
-/// A [`QueryEncoder`] over an `embed` [`TextEncoder`]: applies the model's query template.
-pub struct ModelQueryEncoder {
-    encoder: TextEncoder,
-}
-
-impl ModelQueryEncoder {
-    /// Wraps a loaded encoder.
-    pub fn new(encoder: TextEncoder) -> Self {
-        Self { encoder }
-    }
-
-    /// Loads the model recorded as `model` (or `override_model` instead), with the recorded
-    /// query settings.
-    pub fn load(
-        name: &str,
-        model: &DenseModelRef,
-        override_model: Option<&str>,
-        options: &QueryEncoderOptions,
-    ) -> Result<Self> {
-        let files = resolve_recorded_model(name, model, override_model)?;
-        let encoder_options = recorded_options(
-            model,
-            options.device,
-            options.dtype,
-            options.max_batch_tokens,
-        )?;
-        Ok(Self::new(TextEncoder::load(&files, &encoder_options)?))
-    }
+/// Loads the query encoder of dense model `name` as the index recorded it (`model`: the same
+/// model with the same query template, task, max length and pooling), or `override_model`
+/// instead of the recorded files, with the recorded settings.
+pub fn load_recorded_encoder(
+    name: &str,
+    model: &DenseModelRef,
+    override_model: Option<&str>,
+    options: &QueryEncoderOptions,
+) -> Result<TextEncoder> {
+    let files = resolve_recorded_model(name, model, override_model)?;
+    let encoder_options = recorded_options(
+        model,
+        options.device,
+        options.dtype,
+        options.max_batch_tokens,
+    )?;
+    TextEncoder::load(&files, &encoder_options)
 }
 
 /// The files of the model an index recorded for `dense:NAME` (by its reference as given, else
@@ -118,25 +106,6 @@ pub(crate) fn recorded_options(
     })
 }
 
-impl QueryEncoder for ModelQueryEncoder {
-    fn dim(&self) -> usize {
-        self.encoder.dim()
-    }
-
-    fn encode_query(&self, text: &str) -> Result<Vec<f32>> {
-        let mut rows = self.encode_queries(&[text])?;
-        rows.pop()
-            .ok_or_else(|| Error::model(&self.encoder.manifest().id, "no vector for the query"))
-    }
-
-    fn encode_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let embeddings = self.encoder.embed(texts, TextKind::Query, &NoProgress)?;
-        Ok((0..embeddings.rows())
-            .map(|i| embeddings.row(i).to_vec())
-            .collect())
-    }
-}
-
 impl Engine {
     /// Opens the index in `dir` and loads the query encoder of every dense model it recorded
     /// (models indexed from precomputed vectors have none: search them by vector).
@@ -185,7 +154,7 @@ impl Engine {
                             ..EncoderOptions::default()
                         },
                     )?;
-                    self.set_query_encoder(&name, Arc::new(ModelQueryEncoder::new(encoder)))?;
+                    self.set_query_encoder(&name, Arc::new(encoder))?;
                     continue;
                 }
                 (None, None) if names.is_empty() => continue,
@@ -199,7 +168,7 @@ impl Engine {
                     ));
                 }
             };
-            let encoder = ModelQueryEncoder::load(&name, &model, override_model, options)?;
+            let encoder = load_recorded_encoder(&name, &model, override_model, options)?;
             self.set_query_encoder(&name, Arc::new(encoder))?;
         }
         Ok(())

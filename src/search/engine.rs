@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::dataset::{ScoredDoc, VectorMatrix};
+use crate::dataset::{Encoder, ScoredDoc, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::{
     Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, cache_key, dot, flat_search, layout,
 };
-use crate::search::{Ann, QueryEncoder, Retriever, RetrieverSpec, SearchOptions};
+use crate::search::{Ann, Retriever, RetrieverSpec, SearchOptions};
 
 /// One dense model of an open index.
 pub(super) struct DenseModel {
@@ -26,7 +26,7 @@ pub struct Engine {
     ids: DocIds,
     bm25: Option<Bm25Index>,
     dense: BTreeMap<String, DenseModel>,
-    encoders: BTreeMap<String, Arc<dyn QueryEncoder>>,
+    encoders: BTreeMap<String, Arc<dyn Encoder>>,
     /// Dense models uploaded for exact search on a GPU ([`Engine::use_gpu_exact`]).
     #[cfg(feature = "cuda")]
     gpu: BTreeMap<String, crate::index::GpuFlat>,
@@ -122,7 +122,7 @@ impl Engine {
     }
 
     /// Registers the query encoder of dense model `name`, so text queries can use it.
-    pub fn set_query_encoder(&mut self, name: &str, encoder: Arc<dyn QueryEncoder>) -> Result<()> {
+    pub fn set_query_encoder(&mut self, name: &str, encoder: Arc<dyn Encoder>) -> Result<()> {
         let model = self.dense_model(Some(name))?;
         if encoder.dim() != model.info.dim {
             return Err(Error::invalid(
@@ -144,7 +144,7 @@ impl Engine {
     }
 
     /// The query encoder of dense model `name`, or an error saying how to get one.
-    pub(super) fn query_encoder(&self, name: &str) -> Result<&Arc<dyn QueryEncoder>> {
+    pub(super) fn query_encoder(&self, name: &str) -> Result<&Arc<dyn Encoder>> {
         self.encoders.get(name).ok_or_else(|| {
             Error::invalid(
                 "retriever",
@@ -264,7 +264,7 @@ impl Engine {
         })
     }
 
-    /// Searches with a text query. Dense retrievers need a registered [`QueryEncoder`].
+    /// Searches with a text query. Dense retrievers need a registered query [`Encoder`].
     /// A query without any searchable term (symbols only) is an error for BM25.
     /// For fusion, a query without BM25 terms still gets the other retrievers' results.
     pub fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<ScoredDoc>> {
@@ -272,7 +272,7 @@ impl Engine {
             RetrieverSpec::Bm25 => self.search_bm25(query, options.k),
             RetrieverSpec::Dense(name) => {
                 let model = self.dense_model(name.as_deref())?;
-                let vector = self.query_encoder(&model.info.name)?.encode_query(query)?;
+                let vector = self.query_encoder(&model.info.name)?.embed_query(query)?;
                 self.search_vector(&model.info.name, &vector, options)
             }
             RetrieverSpec::Fusion(_) => Ok(self

@@ -1,6 +1,7 @@
 //! Searching an index: the [`Retriever`] trait, the hybrid [`Engine`] that opens an index
-//! directory and serves `bm25`, `dense:NAME` and `fusion` retrievers, query encoders backed by
-//! the `embed` models ([`ModelQueryEncoder`]), building a hybrid index that encodes the corpus
+//! directory and serves `bm25`, `dense:NAME` and `fusion` retrievers, query encoders (the data
+//! model's [`Encoder`](crate::dataset::Encoder), loaded from the `embed` model an index recorded:
+//! [`load_recorded_encoder`]), building a hybrid index that encodes the corpus
 //! ([`build_hybrid_index`]: the glue between `index` and `embed`), query files, [`fusion`] of
 //! runs (normalized sum exact with the reference's `util.fusion`, and RRF), and the
 //! [`Pipeline`] (first stage + optional [`Rerank`]) whose output is a
@@ -24,7 +25,7 @@ mod retrieve;
 
 pub(crate) use build::fingerprint as model_fingerprint;
 pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index};
-pub use encoders::{ModelQueryEncoder, QueryEncoderOptions};
+pub use encoders::{QueryEncoderOptions, load_recorded_encoder};
 pub use engine::{Engine, EngineInfo, EngineRetriever};
 pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};
 pub use pipeline::{DocumentTexts, Pipeline, Rerank, Retrieved};
@@ -66,20 +67,6 @@ pub trait Retriever: Send + Sync {
     fn name(&self) -> String;
     /// The best `k` documents for `query`, best first (ties by id).
     fn retrieve(&self, query: &str, k: usize) -> Result<Vec<ScoredDoc>>;
-}
-
-/// Turns query text into a vector for a dense model (implemented by the encoders). The vector
-/// must be comparable by inner product with the model's document vectors (L2-normalised).
-pub trait QueryEncoder: Send + Sync {
-    /// Vector dimension.
-    fn dim(&self) -> usize;
-    /// Encodes one query (with the model's query template applied by the implementation).
-    fn encode_query(&self, text: &str) -> Result<Vec<f32>>;
-    /// Encodes many queries, one vector each in input order; implementations batch them
-    /// (the default encodes one by one).
-    fn encode_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        texts.iter().map(|t| self.encode_query(t)).collect()
-    }
 }
 
 /// Nearest-neighbour method for dense retrievers.

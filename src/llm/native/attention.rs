@@ -11,7 +11,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::embed::cpu_ops::softmax_row;
+use crate::embed::kernels::ops::softmax_row;
 
 /// Positions per transposed key block.
 pub const KEY_BLOCK: usize = 16;

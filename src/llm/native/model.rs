@@ -16,7 +16,7 @@ use memmap2::Mmap;
 
 use super::attention::{KvCache, attention};
 use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec, matvec_many};
-use crate::embed::cpu_ops::exp_fast;
+use crate::embed::kernels::ops::exp_fast;
 
 /// The families this model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use half::{bf16, f16};
 use memmap2::Mmap;
 use rayon::prelude::*;
 
-use crate::embed::cpu_bf16::{PANEL, PackedBf16Linear, TILE_ROWS, dot_tile};
+use crate::embed::kernels::bf16::{PANEL, PackedBf16Linear, TILE_ROWS, dot_tile};
 
 /// The storage types a [`QMatrix`] may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1051,7 +1051,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::cpu_bf16::tests::random;
+    use crate::embed::kernels::bf16::tests::random;
     use candle_core::quantized::QTensor;
     use candle_core::{Device, Tensor};
 

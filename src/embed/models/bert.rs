@@ -1,7 +1,7 @@
 //! BERT-family encoders (all-MiniLM, BGE, E5) and XLM-RoBERTa (BGE-M3, bge-reranker):
 //! bidirectional self-attention over right-padded batches, returning every token's final hidden
 //! state. Follows the tensor names of Hugging Face `BertModel` / `XLMRobertaModel` checkpoints
-//! (with or without a `bert.` / `roberta.` prefix); pooling lives in [`super::pooling`].
+//! (with or without a `bert.` / `roberta.` prefix); pooling lives in [`crate::embed::pooling`].
 //!
 //! RoBERTa differs from BERT only in its embeddings: positions count from `padding_idx + 1`
 //! (transformers' `create_position_ids_from_input_ids`; right padding makes real tokens
@@ -14,9 +14,9 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use super::cpu_bert::{CpuBertLayer, GeluKind};
-use super::cpu_ops::{AttnMask, attention_probs, gelu_erf};
-use super::encoder::Backbone;
+use super::Backbone;
+use crate::embed::kernels::bert_layer::{CpuBertLayer, GeluKind};
+use crate::embed::kernels::ops::{AttnMask, attention_probs, gelu_erf};
 
 /// The fields of a BERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]

@@ -8,10 +8,10 @@
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 
-use super::cpu_bf16::DecoderLinear;
+use crate::embed::kernels::bf16::DecoderLinear;
 
-use super::cpu_ops::{AttnMask, attention_probs, silu_mul};
-use super::encoder::Backbone;
+use super::Backbone;
+use crate::embed::kernels::ops::{AttnMask, attention_probs, silu_mul};
 
 /// Feed-forward activation of the gated MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

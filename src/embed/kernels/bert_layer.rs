@@ -28,7 +28,7 @@ use candle_nn::{LayerNorm, Linear};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::cpu_ops::{erf_rational, softmax_row};
+use super::ops::{erf_rational, softmax_row};
 
 /// Which GELU the MLP uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
