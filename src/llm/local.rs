@@ -540,7 +540,7 @@ fn check_tensor_infos(
             .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
             .ok_or_else(|| format!("tensor {name}: shape {dims:?} overflows"))?;
         let block = info.ggml_dtype.block_size() as u64;
-        if elements % block != 0 {
+        if !elements.is_multiple_of(block) {
             return Err(format!(
                 "tensor {name}: {elements} elements are not whole blocks of {block} ({:?})",
                 info.ggml_dtype
