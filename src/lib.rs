@@ -50,6 +50,8 @@ pub mod dataset;
 pub mod embed;
 mod error;
 pub mod eval;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod index;
 pub mod llm;
 pub mod merge;

@@ -9,6 +9,7 @@ mod embed;
 mod engine;
 mod eval_parity;
 mod fusion;
+mod fuzz_corpus;
 mod hybrid;
 mod hybrid_minilm;
 mod interrupt;

@@ -433,6 +433,134 @@ fn gguf_error(path: &Path, message: impl std::fmt::Display) -> Error {
     }
 }
 
+/// The numeric value of the metadata key `general.alignment`, if the header has one. candle's
+/// GGUF reader divides by it (a zero panics there, in `gguf_file::Content::read`), so the key is
+/// looked up first with a walk over the metadata that allocates nothing but the keys of the
+/// right length. `None` also when the header cannot be walked: candle's reader then reports why.
+fn gguf_alignment<R: std::io::Read + std::io::Seek>(reader: &mut R) -> Option<u64> {
+    use std::io::SeekFrom;
+    fn read<const N: usize>(r: &mut impl std::io::Read) -> Option<[u8; N]> {
+        let mut b = [0u8; N];
+        r.read_exact(&mut b).ok().map(|()| b)
+    }
+    fn length(r: &mut impl std::io::Read, wide: bool) -> Option<u64> {
+        if wide {
+            read::<8>(r).map(u64::from_le_bytes)
+        } else {
+            read::<4>(r).map(|b| u64::from(u32::from_le_bytes(b)))
+        }
+    }
+    // Fixed sizes of the scalar value types (GGUF spec: 0 u8 .. 12 f64; 8 string, 9 array).
+    fn scalar_bytes(value_type: u32) -> Option<u64> {
+        match value_type {
+            0 | 1 | 7 => Some(1),
+            2 | 3 => Some(2),
+            4..=6 => Some(4),
+            10..=12 => Some(8),
+            _ => None,
+        }
+    }
+    fn skip_value(
+        r: &mut (impl std::io::Read + std::io::Seek),
+        value_type: u32,
+        wide: bool,
+        depth: u32,
+    ) -> Option<()> {
+        if let Some(bytes) = scalar_bytes(value_type) {
+            r.seek(SeekFrom::Current(i64::try_from(bytes).ok()?)).ok()?;
+            return Some(());
+        }
+        match value_type {
+            8 => {
+                let len = length(r, wide)?;
+                r.seek(SeekFrom::Current(i64::try_from(len).ok()?)).ok()?;
+            }
+            9 if depth < 4 => {
+                let element = u32::from_le_bytes(read::<4>(r)?);
+                let count = length(r, wide)?;
+                if let Some(bytes) = scalar_bytes(element) {
+                    let skip = count.checked_mul(bytes)?;
+                    r.seek(SeekFrom::Current(i64::try_from(skip).ok()?)).ok()?;
+                } else {
+                    // Each element reads at least 8 bytes: the walk ends at the end of the file.
+                    for _ in 0..count {
+                        skip_value(r, element, wide, depth + 1)?;
+                    }
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+    let magic = u32::from_le_bytes(read::<4>(reader)?);
+    if magic != 0x4655_4747 && magic != 0x4747_5546 {
+        return None;
+    }
+    let wide = u32::from_le_bytes(read::<4>(reader)?) != 1;
+    let _tensors = length(reader, wide)?;
+    let entries = length(reader, wide)?;
+    const KEY: &[u8] = b"general.alignment";
+    for _ in 0..entries {
+        let key_len = length(reader, wide)?;
+        let is_key = if key_len == KEY.len() as u64 {
+            read::<{ KEY.len() }>(reader)? == *KEY
+        } else {
+            reader
+                .seek(SeekFrom::Current(i64::try_from(key_len).ok()?))
+                .ok()?;
+            false
+        };
+        let value_type = u32::from_le_bytes(read::<4>(reader)?);
+        if is_key {
+            // candle takes the integer types u8..i32 and falls back to 32 for the others.
+            if value_type > 5 {
+                return None;
+            }
+            let bytes = scalar_bytes(value_type)?;
+            let mut value = [0u8; 8];
+            reader.read_exact(&mut value[..bytes as usize]).ok()?;
+            return Some(u64::from_le_bytes(value));
+        }
+        skip_value(reader, value_type, wide, 0)?;
+    }
+    None
+}
+
+/// Checks every tensor of `content` against the file: a shape whose element count overflows,
+/// that is not a whole number of its type's blocks, or whose bytes end past the end of the file
+/// is an error here rather than an overflow or an out-of-bounds read later.
+fn check_tensor_infos(
+    content: &gguf_file::Content,
+    file_bytes: u64,
+) -> std::result::Result<(), String> {
+    for (name, info) in &content.tensor_infos {
+        let dims = info.shape.dims();
+        let elements = dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+            .ok_or_else(|| format!("tensor {name}: shape {dims:?} overflows"))?;
+        let block = info.ggml_dtype.block_size() as u64;
+        if !elements.is_multiple_of(block) {
+            return Err(format!(
+                "tensor {name}: {elements} elements are not whole blocks of {block} ({:?})",
+                info.ggml_dtype
+            ));
+        }
+        let end = (elements / block)
+            .checked_mul(info.ggml_dtype.type_size() as u64)
+            .and_then(|bytes| bytes.checked_add(info.offset))
+            .and_then(|bytes| bytes.checked_add(content.tensor_data_offset));
+        if end.is_none_or(|end| end > file_bytes) {
+            return Err(format!(
+                "tensor {name}: shape {dims:?} at offset {} ends past the end of the file \
+                 ({file_bytes} bytes)",
+                info.offset
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl LocalChat {
     /// Loads the model and its tokenizer from `path` (on the CPU).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
@@ -451,7 +579,16 @@ impl LocalChat {
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         // Buffered: the header is ~150k small reads (one per vocabulary string) otherwise.
         let mut file = std::io::BufReader::with_capacity(1 << 20, file);
+        if gguf_alignment(&mut file) == Some(0) {
+            return Err(gguf_error(
+                &path,
+                "not a readable GGUF file: general.alignment is 0",
+            ));
+        }
+        std::io::Seek::rewind(&mut file).map_err(|e| Error::io(&path, e))?;
         let content = gguf_file::Content::read(&mut file)
+            .map_err(|e| gguf_error(&path, format!("not a readable GGUF file: {e}")))?;
+        check_tensor_infos(&content, size)
             .map_err(|e| gguf_error(&path, format!("not a readable GGUF file: {e}")))?;
         let md = &content.metadata;
         let get_str = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
@@ -1051,6 +1188,34 @@ impl Chat for LocalChat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fuzz_regression(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/regressions/gguf")
+            .join(name);
+        match LocalChat::load_quantized(&path) {
+            Ok(_) => panic!("{name}: loaded"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Found by fuzzing: `general.alignment = 0` made candle's GGUF reader divide by zero.
+    #[test]
+    fn gguf_alignment_zero_is_an_error_not_a_panic() {
+        let message = fuzz_regression("alignment-zero.gguf");
+        assert!(message.contains("general.alignment is 0"), "{message}");
+    }
+
+    /// Found by fuzzing: a tensor shape whose element count overflows u64 panicked (overflow in
+    /// `Shape::elem_count`) while sizing the model.
+    #[test]
+    fn gguf_tensor_shape_overflow_is_an_error_not_a_panic() {
+        let message = fuzz_regression("shape-overflow.gguf");
+        assert!(
+            message.contains("not a readable GGUF file: tensor"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn detects_formats() {

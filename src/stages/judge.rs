@@ -104,7 +104,7 @@ struct BatchResult {
 
 /// The verdicts of one document.
 #[derive(Debug, Clone, PartialEq)]
-struct DocVerdict {
+pub(super) struct DocVerdict {
     supported: Vec<bool>,
     reason: String,
 }
@@ -208,7 +208,7 @@ fn format_words(num_docs: usize, num_nuggets: usize) -> String {
 
 /// Reads the judgments object: one entry per document D1..Dn, each with a verdict (true or
 /// false, or yes/no) for every nugget under its label.
-fn parse_judgments(
+pub(super) fn parse_judgments(
     text: &str,
     num_docs: usize,
     num_nuggets: usize,

@@ -24,6 +24,16 @@ pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema, nug
 pub use nuggets::{NuggetsConfig, generate_nuggets, nuggets_schema};
 pub use variants::{VariantsConfig, generate_query_variants, variants_schema};
 
+/// Runs every stage's reply parser on `text` (judgments of 3 documents x 4 nuggets, nuggets,
+/// query variants) and returns how many read it: the fuzzing entry point (`crate::fuzz`), not an
+/// API. The stages call the same parsers on each model answer.
+#[doc(hidden)]
+pub fn parse_replies(text: &str) -> usize {
+    usize::from(judge::parse_judgments(text, 3, 4).is_ok())
+        + usize::from(nuggets::parse_nuggets(text).is_ok())
+        + usize::from(variants::parse_variants(text).is_ok())
+}
+
 /// Default repair requests after an unusable answer.
 pub const DEFAULT_MAX_REPAIRS: u32 = 2;
 

@@ -86,7 +86,7 @@ fn format_words(max_nuggets: usize) -> String {
     )
 }
 
-fn parse_nuggets(text: &str) -> ParseOutcome<Vec<String>> {
+pub(super) fn parse_nuggets(text: &str) -> ParseOutcome<Vec<String>> {
     parse::extract_string_list(text, "nuggets").ok_or_else(|| {
         (
             "no list of nuggets found (expected a JSON object with a \"nuggets\" array of strings)"

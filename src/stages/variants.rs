@@ -95,7 +95,7 @@ fn format_words(max_sub_questions: usize) -> String {
     )
 }
 
-fn parse_variants(text: &str) -> ParseOutcome<(Vec<String>, String)> {
+pub(super) fn parse_variants(text: &str) -> ParseOutcome<(Vec<String>, String)> {
     let Some(map) = parse::extract_json_object(text) else {
         return Err(("no JSON object found".into(), None));
     };

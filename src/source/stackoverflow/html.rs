@@ -141,7 +141,9 @@ fn parse_tag(s: &str) -> Option<(Tag<'_>, usize)> {
             }
         }
         if key.is_empty() {
-            i += 1;
+            // Skip one whole character: a byte could land inside a multi-byte one (found by
+            // fuzzing: `<a ="x"é>` sliced `é` in two).
+            i += s[i..].chars().next().map_or(1, char::len_utf8);
         } else {
             attrs.push((key, value));
         }
@@ -279,7 +281,8 @@ impl Converter {
                 let marker = match self.lists.last_mut() {
                     Some((true, next)) => {
                         let marker = format!("{next}. ");
-                        *next += 1;
+                        // `start` is the page's: a huge one must not overflow (found by fuzzing).
+                        *next = next.saturating_add(1);
                         marker
                     }
                     _ => "- ".to_string(),
@@ -546,6 +549,26 @@ fn decode_reference(name: &str) -> Option<Cow<'static, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzzing: an attribute without a name followed by a multi-byte character
+    /// panicked on a slice inside that character.
+    #[test]
+    fn nameless_attribute_before_a_multibyte_character_does_not_panic() {
+        for html in ["<a =\"x\"é>text</a>", "<a =\"x\"\u{FFFD}", "<p =x é>y</p>"] {
+            html_to_markdown(html);
+        }
+    }
+
+    /// Found by fuzzing: `<ol start="usize::MAX">` with two items overflowed the next number.
+    #[test]
+    fn ordered_list_start_at_the_maximum_does_not_overflow() {
+        let html = format!("<ol start=\"{}\"><li>a</li><li>b</li></ol>", usize::MAX);
+        let markdown = html_to_markdown(&html);
+        assert!(
+            markdown.contains(&format!("{}. b", usize::MAX)),
+            "{markdown}"
+        );
+    }
 
     #[test]
     fn paragraphs_inline_code_links() {
