@@ -53,12 +53,12 @@ pub mod eval;
 pub mod index;
 pub mod llm;
 pub mod merge;
+pub mod pipeline;
 pub mod progress;
 pub mod report;
 pub mod rerank;
 pub mod search;
 pub mod source;
-pub mod stages;
 
 pub use dataset::{
     AtomicWriter, Document, DocumentMetadata, NuggetQrels, QueryId, Question, QuestionMetadata,
