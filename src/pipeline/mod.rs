@@ -1,11 +1,11 @@
-//! The pipeline of `freshstack build` (paper Figure 2), one file per stage: [`questions`] ->
-//! [`corpus`] -> [`index`] -> [`nuggets`] -> [`variants`] -> [`pool`] -> [`judge`] ->
-//! [`filter`] + [`export`] -> [`report`], run in that order by the orchestrator ([`build`],
+//! The pipeline of `freshstack build` (paper Figure 2), one file per stage: `questions` ->
+//! `corpus` -> `index` -> `nuggets` -> `variants` -> [`pool`] -> `judge` -> [`filter`] +
+//! [`export`] -> `report` ([`ReportStage`]), run in that order by the orchestrator ([`build`],
 //! from a [`BuildConfig`]; [`manifest`] makes it resumable and incremental).
 //!
 //! The three LLM stages (paper §3.3-3.5) are also library calls of their own:
 //! [`generate_nuggets`] from question + answer, [`generate_query_variants`] from the question
-//! alone, and [`judge`] (nugget-level support judgments on a pool), each over the
+//! alone, and [`judge()`] (nugget-level support judgments on a pool), each over the
 //! [`Llm`](crate::llm::Llm) client; their worker pool and ask-parse-repair loop are
 //! `workers`. The rows they read and write are the data model's
 //! ([`Question`](crate::dataset::Question), [`NuggetsRecord`](crate::dataset::NuggetsRecord),
