@@ -3,11 +3,11 @@
 //!
 //! Stages, in order, each in its own file of [`pipeline`](super) and each writing its outputs
 //! atomically under `OUT/work/` and then a stage manifest (see [`manifest`](super::manifest)):
-//! questions -> corpus -> index -> nuggets -> query variants -> pooling -> judging -> filtering
-//! + export (into `OUT/`) -> report. A rerun skips every stage whose inputs and settings are
-//! unchanged; a changed input reruns exactly what depends on it. The LLM stages go through the
-//! SQLite response cache (`OUT/work/llm-cache.sqlite` by default), so a build killed at any
-//! point and rerun makes no LLM call twice and ends with the same bytes.
+//! questions -> corpus -> index -> nuggets -> query variants -> pooling -> judging ->
+//! filtering and export (into `OUT/`) -> report. A rerun skips every stage whose inputs and
+//! settings are unchanged; a changed input reruns exactly what depends on it. The LLM stages go
+//! through the SQLite response cache (`OUT/work/llm-cache.sqlite` by default), so a build killed
+//! at any point and rerun makes no LLM call twice and ends with the same bytes.
 //!
 //! Nothing in the exported files depends on time, thread count or absolute paths.
 
