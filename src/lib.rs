@@ -55,12 +55,12 @@ pub mod fuzz;
 pub mod index;
 pub mod llm;
 pub mod merge;
+pub mod pipeline;
 pub mod progress;
 pub mod report;
 pub mod rerank;
 pub mod search;
 pub mod source;
-pub mod stages;
 
 pub use dataset::{
     AtomicWriter, Document, DocumentMetadata, Encoder, NuggetQrels, QueryId, Question,

@@ -446,7 +446,7 @@ fn hf_tokenizer_bounds_every_document_by_its_own_count() {
     reference.with_truncation(None).unwrap();
     reference.with_padding(None);
     let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/stages");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pipeline");
     let run = |tokenizer: &str, name: &str| {
         let out = dir.path().join(format!("{name}.jsonl"));
         let summary = dir.path().join(format!("{name}.summary.json"));

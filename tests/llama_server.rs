@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 use freshstack::NoProgress;
 use freshstack::dataset::{NuggetsRecord, read_questions};
 use freshstack::llm::{Llm, OpenAiChat, OpenAiConfig, ResponseCache};
+use freshstack::pipeline::{
+    JudgeConfig, JudgeInputs, NuggetsConfig, StructuredOutputUsed, VariantsConfig,
+    generate_nuggets, generate_query_variants, judge,
+};
 use freshstack::source::stackoverflow::{
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch,
     import_questions,
 };
 use freshstack::source::{CorpusConfig, RepoSpec, build_corpus};
-use freshstack::stages::{
-    JudgeConfig, JudgeInputs, NuggetsConfig, StructuredOutputUsed, VariantsConfig,
-    generate_nuggets, generate_query_variants, judge,
-};
 use serde_json::{Value, json};
 
 use crate::support::free_port;
@@ -156,12 +156,27 @@ pub(crate) fn corpus_and_pool(dir: &Path, questions: &Path) -> (PathBuf, PathBuf
     let corpus = dir.join("corpus.jsonl");
     let repo = RepoSpec::parse(&format!(
         "freshstack/freshstack={}",
-        root().join("src/stages").display()
+        root().join("src/pipeline").display()
     ))
     .unwrap();
     let mut config = CorpusConfig::new(vec![repo]);
     config.max_tokens = 256;
-    config.exclude = vec!["build/**".into()];
+    // The LLM stages' files only (the orchestrator's stages live beside them).
+    config.exclude = [
+        "config.rs",
+        "corpus.rs",
+        "export.rs",
+        "filter.rs",
+        "index.rs",
+        "manifest.rs",
+        "orchestrator.rs",
+        "pool.rs",
+        "questions.rs",
+        "quickstart.rs",
+        "report.rs",
+    ]
+    .map(String::from)
+    .to_vec();
     build_corpus(&config, &corpus, &NoProgress).unwrap();
     let docs: Vec<(String, BTreeSet<String>)> = std::fs::read_to_string(&corpus)
         .unwrap()

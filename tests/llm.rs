@@ -14,7 +14,7 @@ use std::time::Duration;
 use freshstack::NoProgress;
 use freshstack::dataset::{JudgmentRecord, NuggetsRecord, VariantsRecord};
 use freshstack::llm::{Llm, OpenAiChat, OpenAiConfig, ResponseCache};
-use freshstack::stages::{
+use freshstack::pipeline::{
     JudgeConfig, JudgeInputs, NuggetsConfig, VariantsConfig, generate_nuggets,
     generate_query_variants, judge,
 };

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use freshstack::llm::{ChatParams, LocalChat, Message};
-use freshstack::stages::judge_schema;
+use freshstack::pipeline::judge_schema;
 use serde_json::{Value, json};
 
 use crate::util::write;

@@ -267,7 +267,7 @@ fn native_parity_tokenization_matches_llama_tokenize() {
 
 /// The chat prompts the nuggets stage sends for the quickstart's questions: the questions
 /// `freshstack quickstart` imports (tag `freshstack`, accepted answers only) rendered with the
-/// nuggets prompt as `stages::nuggets::nuggets_for` fills it (trimmed title, question and
+/// nuggets prompt as `pipeline::nuggets::nuggets_for` fills it (trimmed title, question and
 /// answer, the quickstart's 5 nuggets), in the model's chat format.
 fn nugget_prompts(chat: &LocalChat) -> Vec<(String, String)> {
     let dir = tempfile::tempdir().unwrap();
@@ -284,7 +284,7 @@ fn nugget_prompts(chat: &LocalChat) -> Vec<(String, String)> {
         max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
     };
     import_questions(
-        &repo().join(freshstack::stages::build::quickstart::QUICKSTART_POSTS),
+        &repo().join(freshstack::pipeline::quickstart::QUICKSTART_POSTS),
         &config,
         &imported,
         &NoProgress,

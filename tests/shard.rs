@@ -10,7 +10,7 @@ use freshstack::NoProgress;
 use freshstack::dataset::Shard;
 use freshstack::llm::{Chat, ChatParams, Llm, Message};
 use freshstack::merge::merge_shards;
-use freshstack::stages::{
+use freshstack::pipeline::{
     JudgeConfig, JudgeInputs, NuggetsConfig, VariantsConfig, generate_nuggets,
     generate_query_variants, judge, nugget_labels,
 };

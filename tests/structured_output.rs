@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use freshstack::NoProgress;
 use freshstack::dataset::{JudgmentRecord, NuggetsRecord};
 use freshstack::llm::StructuredOutput;
-use freshstack::stages::{
+use freshstack::pipeline::{
     JudgeConfig, JudgeInputs, NuggetsConfig, StructuredOutputUsed, VariantsConfig,
     generate_nuggets, generate_query_variants, judge, judge_schema, nuggets_schema,
     variants_schema,

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use freshstack::report::PoolingResults;
-use freshstack::stages::build::quickstart::{QuickstartOptions, quickstart_config};
-use freshstack::stages::build::{BuildConfig, BuildSummary, StageOutcome, build};
+use freshstack::pipeline::quickstart::{QuickstartOptions, quickstart_config};
+use freshstack::pipeline::{BuildConfig, BuildSummary, StageOutcome, build};
+use freshstack::report::{PoolingResults, ReportOptions};
 
 use super::progress::Bars;
 
@@ -62,7 +62,7 @@ pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
          Qwen2.5-Coder-0.5B-Instruct natively (a small model: point `freshstack build` at a 7B+ \
          model for publishable data)",
         args.repo.display(),
-        freshstack::stages::build::quickstart::QUICKSTART_POSTS
+        freshstack::pipeline::quickstart::QUICKSTART_POSTS
     );
     let summary = run(&config, args.out)?;
     print_summary(&summary);
@@ -81,13 +81,14 @@ fn run(config: &BuildConfig, out: PathBuf) -> anyhow::Result<BuildSummary> {
             stage.detail
         );
     };
-    let summary = build(config, &out, &bars, &mut report).with_context(|| {
-        format!(
-            "build into {} stopped (finished stages and LLM answers are kept: fix the cause, \
+    let summary =
+        build(config, &out, &ReportOptions::default(), &bars, &mut report).with_context(|| {
+            format!(
+                "build into {} stopped (finished stages and LLM answers are kept: fix the cause, \
                  then rerun)",
-            out.display()
-        )
-    })?;
+                out.display()
+            )
+        })?;
     eprintln!("done in {:.1}s", start.elapsed().as_secs_f64());
     Ok(summary)
 }

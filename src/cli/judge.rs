@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::stages::{JudgeConfig, JudgeInputs, judge};
+use freshstack::pipeline::{JudgeConfig, JudgeInputs, judge};
 
 use super::llm::{LlmArgs, stats_line};
 use super::progress::Bars;

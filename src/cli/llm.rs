@@ -51,7 +51,7 @@ pub struct LlmArgs {
     #[arg(long)]
     llm_max_tokens: Option<u32>,
     /// Repair requests after an unparseable answer, before recording it as failed.
-    #[arg(long, default_value_t = freshstack::stages::DEFAULT_MAX_REPAIRS)]
+    #[arg(long, default_value_t = freshstack::pipeline::DEFAULT_MAX_REPAIRS)]
     llm_max_repairs: u32,
     /// Response cache (SQLite). Default: llm-cache.sqlite next to --out.
     #[arg(long, value_name = "FILE")]

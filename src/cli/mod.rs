@@ -22,7 +22,7 @@ mod stackoverflow;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use freshstack::stages::StageSummary;
+use freshstack::pipeline::StageSummary;
 
 /// Warns on stderr when the server refused the stage's JSON Schemas (the summary file says it
 /// too): the answers then came from the unconstrained prompt and repairs.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::stages::{NuggetsConfig, generate_nuggets};
+use freshstack::pipeline::{NuggetsConfig, generate_nuggets};
 
 use super::llm::{LlmArgs, stats_line};
 use super::progress::Bars;

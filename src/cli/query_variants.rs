@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::stages::{VariantsConfig, generate_query_variants};
+use freshstack::pipeline::{VariantsConfig, generate_query_variants};
 
 use super::llm::{LlmArgs, stats_line};
 use super::progress::Bars;

@@ -1,8 +1,8 @@
 //! Structured output: whether the stages ask for a JSON Schema, and a checker for the schemas
 //! they build.
 //!
-//! The stages build one schema per call from the call's inputs (see `stages::nuggets`,
-//! `stages::variants`, `stages::judge`) and put it in [`ChatParams::json_schema`]; servers get it
+//! The stages build one schema per call from the call's inputs (see `pipeline::nuggets`,
+//! `pipeline::variants`, `pipeline::judge`) and put it in [`ChatParams::json_schema`]; servers get it
 //! as `response_format` `json_schema`, the native backend compiles it to a token mask. Every
 //! schema stays in the subset that llama.cpp's json-schema-to-grammar, vLLM (xgrammar, outlines)
 //! and llguidance all accept: [`PORTABLE_KEYWORDS`], no `pattern`, no `$ref`. [`validate`] checks

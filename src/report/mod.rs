@@ -17,8 +17,9 @@
 //! Guarantees: pooling numbers are [`crate::eval::evaluate`]'s with the paper's measures, the
 //! numbers `freshstack eval --queries DIR/queries.jsonl --run FILE` prints; the same inputs give
 //! the same bytes (rows in a fixed order, averages rounded to 4 decimals, no timestamp unless
-//! the caller passes one); every file is written atomically. Imports `dataset`, `eval` and the
-//! token counter of `source`.
+//! the caller passes one); every file is written atomically. Imports `dataset`, `eval`, the
+//! token counter of `source`, and `pipeline`'s [`ReportStage`] (which [`ReportOptions`]
+//! implements: `freshstack build`'s last stage).
 
 mod html;
 mod pooling;
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{AtomicWriter, NuggetQrels, Question, read_jsonl, write_json_atomic};
 use crate::error::{Error, Result};
 use crate::eval::Judgments;
+use crate::pipeline::{ReportStage, ReportWritten};
 use crate::progress::Progress;
 use crate::source::TokenizerKind;
 
@@ -206,6 +208,17 @@ pub fn generate(
     let report = compute(dir, options, progress)?;
     let files = write(dir, &report, None, None)?;
     Ok((report, files))
+}
+
+/// The last stage of `freshstack build`: [`generate`] into the build directory.
+impl ReportStage for ReportOptions {
+    fn write_report(&self, dir: &Path, progress: &dyn Progress) -> Result<ReportWritten> {
+        let (report, _) = generate(dir, self, progress)?;
+        Ok(ReportWritten {
+            pooling_runs: report.pooling.rows.len(),
+            judged_questions: report.pooling.judged_queries,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -13,12 +13,12 @@
 //! batching) and `dataset`; imported by `cli`.
 
 mod cross_encoder;
-mod run;
+mod rerank_run;
 
 pub use cross_encoder::{
     CrossEncoder, DEFAULT_RERANK_MAX_LENGTH, PairScores, Reranker, RerankerOptions,
 };
-pub use run::{
+pub use rerank_run::{
     DEFAULT_RERANK_DEPTH, RerankFiles, RerankSummary, read_documents, rerank_files, rerank_run,
     top_document_ids,
 };

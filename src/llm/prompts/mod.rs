@@ -12,7 +12,7 @@
 //!
 //! Judge version 3: `supported` is an object with one true/false verdict per nugget label
 //! instead of a list of the supported labels (a list of distinct labels needs `uniqueItems`,
-//! which llama.cpp's grammar cannot enforce; see `stages::judge_schema`). The v2 text is in
+//! which llama.cpp's grammar cannot enforce; see `pipeline::judge_schema`). The v2 text is in
 //! the history.
 //!
 //! Judge version 4: the text before the documents no longer names their number, so every

@@ -237,7 +237,7 @@ fn default_retries() -> u32 {
     8
 }
 fn default_repairs() -> u32 {
-    crate::stages::DEFAULT_MAX_REPAIRS
+    crate::pipeline::DEFAULT_MAX_REPAIRS
 }
 
 /// Nugget generation settings.

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::run::{
+use super::orchestrator::{Builder, StageOutcome, calls_line, layout};
+use super::workers::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
 };
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
@@ -180,6 +181,41 @@ pub fn generate_nuggets(
         progress,
         |q| nuggets_for(llm, config, q),
     )
+}
+
+impl Builder<'_> {
+    pub(super) fn nuggets(
+        &mut self,
+        progress: &dyn Progress,
+        on_stage: &mut dyn FnMut(&StageOutcome),
+    ) -> Result<()> {
+        let fingerprint = self
+            .llm_fingerprint(&NUGGETS)
+            .setting("nuggets", &self.config.nuggets)
+            .input("questions", &self.hash(layout::QUESTIONS))
+            .finish();
+        self.stage("nuggets", fingerprint, &[layout::NUGGETS], on_stage, |b| {
+            let config = NuggetsConfig {
+                params: b.params(b.config.nuggets.max_tokens),
+                max_nuggets: b.config.nuggets.max_nuggets,
+                max_repairs: b.config.llm.max_repairs,
+                shard: None,
+                structured_output: b.config.llm.structured_output,
+            };
+            let questions = b.path(layout::QUESTIONS);
+            let out = b.path(layout::NUGGETS);
+            let llm = &b.llm()?.llm;
+            let before = llm.stats();
+            let summary = generate_nuggets(llm, &config, &questions, &out, progress)?;
+            Ok(format!(
+                "{} questions, {} failed after repairs; {}{}",
+                summary.items,
+                summary.failed,
+                calls_line(&before, &llm.stats()),
+                Self::structured_note(&summary)
+            ))
+        })
+    }
 }
 
 #[cfg(test)]

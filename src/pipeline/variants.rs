@@ -5,7 +5,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::run::{
+use super::orchestrator::{Builder, StageOutcome, calls_line, layout};
+use super::workers::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
 };
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
@@ -213,6 +214,47 @@ pub fn generate_query_variants(
         progress,
         |q| variants_for(llm, config, q),
     )
+}
+
+impl Builder<'_> {
+    pub(super) fn variants(
+        &mut self,
+        progress: &dyn Progress,
+        on_stage: &mut dyn FnMut(&StageOutcome),
+    ) -> Result<()> {
+        let fingerprint = self
+            .llm_fingerprint(&QUERY_VARIANTS)
+            .setting("variants", &self.config.variants)
+            .input("questions", &self.hash(layout::QUESTIONS))
+            .finish();
+        self.stage(
+            "variants",
+            fingerprint,
+            &[layout::VARIANTS],
+            on_stage,
+            |b| {
+                let config = VariantsConfig {
+                    params: b.params(b.config.variants.max_tokens),
+                    max_sub_questions: b.config.variants.max_sub_questions,
+                    max_repairs: b.config.llm.max_repairs,
+                    shard: None,
+                    structured_output: b.config.llm.structured_output,
+                };
+                let questions = b.path(layout::QUESTIONS);
+                let out = b.path(layout::VARIANTS);
+                let llm = &b.llm()?.llm;
+                let before = llm.stats();
+                let summary = generate_query_variants(llm, &config, &questions, &out, progress)?;
+                Ok(format!(
+                    "{} questions, {} failed after repairs; {}{}",
+                    summary.items,
+                    summary.failed,
+                    calls_line(&before, &llm.stats()),
+                    Self::structured_note(&summary)
+                ))
+            },
+        )
+    }
 }
 
 #[cfg(test)]

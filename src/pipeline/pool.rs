@@ -9,11 +9,18 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
+use super::manifest::Fingerprint;
+use super::orchestrator::{Builder, StageOutcome, layout, read_by_query};
+use crate::dataset::read_questions;
 use crate::dataset::{
     AtomicWriter, NuggetsRecord, PoolRow, QueryId, Question, Run, ScoredDoc, VariantsRecord,
 };
+use crate::embed::resolve_model;
+use crate::error::Error;
 use crate::error::Result;
 use crate::progress::Progress;
+use crate::rerank::{CrossEncoder, RerankerOptions};
+use crate::search::{DocumentTexts, QueryEncoderOptions};
 use crate::search::{Engine, FusionOptions, Pipeline, QueryItem, Rerank, SearchOptions, fuse};
 
 /// A way of turning a question into a retrieval query.
@@ -274,4 +281,106 @@ fn retrieve_run(
         })
         .collect();
     Ok(pipeline.first_stage(&items, k)?.0)
+}
+
+impl Builder<'_> {
+    pub(super) fn retrievers(&self, engine: &Engine) -> Vec<PoolRetriever> {
+        let mut retrievers = Vec::new();
+        if self.config.retrieval.bm25 {
+            retrievers.push(PoolRetriever {
+                engine_name: "bm25".into(),
+                label: "bm25".into(),
+            });
+        }
+        for dense in &engine.manifest().dense {
+            retrievers.push(PoolRetriever {
+                engine_name: format!("dense:{}", dense.name),
+                label: dense.name.clone(),
+            });
+        }
+        retrievers
+    }
+
+    pub(super) fn pool(
+        &mut self,
+        progress: &dyn Progress,
+        on_stage: &mut dyn FnMut(&StageOutcome),
+    ) -> Result<()> {
+        let manifest = format!("{}/{}", layout::INDEX, crate::index::MANIFEST_FILE);
+        let mut fingerprint = Fingerprint::new()
+            .setting("retrieval", &self.config.retrieval)
+            .input("questions", &self.hash(layout::QUESTIONS))
+            .input("nuggets", &self.hash(layout::NUGGETS))
+            .input("variants", &self.hash(layout::VARIANTS))
+            .input("index", &self.hash(&manifest));
+        // Only when present, so builds without a reranker keep their fingerprints.
+        if let Some(rerank) = &self.config.rerank {
+            fingerprint = fingerprint.setting("rerank", rerank);
+        }
+        let fingerprint = fingerprint.finish();
+        self.stage(
+            "pool",
+            fingerprint,
+            &[layout::RUNS, layout::POOL],
+            on_stage,
+            |b| {
+                let questions = read_questions(&b.path(layout::QUESTIONS))?;
+                let nuggets: BTreeMap<QueryId, NuggetsRecord> =
+                    read_by_query(&b.path(layout::NUGGETS), |r: &NuggetsRecord| &r.query_id)?;
+                let variants: BTreeMap<QueryId, VariantsRecord> =
+                    read_by_query(&b.path(layout::VARIANTS), |r: &VariantsRecord| &r.query_id)?;
+                let queries: Vec<(Technique, Vec<(String, String)>)> = Technique::ALL
+                    .iter()
+                    .map(|&t| (t, technique_queries(t, &questions, &nuggets, &variants)))
+                    .collect();
+                let engine = Engine::open_with_encoders(
+                    b.path(layout::INDEX),
+                    &QueryEncoderOptions::default(),
+                )?;
+                let config = PoolConfig {
+                    retrievers: b.retrievers(&engine),
+                    fusion: b.config.retrieval.fusion,
+                    pool_depth: b.config.retrieval.pool_depth,
+                    run_depth: b.config.retrieval.fusion_depth,
+                };
+                let runs_dir = b.path(layout::RUNS);
+                if runs_dir.exists() {
+                    std::fs::remove_dir_all(&runs_dir).map_err(|e| Error::io(&runs_dir, e))?;
+                }
+                let cross_encoder = match &b.config.rerank {
+                    Some(rerank) => Some(CrossEncoder::load(
+                        &resolve_model(&rerank.model)?,
+                        &RerankerOptions {
+                            max_length: rerank.max_length,
+                            ..RerankerOptions::default()
+                        },
+                    )?),
+                    None => None,
+                };
+                let corpus = b.path(layout::CORPUS);
+                let reranker = cross_encoder.as_ref().zip(b.config.rerank.as_ref()).map(
+                    |(reranker, rerank)| Rerank {
+                        reranker,
+                        depth: rerank.depth,
+                        documents: DocumentTexts::Corpus(&corpus),
+                    },
+                );
+                let summary = pool(
+                    &engine,
+                    &config,
+                    &queries,
+                    reranker.as_ref(),
+                    &runs_dir,
+                    &b.path(layout::POOL),
+                    progress,
+                )?;
+                Ok(format!(
+                    "{} runs, {} documents pooled for {} questions",
+                    summary.runs.len(),
+                    summary.pooled_documents,
+                    summary.questions
+                ))
+            },
+        )
+    }
 }

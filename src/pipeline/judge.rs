@@ -15,7 +15,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::run::{
+use super::orchestrator::{Builder, StageOutcome, calls_line, layout};
+use super::workers::{
     AskCounts, ParseOutcome, ask, call_params, note_structured_output, run_items, select_shard,
     stage_settings, write_shard_info,
 };
@@ -650,6 +651,64 @@ pub fn judge(
     summary.stage.llm = llm.stats();
     note_structured_output(&mut summary.stage, llm, config.structured_output);
     Ok(summary)
+}
+
+impl Builder<'_> {
+    pub(super) fn judge(
+        &mut self,
+        progress: &dyn Progress,
+        on_stage: &mut dyn FnMut(&StageOutcome),
+    ) -> Result<()> {
+        let fingerprint = self
+            .llm_fingerprint(&JUDGE)
+            .setting("judge", &self.config.judge)
+            .input("questions", &self.hash(layout::QUESTIONS))
+            .input("nuggets", &self.hash(layout::NUGGETS))
+            .input("corpus", &self.hash(layout::CORPUS))
+            .input("pool", &self.hash(layout::POOL))
+            .finish();
+        self.stage("judge", fingerprint, &[layout::JUDGMENTS], on_stage, |b| {
+            let section = &b.config.judge;
+            let questions = b.path(layout::QUESTIONS);
+            let nuggets = b.path(layout::NUGGETS);
+            let corpus = b.path(layout::CORPUS);
+            let pool = b.path(layout::POOL);
+            let out = b.path(layout::JUDGMENTS);
+            let params = b.params(section.max_tokens);
+            let max_repairs = b.config.llm.max_repairs;
+            let structured_output = b.config.llm.structured_output;
+            let opened = b.llm()?;
+            let default = JudgeConfig::default();
+            let config = JudgeConfig {
+                params,
+                docs_per_call: section.docs_per_call,
+                context_tokens: section
+                    .context_tokens
+                    .or(opened.context_tokens)
+                    .unwrap_or(default.context_tokens),
+                max_doc_tokens: section.max_doc_tokens,
+                max_repairs,
+                shard: None,
+                structured_output,
+            };
+            let inputs = JudgeInputs {
+                questions: &questions,
+                nuggets: &nuggets,
+                corpus: &corpus,
+                pool: &pool,
+            };
+            let before = opened.llm.stats();
+            let summary = judge(&opened.llm, &config, &inputs, &out, progress)?;
+            Ok(format!(
+                "{} judgments in {} batches ({} failed after repairs); {}{}",
+                summary.judgments,
+                summary.stage.items,
+                summary.stage.failed,
+                calls_line(&before, &opened.llm.stats()),
+                Self::structured_note(&summary.stage)
+            ))
+        })
+    }
 }
 
 #[cfg(test)]

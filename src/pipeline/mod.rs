@@ -1,27 +1,46 @@
-//! The LLM stages of the pipeline (paper §3.3-3.5): nuggets from question + answer, query
-//! variants from the question alone, and nugget-level support judgments on a pool.
+//! The pipeline of `freshstack build` (paper Figure 2), one file per stage: `questions` ->
+//! `corpus` -> `index` -> `nuggets` -> `variants` -> [`pool`] -> `judge` -> [`filter`] +
+//! [`export`] -> `report` ([`ReportStage`]), run in that order by the orchestrator ([`build`],
+//! from a [`BuildConfig`]; [`manifest`] makes it resumable and incremental).
 //!
-//! Owns: the worker pool and the ask-parse-repair loop; the rows these stages read and write are
-//! the data model's ([`Question`](crate::dataset::Question),
-//! [`NuggetsRecord`](crate::dataset::NuggetsRecord), ...). Guarantees: outputs are sorted by question id (then nugget, then
-//! document), whatever the concurrency; they are written atomically; every item ends with a
-//! result or a recorded failure (with the model's raw answer), never a silent default; a
-//! transport failure (server unreachable after retries) stops the stage with an error and no
-//! output, and a rerun resumes from the response cache.
+//! The three LLM stages (paper §3.3-3.5) are also library calls of their own:
+//! [`generate_nuggets`] from question + answer, [`generate_query_variants`] from the question
+//! alone, and [`judge()`] (nugget-level support judgments on a pool), each over the
+//! [`Llm`](crate::llm::Llm) client; their worker pool and ask-parse-repair loop are
+//! `workers`. The rows they read and write are the data model's
+//! ([`Question`](crate::dataset::Question), [`NuggetsRecord`](crate::dataset::NuggetsRecord),
+//! ...). Guarantees: outputs are sorted by question id (then nugget, then document), whatever
+//! the concurrency; they are written atomically; every item ends with a result or a recorded
+//! failure (with the model's raw answer), never a silent default; a transport failure (server
+//! unreachable after retries) stops the stage with an error and no output, and a rerun resumes
+//! from the response cache.
 
-pub mod build;
+pub mod config;
+mod corpus;
+pub mod export;
+pub mod filter;
+mod index;
 mod judge;
+pub mod manifest;
 mod nuggets;
-mod run;
+mod orchestrator;
+pub mod pool;
+mod questions;
+pub mod quickstart;
+mod report;
 mod variants;
+mod workers;
 
 use serde::Serialize;
 
 use crate::llm::LlmStats;
 pub use crate::llm::StructuredOutput;
 
+pub use config::BuildConfig;
 pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema, nugget_labels};
 pub use nuggets::{NuggetsConfig, generate_nuggets, nuggets_schema};
+pub use orchestrator::{BuildSummary, StageOutcome, build, layout};
+pub use report::{REPORT_FILES, ReportStage, ReportWritten};
 pub use variants::{VariantsConfig, generate_query_variants, variants_schema};
 
 /// Runs every stage's reply parser on `text` (judgments of 3 documents x 4 nuggets, nuggets,

@@ -1,26 +1,14 @@
-//! Filtering (paper §4) and the dataset export.
-//!
-//! Filtering keeps a question when its nuggets are supported: first questions with no nugget at
-//! all (the nugget stage failed) or no supported nugget are dropped, then — with the paper's
-//! rule — questions with any nugget that no judged document supports. A verdict the model could
-//! not give (`supported: null`) counts as unjudged, never as "not supported".
-//!
-//! Export layout (the reference's formats; loadable with `datasets.load_dataset("json", ...)`):
-//! `corpus.jsonl`, `queries.jsonl` (nuggets with `relevant_corpus_ids` /
-//! `non_relevant_corpus_ids`), `qrels/nuggets.qrels` (`qid nugget_id doc_id label`),
-//! `qrels/test.tsv` (BEIR query-level: how many of the query's nuggets a document supports),
-//! `runs/*.trec` (every pooling run, restricted to the kept questions), `filtering.json`.
+//! Filtering (paper §4): a question is kept when its nuggets are supported. First questions
+//! with no nugget at all (the nugget stage failed) or no supported nugget are dropped, then —
+//! with the paper's rule — questions with any nugget that no judged document supports. A
+//! verdict the model could not give (`supported: null`) counts as unjudged, never as "not
+//! supported". The export stage ([`export`](super::export)) filters and writes in one step.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{
-    AtomicWriter, JudgmentRecord, Nugget, NuggetsRecord, QueryId, Question, write_json_atomic,
-};
-use crate::error::{Error, Result};
+use crate::dataset::{JudgmentRecord, Nugget, NuggetsRecord, QueryId, Question};
 
 /// Counts of the filtering step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,81 +114,12 @@ pub fn filter_questions(
     }
 }
 
-/// Writes `queries.jsonl`, `qrels/nuggets.qrels`, `qrels/test.tsv` and `filtering.json` into
-/// `dir`.
-pub fn write_dataset(dir: &Path, filtered: &Filtered) -> Result<()> {
-    let mut queries = AtomicWriter::create(dir.join("queries.jsonl"))?;
-    for q in &filtered.questions {
-        queries.write_json_line(q)?;
-    }
-    queries.commit()?;
-
-    let qrels_dir = dir.join("qrels");
-    let path = qrels_dir.join("nuggets.qrels");
-    let mut nugget_qrels = AtomicWriter::create(&path)?;
-    for q in &filtered.questions {
-        for n in &q.nuggets {
-            for (docs, label) in [(&n.relevant_corpus_ids, 1), (&n.non_relevant_corpus_ids, 0)] {
-                for doc in docs {
-                    writeln!(nugget_qrels, "{} {} {} {label}", q.query_id, n.id, doc)
-                        .map_err(|e| Error::io(&path, e))?;
-                }
-            }
-        }
-    }
-    nugget_qrels.commit()?;
-
-    let path = qrels_dir.join("test.tsv");
-    let mut query_qrels = AtomicWriter::create(&path)?;
-    writeln!(query_qrels, "query-id\tcorpus-id\tscore").map_err(|e| Error::io(&path, e))?;
-    for q in &filtered.questions {
-        let mut per_doc: BTreeMap<&str, usize> = BTreeMap::new();
-        for n in &q.nuggets {
-            for doc in &n.non_relevant_corpus_ids {
-                per_doc.entry(doc).or_insert(0);
-            }
-            for doc in &n.relevant_corpus_ids {
-                *per_doc.entry(doc).or_insert(0) += 1;
-            }
-        }
-        for (doc, score) in per_doc {
-            writeln!(query_qrels, "{}\t{doc}\t{score}", q.query_id)
-                .map_err(|e| Error::io(&path, e))?;
-        }
-    }
-    query_qrels.commit()?;
-
-    write_json_atomic(dir.join("filtering.json"), &filtered.counts)
-}
-
-/// Copies a TREC run keeping only the lines of `keep` questions (bytes otherwise unchanged).
-pub fn copy_run_for(from: &Path, to: &Path, keep: &HashSet<&str>) -> Result<()> {
-    let file = std::fs::File::open(from).map_err(|e| Error::io(from, e))?;
-    let mut writer = AtomicWriter::create(to)?;
-    for line in BufReader::new(file).lines() {
-        let line = line.map_err(|e| Error::io(from, e))?;
-        let qid = line.split_whitespace().next().unwrap_or("");
-        if keep.contains(qid) {
-            writeln!(writer, "{line}").map_err(|e| Error::io(to, e))?;
-        }
-    }
-    writer.commit()
-}
-
-/// Copies a file atomically.
-pub fn copy_file(from: &Path, to: &Path) -> Result<()> {
-    let mut reader = std::fs::File::open(from).map_err(|e| Error::io(from, e))?;
-    let mut writer = AtomicWriter::create(to)?;
-    std::io::copy(&mut reader, &mut writer).map_err(|e| Error::io(to, e))?;
-    writer.commit()
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::dataset::NuggetText;
 
-    fn question(id: &str) -> Question {
+    pub(crate) fn question(id: &str) -> Question {
         Question {
             query_id: id.into(),
             query_title: "t".into(),
@@ -212,7 +131,12 @@ mod tests {
         }
     }
 
-    fn judgment(q: &str, n: usize, doc: &str, supported: Option<bool>) -> JudgmentRecord {
+    pub(crate) fn judgment(
+        q: &str,
+        n: usize,
+        doc: &str,
+        supported: Option<bool>,
+    ) -> JudgmentRecord {
         JudgmentRecord {
             query_id: q.into(),
             nugget_id: format!("{q}_{n}"),
@@ -224,7 +148,7 @@ mod tests {
         }
     }
 
-    fn nuggets(q: &str, count: usize) -> NuggetsRecord {
+    pub(crate) fn nuggets(q: &str, count: usize) -> NuggetsRecord {
         NuggetsRecord {
             query_id: q.into(),
             nuggets: (0..count)
@@ -269,23 +193,5 @@ mod tests {
         assert_eq!(strict.counts.dropped_any_unsupported_nugget, 1);
         let lenient = filter_questions(questions, &records, &judgments, false);
         assert_eq!(lenient.counts.questions_out, 2);
-    }
-
-    #[test]
-    fn qrels_count_supported_nuggets_per_document() {
-        let mut records = BTreeMap::new();
-        records.insert("1".into(), nuggets("1", 2));
-        let judgments = vec![
-            judgment("1", 0, "d1", Some(true)),
-            judgment("1", 1, "d1", Some(true)),
-            judgment("1", 1, "d2", Some(false)),
-        ];
-        let filtered = filter_questions(vec![question("1")], &records, &judgments, true);
-        let dir = tempfile::tempdir().unwrap();
-        write_dataset(dir.path(), &filtered).unwrap();
-        let tsv = std::fs::read_to_string(dir.path().join("qrels/test.tsv")).unwrap();
-        assert_eq!(tsv, "query-id\tcorpus-id\tscore\n1\td1\t2\n1\td2\t0\n");
-        let qrels = std::fs::read_to_string(dir.path().join("qrels/nuggets.qrels")).unwrap();
-        assert_eq!(qrels, "1 1_0 d1 1\n1 1_1 d1 1\n1 1_1 d2 0\n");
     }
 }

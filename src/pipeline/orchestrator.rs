@@ -1,0 +1,285 @@
+//! The orchestrator of `freshstack build`: the whole framework in one call (paper Figure 2),
+//! resumable and incremental.
+//!
+//! Stages, in order, each in its own file of [`pipeline`](super) and each writing its outputs
+//! atomically under `OUT/work/` and then a stage manifest (see [`manifest`](super::manifest)):
+//! questions -> corpus -> index -> nuggets -> query variants -> pooling -> judging ->
+//! filtering and export (into `OUT/`) -> report. A rerun skips every stage whose inputs and
+//! settings are unchanged; a changed input reruns exactly what depends on it. The LLM stages go
+//! through the SQLite response cache (`OUT/work/llm-cache.sqlite` by default), so a build killed
+//! at any point and rerun makes no LLM call twice and ends with the same bytes.
+//!
+//! Nothing in the exported files depends on time, thread count or absolute paths.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::StageSummary;
+use super::config::BuildConfig;
+use super::manifest::{Fingerprint, StageBook};
+use super::report::ReportStage;
+use crate::dataset::{QueryId, read_jsonl_lines};
+use crate::error::{Error, Result};
+use crate::llm::prompts::Prompt;
+use crate::llm::{ChatParams, Llm, LlmStats, ResponseCache};
+use crate::progress::Progress;
+
+/// Files inside the build directory.
+pub mod layout {
+    /// Intermediate files.
+    pub const WORK: &str = "work";
+    /// Imported questions (reference query schema, no nuggets).
+    pub const QUESTIONS: &str = "work/questions.jsonl";
+    /// The chunked corpus.
+    pub const CORPUS: &str = "work/corpus.jsonl";
+    /// The hybrid index.
+    pub const INDEX: &str = "work/index";
+    /// Nuggets per question.
+    pub const NUGGETS: &str = "work/nuggets.jsonl";
+    /// Query variants per question.
+    pub const VARIANTS: &str = "work/variants.jsonl";
+    /// Every pooling run, before filtering.
+    pub const RUNS: &str = "work/runs";
+    /// The judgment pool.
+    pub const POOL: &str = "work/pool.jsonl";
+    /// One judgment per (question, nugget, document).
+    pub const JUDGMENTS: &str = "work/judgments.jsonl";
+    /// The LLM response cache (default).
+    pub const LLM_CACHE: &str = "work/llm-cache.sqlite";
+}
+
+/// What the export stage writes into the build directory.
+pub(super) const EXPORTED: [&str; 6] = [
+    "corpus.jsonl",
+    "queries.jsonl",
+    "qrels",
+    "runs",
+    "filtering.json",
+    "manifest.json",
+];
+
+/// How one stage went.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageOutcome {
+    /// Stage name.
+    pub stage: &'static str,
+    /// False when skipped as up to date.
+    pub ran: bool,
+    /// Wall time.
+    #[serde(skip)]
+    pub elapsed: Duration,
+    /// One line about the result.
+    pub detail: String,
+}
+
+/// What a build did.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildSummary {
+    /// The build directory.
+    pub out: PathBuf,
+    /// Every stage, in order.
+    pub stages: Vec<StageOutcome>,
+    /// Questions in the final dataset.
+    pub questions: usize,
+    /// Documents in the corpus.
+    pub documents: usize,
+}
+
+/// Rows of a per-question JSONL file keyed by question id (the stages write one row each).
+pub(super) fn read_by_query<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    query_id: impl Fn(&T) -> &QueryId,
+) -> Result<BTreeMap<QueryId, T>> {
+    Ok(read_jsonl_lines::<T>(path)?
+        .into_iter()
+        .map(|(_, row)| (query_id(&row).clone(), row))
+        .collect())
+}
+
+/// This stage's share of the backend's counters (the client is shared by the LLM stages).
+pub(super) fn calls_line(before: &LlmStats, after: &LlmStats) -> String {
+    format!(
+        "{} LLM calls, {} answers from the cache",
+        after.calls - before.calls,
+        after.cache_hits - before.cache_hits
+    )
+}
+
+/// Runs (or resumes) a build into `out`. `report` writes the last stage's statistics and page
+/// (the caller passes it in: `report` sits above the pipeline; `report::ReportOptions` is one);
+/// `on_stage` hears about each stage as it ends.
+pub fn build(
+    config: &BuildConfig,
+    out: &Path,
+    report: &dyn ReportStage,
+    progress: &dyn Progress,
+    on_stage: &mut dyn FnMut(&StageOutcome),
+) -> Result<BuildSummary> {
+    std::fs::create_dir_all(out.join(layout::WORK)).map_err(|e| Error::io(out, e))?;
+    let mut run = Builder {
+        config,
+        out: out.to_path_buf(),
+        book: StageBook::new(out),
+        hashes: BTreeMap::new(),
+        llm: None,
+        stages: Vec::new(),
+        documents: 0,
+        questions_out: 0,
+        repositories: Vec::new(),
+        tokenizer_sha256: None,
+    };
+    run.questions(progress, on_stage)?;
+    run.corpus(progress, on_stage)?;
+    run.index(progress, on_stage)?;
+    run.nuggets(progress, on_stage)?;
+    run.variants(progress, on_stage)?;
+    run.pool(progress, on_stage)?;
+    run.judge(progress, on_stage)?;
+    run.export(on_stage)?;
+    run.report(report, progress, on_stage)?;
+    Ok(BuildSummary {
+        out: run.out,
+        stages: run.stages,
+        questions: run.questions_out,
+        documents: run.documents,
+    })
+}
+
+pub(super) struct Builder<'a> {
+    pub(super) config: &'a BuildConfig,
+    pub(super) out: PathBuf,
+    pub(super) book: StageBook,
+    /// Output hashes by relative path, as the stages left them.
+    pub(super) hashes: BTreeMap<String, String>,
+    pub(super) llm: Option<OpenedLlm>,
+    pub(super) stages: Vec<StageOutcome>,
+    pub(super) documents: usize,
+    pub(super) questions_out: usize,
+    pub(super) repositories: Vec<(String, Option<String>)>,
+    /// SHA-256 of the corpus's `hf:` tokenizer file.
+    pub(super) tokenizer_sha256: Option<String>,
+}
+
+pub(super) struct OpenedLlm {
+    pub(super) llm: Llm,
+    pub(super) context_tokens: Option<usize>,
+}
+
+impl Builder<'_> {
+    pub(super) fn path(&self, rel: &str) -> PathBuf {
+        self.out.join(rel)
+    }
+
+    pub(super) fn hash(&self, rel: &str) -> String {
+        self.hashes.get(rel).cloned().unwrap_or_default()
+    }
+
+    /// Runs `work` unless the stage is fresh; records its outputs either way.
+    pub(super) fn stage(
+        &mut self,
+        name: &'static str,
+        fingerprint: String,
+        outputs: &[&str],
+        on_stage: &mut dyn FnMut(&StageOutcome),
+        work: impl FnOnce(&mut Self) -> Result<String>,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let (ran, detail) = match self.book.fresh(name, &fingerprint)? {
+            Some(hashes) => {
+                self.hashes.extend(hashes);
+                (false, "up to date".to_string())
+            }
+            None => {
+                self.book.invalidate(name)?;
+                let detail = work(self)?;
+                let hashes = self.book.record(name, &fingerprint, outputs)?;
+                self.hashes.extend(hashes);
+                (true, detail)
+            }
+        };
+        let outcome = StageOutcome {
+            stage: name,
+            ran,
+            elapsed: start.elapsed(),
+            detail,
+        };
+        on_stage(&outcome);
+        self.stages.push(outcome);
+        Ok(())
+    }
+
+    pub(super) fn llm_identity(&self) -> String {
+        let llm = &self.config.llm;
+        match (&llm.gguf, &llm.base_url, &llm.model) {
+            (Some(path), _, _) => {
+                let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                format!("gguf:{name}:{size}")
+            }
+            // The server's address is where the model runs, not what it is: moving the server
+            // must not rerun the stages (the response cache is keyed the same way).
+            (None, _, Some(model)) => format!("openai:{model}"),
+            _ => String::new(),
+        }
+    }
+
+    pub(super) fn llm(&mut self) -> Result<&OpenedLlm> {
+        if self.llm.is_none() {
+            let section = &self.config.llm;
+            let backend = section.backend().open()?;
+            let cache_path = section
+                .cache
+                .clone()
+                .unwrap_or_else(|| self.path(layout::LLM_CACHE));
+            let cache = ResponseCache::open(&cache_path)?;
+            self.llm = Some(OpenedLlm {
+                llm: Llm::new(backend.chat, Some(cache)),
+                context_tokens: backend.context_tokens,
+            });
+        }
+        self.llm
+            .as_ref()
+            .ok_or_else(|| Error::invalid("llm", "no backend configured"))
+    }
+
+    /// What every LLM stage's output depends on besides its inputs: the model, the sampling,
+    /// the repair budget, the stage's prompt version and whether schemas are sent (a prompt
+    /// bump or a switch of `structured_output` reruns the stage; the response cache then
+    /// answers only what was asked before).
+    pub(super) fn llm_fingerprint(&self, prompt: &Prompt) -> Fingerprint {
+        let llm = &self.config.llm;
+        Fingerprint::new()
+            .setting("llm", &self.llm_identity())
+            .setting("sampling", &(llm.temperature, llm.seed))
+            .setting("repairs", &llm.max_repairs)
+            .setting("prompt", &prompt.id)
+            .setting("structured_output", &llm.structured_output)
+    }
+
+    /// Appends the stage's structured-output note to its one-line detail: said only when the
+    /// server refused the schemas.
+    pub(super) fn structured_note(summary: &StageSummary) -> String {
+        match &summary.structured_output_refusal {
+            Some(refusal) => format!(
+                "; structured output refused by the server ({refusal}): unconstrained prompt + \
+                 repair used"
+            ),
+            None => String::new(),
+        }
+    }
+
+    pub(super) fn params(&self, max_tokens: u32) -> ChatParams {
+        ChatParams {
+            temperature: self.config.llm.temperature,
+            max_tokens,
+            seed: self.config.llm.seed,
+            json_schema: None,
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The questions stage: a Stack Overflow dump filtered to the topic's questions with their
+//! accepted answers (`source::stackoverflow`), or a questions file checked the way the LLM
+//! stages read it, into `work/questions.jsonl`.
+
+use super::manifest::{Fingerprint, hash_file};
+use super::orchestrator::{Builder, StageOutcome, layout};
+use crate::dataset::{AtomicWriter, Question, read_jsonl, read_questions};
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+use crate::source::stackoverflow::{
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch,
+    import_questions, parse_day,
+};
+
+impl Builder<'_> {
+    pub(super) fn questions(
+        &mut self,
+        progress: &dyn Progress,
+        on_stage: &mut dyn FnMut(&StageOutcome),
+    ) -> Result<()> {
+        let q = &self.config.questions;
+        let source = match (&q.posts, &q.file) {
+            (Some(posts), _) => {
+                // Dumps are many GB: identify by name, size and modification time.
+                let meta = std::fs::metadata(posts).map_err(|e| Error::io(posts, e))?;
+                let modified = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                format!("posts:{}:{}:{modified}", posts.display(), meta.len())
+            }
+            (None, Some(file)) => format!("file:{}", hash_file(file)?),
+            (None, None) => return Err(Error::invalid("questions", "no source")),
+        };
+        let fingerprint = Fingerprint::new()
+            .setting("questions", q)
+            .input("source", &source)
+            .finish();
+        self.stage(
+            "questions",
+            fingerprint,
+            &[layout::QUESTIONS],
+            on_stage,
+            |b| b.import_questions(progress),
+        )
+    }
+
+    pub(super) fn import_questions(&mut self, progress: &dyn Progress) -> Result<String> {
+        let q = &self.config.questions;
+        let target = self.path(layout::QUESTIONS);
+        let mut questions: Vec<Question> = match (&q.posts, &q.file) {
+            (Some(posts), _) => {
+                let mode = if q.tag_match == "all" {
+                    TagMatch::All
+                } else {
+                    TagMatch::Any
+                };
+                let range = DayRange {
+                    since: q
+                        .since
+                        .as_deref()
+                        .map(|s| parse_day("questions.since", s))
+                        .transpose()?,
+                    until: q
+                        .until
+                        .as_deref()
+                        .map(|s| parse_day("questions.until", s))
+                        .transpose()?,
+                };
+                let import = ImportConfig {
+                    filter: TagFilter::new(&q.tags, mode)?,
+                    range,
+                    min_score: q.min_score,
+                    allow_unaccepted: q.allow_unaccepted,
+                    site_url: q
+                        .site_url
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_SITE_URL.to_string()),
+                    max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+                };
+                let imported = self.path("work/questions.imported.jsonl");
+                import_questions(posts, &import, &imported, progress)?;
+                read_jsonl(&imported)?
+            }
+            // Ids and texts checked the way the LLM stages will.
+            (None, Some(file)) => read_questions(file)?,
+            (None, None) => Vec::new(),
+        };
+        if questions.is_empty() {
+            return Err(Error::invalid(
+                "questions",
+                "no question matched (check tags, dates and the dump)",
+            ));
+        }
+        let total = questions.len();
+        if let Some(max) = q.max_questions {
+            questions.truncate(max);
+        }
+        let mut writer = AtomicWriter::create(&target)?;
+        for question in &questions {
+            writer.write_json_line(question)?;
+        }
+        writer.commit()?;
+        Ok(format!("{} questions ({total} matched)", questions.len()))
+    }
+}

@@ -1,0 +1,58 @@
+//! The report stage: the exported dataset's statistics, pooling results and HTML page
+//! (`stats.json`, `results.json`, `report.html`). The pipeline sits below `report`
+//! (docs/architecture.md), so the caller hands the stage its writer: a [`ReportStage`], which
+//! `report::ReportOptions` implements.
+
+use std::path::Path;
+
+use super::manifest::Fingerprint;
+use super::orchestrator::{Builder, EXPORTED, StageOutcome};
+use crate::error::Result;
+use crate::progress::Progress;
+
+/// The files the report stage writes into the build directory.
+pub const REPORT_FILES: [&str; 3] = ["stats.json", "results.json", "report.html"];
+
+/// Writes the report of an exported dataset: the build's last stage.
+pub trait ReportStage {
+    /// Writes [`REPORT_FILES`] into `dir` (an exported dataset) and says what was scored.
+    fn write_report(&self, dir: &Path, progress: &dyn Progress) -> Result<ReportWritten>;
+}
+
+/// What a [`ReportStage`] scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportWritten {
+    /// Pooling runs scored (rows of the pooling results table).
+    pub pooling_runs: usize,
+    /// Questions with judgments the runs were scored on.
+    pub judged_questions: usize,
+}
+
+impl Builder<'_> {
+    pub(super) fn report(
+        &mut self,
+        writer: &dyn ReportStage,
+        progress: &dyn Progress,
+        on_stage: &mut dyn FnMut(&StageOutcome),
+    ) -> Result<()> {
+        let mut fingerprint = Fingerprint::new();
+        for rel in EXPORTED {
+            fingerprint = fingerprint.input(rel, &self.hash(rel));
+        }
+        self.stage(
+            "report",
+            fingerprint.finish(),
+            &REPORT_FILES,
+            on_stage,
+            |b| {
+                let written = writer.write_report(&b.out, progress)?;
+                Ok(format!(
+                    "{} pooling runs scored on {} questions; {}/report.html",
+                    written.pooling_runs,
+                    written.judged_questions,
+                    b.out.display()
+                ))
+            },
+        )
+    }
+}
