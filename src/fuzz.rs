@@ -186,7 +186,7 @@ pub fn run(target: Target, data: &[u8], scratch: &Scratch) -> Result<(), String>
         }
         Target::LlmAnswer => {
             let answer = text();
-            let read = crate::stages::parse_replies(&answer);
+            let read = crate::pipeline::parse_replies(&answer);
             let stripped = parse::strip_thinking(&answer);
             std::hint::black_box((
                 read,
