@@ -281,15 +281,16 @@ step bad-npy-qvec-magic --fails -- retrieve --index idx-vec --queries questions.
 # tantivy names its segment files with random ids and splits the documents among its segments
 # as its threads go (the search results do not depend on it): each BM25 directory is replaced by
 # the sorted extensions of its files, and the manifests that name or hash them (index manifests,
-# the build's stage manifests) are kept with hex ids blanked, file sizes left out and lines
-# sorted. The build configurations hold the mock server's port.
+# the build's stage manifests) are kept with hex ids blanked, file sizes and CRC-32s left out
+# (a segment's bytes, so its CRC, change with the split; the manifest's own checksum with them)
+# and lines sorted: the files the CRCs cover are compared themselves, where they are outputs. The build configurations hold the mock server's port.
 while IFS= read -r managed; do
   dir=$(dirname "$managed")
   (cd "$dir" && for f in *; do [ "$f" = meta.json ] || echo "${f##*.}"; done | sort) >"$dir.sizes"
   rm -rf "$dir"
 done < <(find . -name .managed.json | sort)
 while IFS= read -r manifest; do
-  sed -E 's/[0-9a-f]{32,64}/HEX/g' "$manifest" | grep -v '"bytes":' | sort >"$manifest.normalized"
+  sed -E 's/[0-9a-f]{32,64}/HEX/g' "$manifest" | grep -v -E '"(bytes|crc32|checksum)":' | sort >"$manifest.normalized"
   rm "$manifest"
 done < <(find . -path '*/work/stages/*.json' -o -name manifest.json -path '*idx*' \
   -o -name manifest.json -path '*/index/*' -o -name manifest.json -path '*/topics/*' | sort)
