@@ -49,6 +49,9 @@ pub fn run_build(args: BuildArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The settings `quickstart_config`'s errors name, and `quickstart`'s flags for them.
+const QUICKSTART_FLAGS: &[(&str, &str)] = &[("repository", "--repo"), ("models", "--models")];
+
 pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
     let models = args.models.unwrap_or_else(|| args.repo.join("models"));
     let config = quickstart_config(&QuickstartOptions {
@@ -56,7 +59,8 @@ pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
         models,
         max_questions: args.max_questions,
         dense: true,
-    })?;
+    })
+    .map_err(|e| super::with_flags(e, QUICKSTART_FLAGS))?;
     eprintln!(
         "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, LLM \
          Qwen2.5-Coder-0.5B-Instruct natively (a small model: point `freshstack build` at a 7B+ \

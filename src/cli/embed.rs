@@ -4,10 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use freshstack::dataset::{Encoder, TextKind};
-use freshstack::dataset::{
-    SHARD_FORMAT, Shard, ShardInfo, VectorDtype, ids_path, keys_hash, shard_info_path, write_ids,
-    write_npy_matrix,
-};
+use freshstack::dataset::{Shard, ShardInfo, VectorDtype, ids_path, write_ids, write_npy_matrix};
 use freshstack::embed::{
     DeviceSpec, EncoderOptions, InputKind, ModelDType, Pooling, TextEncoder, read_embed_input,
     resolve_model,
@@ -118,19 +115,18 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
             manifest.document_template,
             manifest.task,
         );
-        let info = ShardInfo {
-            format: SHARD_FORMAT,
-            stage: "embed".into(),
-            shard: shard.index,
-            count: shard.count,
-            settings,
-            input_hash: keys_hash(input.ids.iter().map(String::as_str)),
-            total_items: input.ids.len(),
+        ShardInfo {
             items: positions.len(),
             rows: positions.len(),
             positions: positions.clone(),
-        };
-        freshstack::dataset::write_json_atomic(shard_info_path(&args.out), &info)?;
+            ..ShardInfo::new(
+                "embed",
+                shard,
+                settings,
+                input.ids.iter().map(String::as_str),
+            )
+        }
+        .write(&args.out)?;
     }
     write_npy_matrix(&args.out, &embeddings.data, embeddings.dim, out_dtype)?;
     write_ids(&ids_path, &ids)?;

@@ -42,6 +42,13 @@ pub struct JudgeArgs {
     llm: LlmArgs,
 }
 
+/// The settings `judge`'s errors name, and this command's flags for them.
+const FLAGS: &[(&str, &str)] = &[
+    ("context tokens", "--llm-context-tokens"),
+    ("docs per call", "--docs-per-call"),
+    ("pool", "--pool"),
+];
+
 pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
     let default = JudgeConfig::default();
     let config = JudgeConfig {
@@ -65,7 +72,8 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         },
         &args.out,
         &Bars::new(),
-    )?;
+    )
+    .map_err(|e| super::with_flags(e, FLAGS))?;
     if let Some(path) = &args.summary {
         freshstack::dataset::write_json_atomic(path, &summary)?;
     }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::write_json_atomic;
 use crate::error::{Error, Result};
 
 /// Version of the sidecar format.
@@ -76,6 +77,39 @@ pub struct ShardInfo {
     /// `embed`: the input position of each output row, ascending.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub positions: Vec<usize>,
+}
+
+impl ShardInfo {
+    /// The sidecar of `shard`'s slice of a `stage` run over work items with these `keys` (the
+    /// whole input, in work order: their [`keys_hash`] and count), with the `settings` that must
+    /// agree between shards. `items`, `rows` and `positions` start empty: the stage fills them
+    /// in once it knows them.
+    pub fn new<'a>(
+        stage: &str,
+        shard: Shard,
+        settings: String,
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        let mut total_items = 0;
+        let input_hash = keys_hash(keys.into_iter().inspect(|_| total_items += 1));
+        Self {
+            format: SHARD_FORMAT,
+            stage: stage.to_string(),
+            shard: shard.index,
+            count: shard.count,
+            settings,
+            input_hash,
+            total_items,
+            items: 0,
+            rows: 0,
+            positions: Vec::new(),
+        }
+    }
+
+    /// Writes the sidecar next to the shard's output `out` ([`shard_info_path`]), atomically.
+    pub fn write(&self, out: &Path) -> Result<()> {
+        write_json_atomic(shard_info_path(out), self)
+    }
 }
 
 /// FNV-1a (64-bit) of `keys`, each followed by a newline, as 16 hex digits.

@@ -356,11 +356,11 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
     let per_doc = (room / batch.docs.len().max(1)).min(config.max_doc_tokens);
     if per_doc < 32 {
         return Err(Error::invalid(
-            "--llm-context-tokens",
+            "context tokens",
             format!(
                 "question {}: the prompt ({fixed_tokens} tokens) and the answer budget ({}) leave \
-                 no room for {} documents in a {}-token context; lower --docs-per-call or \
-                 --llm-max-tokens, or raise --llm-context-tokens",
+                 no room for {} documents in a {}-token context; lower the documents per call or \
+                 the answer's max tokens, or raise the context tokens",
                 q.query_id,
                 config.params.max_tokens,
                 batch.docs.len(),
@@ -478,7 +478,7 @@ pub fn judge(
         pool,
     } = *inputs;
     if config.docs_per_call == 0 {
-        return Err(Error::invalid("--docs-per-call", "must be at least 1"));
+        return Err(Error::invalid("docs per call", "must be at least 1"));
     }
     let questions: HashMap<QueryId, Question> = read_questions(questions)?
         .into_iter()
@@ -546,7 +546,7 @@ pub fn judge(
     if !missing.is_empty() {
         missing.sort_unstable();
         return Err(Error::invalid(
-            "--pool",
+            "pool",
             format!(
                 "{} pooled document(s) are not in the corpus {}: {}{}",
                 missing.len(),

