@@ -12,7 +12,8 @@
 //! number swaps). As poor man's feedback an input whose outcome (Ok, or the parser's error
 //! message with digits dropped) was not seen before joins the pool, and with `--save` the
 //! corpus directory. A panic is saved under `--artifacts` and counted; an allocation over
-//! `--malloc-limit-mb`, or live heap over `--rss-limit-mb`, saves the input and aborts.
+//! `--malloc-limit-mb`, or live heap over `--rss-limit-mb`, saves the input and aborts; an abort
+//! in the target (a panic that cannot unwind) saves it as `abort-input`.
 //! `RUST_BACKTRACE=1` adds a panic's backtrace to its report.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -36,6 +37,7 @@ static LIVE_LIMIT: AtomicUsize = AtomicUsize::new(1 << 30);
 static INPUT_PTR: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static INPUT_LEN: AtomicUsize = AtomicUsize::new(0);
 static OOM_PATH: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+static ABORT_PATH: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
 
 fn over_limit(size: usize) {
     if !ARMED.load(Ordering::Relaxed) {
@@ -68,6 +70,31 @@ fn over_limit(size: usize) {
         }
     }
     std::process::abort();
+}
+
+/// SIGABRT while an input runs: a panic that cannot unwind (in a `nounwind` function, such as
+/// the standard library's unsafe-precondition checks) aborts the process past `catch_unwind`.
+/// The input is saved to the `abort-input` artifact with raw writes, then the default action
+/// (the abort) proceeds. The OOM path disarms before it aborts, so its artifact stays its own.
+extern "C" fn on_abort(_: libc::c_int) {
+    if !ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    let message: &[u8] = b"\nfuzz: ABORT (a panic that cannot unwind, or an abort in the target); input saved to the abort-input artifact\n";
+    // SAFETY: async-signal-safe syscalls on a static message, the current input (alive while
+    // armed) and a NUL-terminated path leaked at start-up.
+    unsafe {
+        libc::write(2, message.as_ptr().cast(), message.len());
+        let path = ABORT_PATH.load(Ordering::Relaxed);
+        if !path.is_null() {
+            let fd = libc::open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644);
+            if fd >= 0 {
+                let ptr = INPUT_PTR.load(Ordering::Relaxed);
+                libc::write(fd, ptr.cast(), INPUT_LEN.load(Ordering::Relaxed));
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 // SAFETY: forwards to `System`, only counting bytes.
@@ -398,6 +425,23 @@ fn main() {
     let oom = CString::new(o.artifacts.join("oom-input").to_string_lossy().into_owned())
         .expect("artifacts path without NUL");
     OOM_PATH.store(oom.into_raw(), Ordering::Relaxed);
+    let abort = CString::new(
+        o.artifacts
+            .join("abort-input")
+            .to_string_lossy()
+            .into_owned(),
+    )
+    .expect("artifacts path without NUL");
+    ABORT_PATH.store(abort.into_raw(), Ordering::Relaxed);
+    // SAFETY: installs a handler that makes only async-signal-safe calls; SA_RESETHAND restores
+    // the default action, so the abort that raised the signal still ends the process.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_abort as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESETHAND;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGABRT, &action, std::ptr::null_mut());
+    }
     if let Some(dir) = &o.save {
         std::fs::create_dir_all(dir).expect("create the --save directory");
     }

@@ -134,9 +134,11 @@ answers = {
 for name, text in answers.items():
     put("llm_answer", name, text)
 
-# GGUF: the tiny test models whole, the real models' first 64 KiB.
+# GGUF: the tiny test models whole (175-380 KiB: tokenizer and weights, so inputs reach the
+# tokenizer and model builds; a truncated head stops at the tensor bounds check), the real
+# models' first 64 KiB (real headers and vocabularies).
 for p in sorted(glob.glob("tests/fixtures/gguf/*.gguf")):
-    put("gguf", os.path.basename(p) + ".head", open(p, "rb").read(64 << 10))
+    put("gguf", os.path.basename(p), open(p, "rb").read())
 for p in sorted(glob.glob("models/*.gguf")):
     put("gguf", os.path.basename(p) + ".head", open(p, "rb").read(64 << 10))
 

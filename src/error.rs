@@ -158,3 +158,41 @@ impl Error {
         }
     }
 }
+
+/// A candle error's message without the backtrace candle attaches to it when `RUST_BACKTRACE` or
+/// `RUST_LIB_BACKTRACE` is set: that is dozens of lines inside what must be a one-line error,
+/// and resolving it takes seconds on a debug build. Context and path layers are kept as candle
+/// prints them.
+pub(crate) fn candle_message(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_message(inner),
+        candle_core::Error::Context { inner, context } => {
+            format!("{context}\n{}", candle_message(inner))
+        }
+        candle_core::Error::WithPath { inner, path } => {
+            format!("path: {path:?} {}", candle_message(inner))
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::candle_message;
+
+    #[test]
+    fn candle_backtraces_are_left_out_of_messages() {
+        let with_backtrace = candle_core::Error::WithBacktrace {
+            inner: Box::new(candle_core::Error::Msg("unknown magic".into())),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        assert_eq!(candle_message(&with_backtrace), "unknown magic");
+        let layered = with_backtrace
+            .context("reading the header")
+            .with_path("m.gguf");
+        assert_eq!(
+            candle_message(&layered),
+            "path: \"m.gguf\" reading the header\nunknown magic"
+        );
+    }
+}

@@ -268,12 +268,13 @@ fn so_xml(data: &[u8]) -> Result<(), String> {
 fn safetensors(path: &Path) -> Result<(), String> {
     use candle_core::safetensors::MmapedSafetensors;
     // SAFETY: the scratch file is ours and not modified while mapped.
-    let tensors = unsafe { MmapedSafetensors::new(path) }.map_err(|e| e.to_string())?;
+    let tensors =
+        unsafe { MmapedSafetensors::new(path) }.map_err(|e| crate::error::candle_message(&e))?;
     let names: HashSet<String> = tensors.tensors().into_iter().map(|(n, _)| n).collect();
     for name in names {
         tensors
             .load(&name, &candle_core::Device::Cpu)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::error::candle_message(&e))?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     tune_allocator();
+    quiet_library_backtraces();
     let args = cli::Cli::parse();
     cli::init_logging(args.verbose);
     // An interrupted stage removes its temporaries (atomic outputs, index staging) on the way out.
@@ -21,6 +22,16 @@ fn main() -> ExitCode {
             eprintln!("error: {}", cli::one_line(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `RUST_BACKTRACE=1` is for panics; it also makes `Backtrace::capture` in libraries (candle's
+/// errors) record a backtrace that then lands inside a one-line error message. Unless the user
+/// asked for library backtraces themselves (`RUST_LIB_BACKTRACE`), they are off.
+fn quiet_library_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: no other thread exists yet, so nothing reads the environment concurrently.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
     }
 }
 

@@ -185,3 +185,36 @@ fn a_corrupt_index_is_one_line_through_the_cli() {
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+/// A manifest is outside input and its checksum can be forged: one that names a file outside the
+/// index (an absolute path, a `..` part) or a file that is not a regular file (a symlink to
+/// `/dev/zero`, a directory) is refused with one line before a byte of that file is read.
+#[test]
+fn a_forged_manifest_never_reads_outside_the_index() {
+    use freshstack::index::Manifest;
+    let dir = tempfile::tempdir().unwrap();
+    let index = small_index(dir.path());
+    let original = Manifest::read(&index).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", index.join("zero")).unwrap();
+    std::fs::create_dir(index.join("sub")).unwrap();
+    std::fs::write(dir.path().join("outside"), b"x").unwrap();
+    let forged = [
+        ("/dev/zero", "not a relative path inside the index"),
+        ("../outside", "not a relative path inside the index"),
+        ("./ids.txt", "not a relative path inside the index"),
+        ("", "not a relative path inside the index"),
+        ("zero", "not a regular file"),
+        ("sub", "not a regular file"),
+    ];
+    for (path, why) in forged {
+        let mut manifest = original.clone();
+        manifest.files[0].path = path.to_string();
+        manifest.files[0].bytes = 1;
+        manifest.write(&index).unwrap();
+        let err = Manifest::read(&index).unwrap_err().to_string();
+        assert!(err.contains(why), "{path:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    original.write(&index).unwrap();
+    Manifest::read(&index).unwrap();
+}

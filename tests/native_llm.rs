@@ -479,3 +479,33 @@ fn logs_to_a_pipe_have_no_colour_codes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `RUST_BACKTRACE=1` (a common setting) made candle record a backtrace in its errors, which
+/// then filled the one-line error with dozens of frames and took seconds to resolve. A GGUF with
+/// a bad magic is one short line through the CLI and through the library, whatever that setting.
+#[test]
+fn rust_backtrace_keeps_gguf_errors_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad-magic.gguf");
+    std::fs::write(
+        &bad,
+        b"GGUX\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["llm", "bench", "--gguf"])
+        .arg(&bad)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a readable GGUF file"), "{stderr}");
+    assert!(!stderr.contains("candle_core"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.len() < 300, "{stderr}");
+    // The library too (this test process may have RUST_BACKTRACE set by the user).
+    let err = LocalChat::load(&bad).err().expect("must fail").to_string();
+    assert!(!err.contains("candle_core") && !err.contains('\n'), "{err}");
+}

@@ -3,6 +3,7 @@
 # search and against hnswlib, on all-MiniLM-L6-v2 vectors of real source code.
 #
 #   benches/compare/hnsw_real_embeddings.sh [--docs 50000] [--queries 1000] [--device cpu|cuda]
+#                                           [--max-length 256] [--threads N]
 #                                           [FRESHSTACK_BINARY] [WORKDIR]
 #
 # 1. `freshstack corpus` chunks every crate under ~/.cargo/registry/src (or $CODE_ROOT: one
@@ -11,9 +12,10 @@
 # 2. splits by crate (versions of one crate grouped, seeded shuffle): whole crates go to the
 #    documents until --docs chunks, and --queries chunks are sampled from crates that are NOT
 #    among the documents (held out, so no query has its own copy in the index);
-# 3. embeds both with `freshstack embed` (all-MiniLM-L6-v2 from models/, max length 256; a
-#    release build on 2 CPU cores does ~6,000 tokens/s, so 50,000 chunks of ~200 tokens take
-#    ~30 min; `--device cuda` on a GPU build takes about a minute);
+# 3. embeds both with `freshstack embed` (all-MiniLM-L6-v2 from models/, max length 256, or
+#    --max-length 128, the length the model was trained at, for half the time; one CPU core does
+#    ~1,500 tokens/s, so 50,000 chunks of ~200 tokens take ~115 core-minutes at 256; `--device
+#    cuda` on a GPU build takes about a minute);
 # 4. runs benches/compare/hnsw_vs_hnswlib.py --vectors on them (M 16, ef_construction 200, ef
 #    swept over 32-256; the default ef of `retrieve` is 128).
 # Each step is skipped when its output exists in WORKDIR (default ~/.cache/freshstack-hnsw-real,
@@ -23,11 +25,15 @@ set -euo pipefail
 DOCS=50000
 QUERIES=1000
 DEVICE=cpu
+MAX_LENGTH=256
+THREADS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --docs) DOCS=$2; shift 2 ;;
     --queries) QUERIES=$2; shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
+    --max-length) MAX_LENGTH=$2; shift 2 ;;
+    --threads) THREADS=(--threads "$2"); shift 2 ;;
     *) break ;;
   esac
 done
@@ -77,7 +83,8 @@ fi
 for kind in queries docs; do
   if [ ! -s "$kind.npy" ]; then
     /usr/bin/time -f "embed $kind: %e s wall, %M KiB peak RSS" \
-      "$BIN" embed --model "$MODEL" --input "$kind.jsonl" --out "$kind.npy" --max-length 256 \
+      "$BIN" "${THREADS[@]}" embed --model "$MODEL" --input "$kind.jsonl" --out "$kind.npy" \
+      --max-length "$MAX_LENGTH" \
       --device "$DEVICE"
   fi
 done

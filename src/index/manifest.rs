@@ -10,7 +10,7 @@
 //! opens, with its sizes checked only and a warning that a rebuild adds the checksums.
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -173,6 +173,24 @@ fn corrupt_manifest(path: &Path, why: impl std::fmt::Display) -> Error {
     )
 }
 
+/// `dir/rel` for a file the manifest lists, which must be a plain relative path inside the index
+/// (no root, no `.` or `..` part): the manifest is outside input, and its checksum can be forged,
+/// so it must never make a read reach `/dev/zero` or a file outside the index.
+fn index_file(dir: &Path, manifest: &Path, rel: &str) -> Result<PathBuf> {
+    let relative = Path::new(rel);
+    let plain = !rel.is_empty()
+        && relative
+            .components()
+            .all(|part| matches!(part, Component::Normal(_)));
+    if !plain {
+        return Err(corrupt_manifest(
+            manifest,
+            format!("file path {rel:?} is not a relative path inside the index"),
+        ));
+    }
+    Ok(dir.join(relative))
+}
+
 fn corrupt(path: &Path, why: impl std::fmt::Display) -> Error {
     Error::index(
         path,
@@ -232,10 +250,13 @@ impl Manifest {
             );
         }
         for file in &manifest.files {
-            let file_path = dir.join(&file.path);
-            let bytes = std::fs::metadata(&file_path)
-                .map_err(|e| Error::index(&file_path, format!("missing index file: {e}")))?
-                .len();
+            let file_path = index_file(dir, &path, &file.path)?;
+            let meta = std::fs::metadata(&file_path)
+                .map_err(|e| Error::index(&file_path, format!("missing index file: {e}")))?;
+            if !meta.is_file() {
+                return Err(corrupt(&file_path, "not a regular file"));
+            }
+            let bytes = meta.len();
             if bytes != file.bytes {
                 return Err(corrupt(
                     &file_path,

@@ -35,7 +35,7 @@ use super::gemma::{Gemma, Generation};
 use super::grammar::{Constraint, GrammarCompiler, TokenBytes, byte_level_decoder};
 use super::native;
 use super::{Chat, ChatParams, Message, Role};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, candle_message};
 
 /// How messages become one prompt string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -538,6 +538,11 @@ fn check_tensor_infos(
             .iter()
             .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
             .ok_or_else(|| format!("tensor {name}: shape {dims:?} overflows"))?;
+        // An empty tensor's bytes are an empty `Vec<u8>`, whose dangling pointer candle then
+        // views as blocks of a wider alignment (undefined behaviour; an abort in debug builds).
+        if elements == 0 {
+            return Err(format!("tensor {name}: shape {dims:?} has no elements"));
+        }
         let block = info.ggml_dtype.block_size() as u64;
         if !elements.is_multiple_of(block) {
             return Err(format!(
@@ -585,8 +590,12 @@ impl LocalChat {
             ));
         }
         std::io::Seek::rewind(&mut file).map_err(|e| Error::io(&path, e))?;
-        let content = gguf_file::Content::read(&mut file)
-            .map_err(|e| gguf_error(&path, format!("not a readable GGUF file: {e}")))?;
+        let content = gguf_file::Content::read(&mut file).map_err(|e| {
+            gguf_error(
+                &path,
+                format!("not a readable GGUF file: {}", candle_message(&e)),
+            )
+        })?;
         check_tensor_infos(&content, size)
             .map_err(|e| gguf_error(&path, format!("not a readable GGUF file: {e}")))?;
         let md = &content.metadata;
@@ -732,15 +741,15 @@ impl LocalChat {
                     .sum();
                 let dequantize = may_dequantize && f32_bytes <= DEQUANTIZE_MAX_BYTES;
                 let (content, mut reader): (gguf_file::Content, Box<dyn ReadSeek>) = if dequantize {
-                    let (content, buffer) =
-                        dequantized_copy(&content, &mut file).map_err(|e| gguf_error(&path, e))?;
+                    let (content, buffer) = dequantized_copy(&content, &mut file)
+                        .map_err(|e| gguf_error(&path, candle_message(&e)))?;
                     (content, Box::new(buffer))
                 } else {
                     (content, Box::new(file))
                 };
                 Engine::Candle(Mutex::new(
                     Gemma::from_gguf(generation, &content, &mut reader, &device)
-                        .map_err(|e| gguf_error(&path, e))?,
+                        .map_err(|e| gguf_error(&path, candle_message(&e)))?,
                 ))
             }
         };
@@ -822,7 +831,7 @@ impl LocalChat {
                 Ok((prompt_secs, gen_secs))
             }
             Engine::Candle(weights) => {
-                let fail = |e: candle_core::Error| gguf_error(&self.path, e);
+                let fail = |e: candle_core::Error| gguf_error(&self.path, candle_message(&e));
                 let mut weights = self.lock(weights)?;
                 weights.clear_kv_cache();
                 let started = std::time::Instant::now();
@@ -887,7 +896,7 @@ impl LocalChat {
 
     /// The tokens generated after `prompt_ids` (stop token excluded).
     pub fn generate_ids(&self, prompt_ids: &[u32], params: &ChatParams) -> Result<Vec<u32>> {
-        let fail = |e: candle_core::Error| gguf_error(&self.path, e);
+        let fail = |e: candle_core::Error| gguf_error(&self.path, candle_message(&e));
         let budget = params.max_tokens as usize;
         if prompt_ids.len() + budget > self.context_tokens {
             return Err(gguf_error(
@@ -1128,7 +1137,7 @@ impl LocalChat {
             Engine::Candle(weights) => {
                 let mut weights = self.lock(weights)?;
                 weights.clear_kv_cache();
-                let fail = |e: candle_core::Error| gguf_error(&self.path, e);
+                let fail = |e: candle_core::Error| gguf_error(&self.path, candle_message(&e));
                 rows.push(
                     self.candle_step(&mut weights, prompt_ids, 0)
                         .map_err(fail)?,
@@ -1214,6 +1223,15 @@ mod tests {
             message.contains("not a readable GGUF file: tensor"),
             "{message}"
         );
+    }
+
+    /// Found by fuzzing: a tensor with a zero dimension (`token_embd.weight` of shape [32, 0])
+    /// made candle view an empty buffer's dangling pointer as f32 blocks, an abort in debug
+    /// builds ("unsafe precondition(s) violated") and undefined behaviour in release ones.
+    #[test]
+    fn gguf_empty_tensor_is_an_error_not_an_abort() {
+        let message = fuzz_regression("empty-tensor.gguf");
+        assert!(message.contains("has no elements"), "{message}");
     }
 
     #[test]

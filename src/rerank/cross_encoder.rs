@@ -22,7 +22,7 @@ use crate::embed::{
     DEFAULT_MAX_BATCH_TOKENS, DeviceSpec, ModelDType, ModelFiles, ModelKind, find_manifest,
     plan_batches, run_batches,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, candle_message};
 use crate::progress::Progress;
 
 /// Default longest pair, in tokens, for a cross-encoder without a manifest.
@@ -105,7 +105,7 @@ pub struct CrossEncoder {
 type PairTokens = (Vec<u32>, Vec<u32>);
 
 fn model_err(name: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
-    move |e| Error::model(name, e.to_string())
+    move |e| Error::model(name, candle_message(&e))
 }
 
 fn with_truncation(

@@ -20,7 +20,7 @@ use mistral::MistralConfig;
 use qwen::{QwenConfig, QwenVersion};
 
 use super::manifest::Architecture;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, candle_message};
 
 /// The forward pass of one architecture: all final hidden states `[batch, seq, hidden]` for
 /// right-padded `input_ids` `[batch, seq]` (u32) whose rows hold `lengths` real tokens.
@@ -31,7 +31,7 @@ pub(crate) trait Backbone: Send + Sync {
 
 /// A candle error of model `name` as ours.
 pub(crate) fn model_err(name: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
-    move |e| Error::model(name, e.to_string())
+    move |e| Error::model(name, candle_message(&e))
 }
 
 /// Loads the backbone of `arch` from `config` (the text of `config.json`) and the weights in
