@@ -148,6 +148,12 @@ fn sample_is_byte_identical_and_score_prints_table5() {
     // Identical flags on 3 nuggets: kappa 1 for A and B.
     assert_eq!(agreement["hallucinated"]["kappa"], 1.0);
     assert_eq!(agreement["minor_or_redundant"]["items"], 3);
+    assert_eq!(
+        agreement["per_question"][0],
+        json!({"query_id": "q1", "nuggets": 2, "hallucinated_agreed": 1.0,
+               "minor_or_redundant_agreed": 1.0, "missing_nuggets": [1, 1],
+               "pair_label_agreed": true})
+    );
 }
 
 #[test]

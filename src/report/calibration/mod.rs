@@ -38,8 +38,8 @@ pub use annotations::{
 pub use page::{render_post, render_review};
 pub use score::{
     Agreement, AnnotatorScores, CalibrationScores, JudgmentQuality, Kappa, Metric, NuggetQuality,
-    QuestionScore, Table5, cohen_kappa, fleiss_kappa, fleiss_kappa_of_labels, question_score,
-    score,
+    QuestionAgreement, QuestionScore, Table5, cohen_kappa, fleiss_kappa, fleiss_kappa_of_labels,
+    question_score, score,
 };
 
 /// The `format` field of `sample.json`.

@@ -329,6 +329,89 @@ pub struct Agreement {
     pub hallucinated: Kappa,
     /// On the B flags of the nuggets every annotator reviewed.
     pub minor_or_redundant: Kappa,
+    /// Per question every annotator reviewed, in query id order.
+    pub per_question: Vec<QuestionAgreement>,
+}
+
+/// How far the annotators agree on one question they all reviewed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuestionAgreement {
+    /// The question.
+    pub query_id: String,
+    /// Its nuggets that every annotator flagged.
+    pub nuggets: usize,
+    /// Share of those nuggets whose A flag every annotator set alike.
+    #[serde(serialize_with = "round4")]
+    pub hallucinated_agreed: Option<f64>,
+    /// Share of those nuggets whose B flag every annotator set alike.
+    #[serde(serialize_with = "round4")]
+    pub minor_or_redundant_agreed: Option<f64>,
+    /// Each annotator's C, in file order.
+    pub missing_nuggets: Vec<u64>,
+    /// Whether every annotator gave the question's pair the same label (`null` when not all of
+    /// them labelled it).
+    pub pair_label_agreed: Option<bool>,
+}
+
+/// True when every element is equal to the first.
+fn unanimous<T: PartialEq>(items: &[T]) -> bool {
+    items.windows(2).all(|w| w[0] == w[1])
+}
+
+fn per_question_agreement(files: &[(String, Annotations)]) -> Vec<QuestionAgreement> {
+    let k = files.len();
+    let mut questions: BTreeMap<&str, Vec<&QuestionAnnotation>> = BTreeMap::new();
+    for (_, a) in files {
+        for q in &a.questions {
+            questions.entry(&q.query_id).or_default().push(q);
+        }
+    }
+    let mut pair_labels: BTreeMap<(&str, &str, &str), Vec<PairLabel>> = BTreeMap::new();
+    for (_, a) in files {
+        for p in &a.pairs {
+            pair_labels
+                .entry((&p.query_id, &p.nugget_id, &p.doc_id))
+                .or_default()
+                .push(p.label);
+        }
+    }
+    questions
+        .into_iter()
+        .filter(|(_, reviews)| reviews.len() == k)
+        .map(|(query_id, reviews)| {
+            let mut flags: BTreeMap<&str, Vec<(bool, bool)>> = BTreeMap::new();
+            for q in &reviews {
+                for n in &q.nuggets {
+                    flags
+                        .entry(&n.nugget_id)
+                        .or_default()
+                        .push((n.hallucinated, n.minor_or_redundant));
+                }
+            }
+            let common: Vec<&Vec<(bool, bool)>> = flags.values().filter(|v| v.len() == k).collect();
+            let agreed = |pick: fn(&(bool, bool)) -> bool| {
+                let same = common
+                    .iter()
+                    .filter(|v| unanimous(&v.iter().map(pick).collect::<Vec<_>>()))
+                    .count();
+                ratio(same as u64, common.len() as u64)
+            };
+            let labels: Vec<&Vec<PairLabel>> = pair_labels
+                .iter()
+                .filter(|((q, _, _), v)| *q == query_id && v.len() == k)
+                .map(|(_, v)| v)
+                .collect();
+            QuestionAgreement {
+                query_id: query_id.to_string(),
+                nuggets: common.len(),
+                hallucinated_agreed: agreed(|f| f.0),
+                minor_or_redundant_agreed: agreed(|f| f.1),
+                missing_nuggets: reviews.iter().map(|q| q.missing_nuggets).collect(),
+                pair_label_agreed: (!labels.is_empty())
+                    .then(|| labels.iter().all(|v| unanimous(v))),
+            }
+        })
+        .collect()
 }
 
 fn kappa_of<T: Ord + Clone>(items: &[Vec<T>]) -> Kappa {
@@ -380,6 +463,7 @@ fn agreement(files: &[(String, Annotations)]) -> Agreement {
         pair_labels: kappa_of(&pair_items),
         hallucinated: kappa_of(&a_items),
         minor_or_redundant: kappa_of(&b_items),
+        per_question: per_question_agreement(files),
     }
 }
 
@@ -511,6 +595,37 @@ impl CalibrationScores {
         .collect()
     }
 
+    /// The rows of the per-question agreement table: nuggets, A and B flags agreed, each
+    /// annotator's C, pair label agreed.
+    pub(crate) fn question_agreement_rows(&self) -> Vec<Row> {
+        let Some(a) = &self.agreement else {
+            return Vec::new();
+        };
+        a.per_question
+            .iter()
+            .map(|q| {
+                (
+                    q.query_id.clone(),
+                    vec![
+                        q.nuggets.to_string(),
+                        percent(q.hallucinated_agreed),
+                        percent(q.minor_or_redundant_agreed),
+                        q.missing_nuggets
+                            .iter()
+                            .map(u64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" / "),
+                        match q.pair_label_agreed {
+                            Some(true) => "yes".into(),
+                            Some(false) => "no".into(),
+                            None => "n/a".into(),
+                        },
+                    ],
+                )
+            })
+            .collect()
+    }
+
     /// The line saying what the agreement is, when there is one.
     pub(crate) fn agreement_caption(&self) -> Option<String> {
         self.agreement.as_ref().map(|a| {
@@ -613,6 +728,23 @@ impl CalibrationScores {
                 &mut md,
                 &["item", "items", "observed", "expected", "kappa"],
                 &self.agreement_rows(),
+            );
+            md.push_str(
+                "\nPer question all of them reviewed: the share of its nuggets whose A (B) flag \
+                 they all set alike, each annotator's C, and whether they gave its pair one \
+                 label.\n\n",
+            );
+            markdown_table(
+                &mut md,
+                &[
+                    "question",
+                    "nuggets",
+                    "A agreed",
+                    "B agreed",
+                    "C per annotator",
+                    "pair label agreed",
+                ],
+                &self.question_agreement_rows(),
             );
         }
         md

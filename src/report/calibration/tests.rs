@@ -242,7 +242,21 @@ fn agreement_of_two_and_three_annotators_over_common_items() {
     let combined = scores.combined.as_ref().unwrap();
     assert_eq!(combined.nugget_quality.questions, 6);
     assert_eq!(combined.judgment_quality.pairs, 5);
+    // Per question: q1's first nugget's A differs (3 of 4 agreed); q2's pair only alice
+    // labelled; q3's pair labelled apart.
+    let q1 = &a.per_question[0];
+    assert_eq!((q1.query_id.as_str(), q1.nuggets), ("q1", 4));
+    close(q1.hallucinated_agreed, 0.75);
+    close(q1.minor_or_redundant_agreed, 1.0);
+    assert_eq!(q1.missing_nuggets, [1, 1]);
+    assert_eq!(q1.pair_label_agreed, Some(true));
+    assert_eq!(a.per_question[1].pair_label_agreed, None);
+    assert_eq!(a.per_question[2].pair_label_agreed, Some(false));
     let md = scores.to_markdown();
+    assert!(
+        md.contains("| q1 | 4 | 75.0% | 100.0% | 1 / 1 | yes |"),
+        "{md}"
+    );
     assert!(md.contains("Cohen's kappa"), "{md}");
     assert!(md.contains("| all annotators | 6 | 14 |"), "{md}");
 
