@@ -372,10 +372,12 @@ fn pair_block(h: &mut String, pi: usize, pair: &SampledPair) {
         }
         None => h.push_str(&escape(&location)),
     }
+    if location != pair.doc_id {
+        let _ = write!(h, " <span class=\"meta\">({})</span>", escape(&pair.doc_id));
+    }
     let _ = writeln!(
         h,
-        " <span class=\"meta\">({})</span></p>\n<pre><code>{}</code></pre></div>",
-        escape(&pair.doc_id),
+        "</p>\n<pre><code>{}</code></pre></div>",
         escape(&pair.text)
     );
     h.push_str("<p class=\"labels\">");
