@@ -630,7 +630,8 @@ impl CalibrationScores {
     pub(crate) fn agreement_caption(&self) -> Option<String> {
         self.agreement.as_ref().map(|a| {
             format!(
-                "Agreement of {} annotators ({}) over the items all of them labelled.",
+                "Agreement of {} annotators ({}) over the items all of them labelled (kappa \
+                 is n/a when chance agreement is 1: every label the same).",
                 a.annotators,
                 if a.method == "cohen" {
                     "Cohen's kappa"
