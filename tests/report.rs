@@ -2,12 +2,11 @@
 //! that a real browser (Debian's chromium, headless) renders with its tables and charts.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use quick_xml::Reader;
 use quick_xml::events::Event;
 
+use crate::support::{browse, chromium, copy_dir};
 use crate::util::freshstack;
 
 fn fixture() -> PathBuf {
@@ -19,19 +18,6 @@ fn dataset() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&fixture(), dir.path());
     dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 fn run_report(dir: &Path, extra: &[&str]) -> std::process::Output {
@@ -181,54 +167,6 @@ fn page_and_its_svg_charts_are_well_formed() {
     ] {
         assert!(page.contains(number), "{number}");
     }
-}
-
-/// Debian's chromium, if installed.
-fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find_map(|name| {
-            std::env::var_os("PATH").and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|dir| dir.join(name))
-                    .find(|p| p.is_file())
-            })
-        })
-}
-
-/// Runs the browser with a deadline; returns stdout.
-fn browse(browser: &Path, args: &[&str], profile: &Path) -> String {
-    let mut child = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
-        text
-    });
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(90) {
-            child.kill().unwrap();
-            panic!("chromium did not finish in 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    reader.join().unwrap()
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod benchmark;
 mod build;
+mod calibrate;
 mod cli_eval;
 mod corpus;
 mod corrupt_index;

@@ -2,6 +2,7 @@
 
 mod benchmark;
 mod build;
+mod calibrate;
 mod corpus;
 mod embed;
 mod eval;
@@ -90,6 +91,9 @@ enum Command {
     Quickstart(build::QuickstartArgs),
     /// Statistics, pooling results and a self-contained HTML report of an exported dataset.
     Report(report::ReportArgs),
+    /// Expert review of the LLM's nuggets and judgments (paper Table 5): sample a review page,
+    /// score the exported annotations.
+    Calibrate(calibrate::CalibrateArgs),
     /// Check a GGUF model with the native backend: speed (bench), tokenizer, generation.
     Llm(llm_tools::LlmToolArgs),
 }
@@ -117,6 +121,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Build(args) => build::run_build(args),
         Command::Quickstart(args) => build::run_quickstart(args),
         Command::Report(args) => report::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
         Command::Llm(args) => llm_tools::run(args),
     }
 }

@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use super::calibration::CalibrationScores;
+use super::calibration::score::Row;
 use super::pooling::{MEASURE_LABELS, PoolingRow, SETTINGS, TECHNIQUES, retriever_rank};
 use super::svg::{BarChart, PALETTE, Series, render};
 use super::{FilteringCounts, Report};
@@ -55,6 +57,9 @@ pub fn render_html(report: &Report, generated: Option<&str>) -> Result<String> {
     filtering_section(&mut h, report.filtering.as_ref());
     pooling_section(&mut h, report);
     figures_section(&mut h, report)?;
+    if let Some(scores) = &report.calibration {
+        calibration_section(&mut h, scores);
+    }
     h.push_str("</body>\n</html>\n");
     Ok(h)
 }
@@ -317,6 +322,79 @@ fn figures_section(h: &mut String, report: &Report) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// An HTML table with a header row; the first cell of each row is a name.
+fn html_table(h: &mut String, id: &str, header: &[&str], rows: &[Row]) {
+    let _ = write!(
+        h,
+        "<table id=\"{id}\">\n<thead><tr><th>{}</th>",
+        escape(header[0])
+    );
+    for name in &header[1..] {
+        let _ = write!(h, "<th class=\"num\">{}</th>", escape(name));
+    }
+    h.push_str("</tr></thead>\n<tbody>\n");
+    for (name, cells) in rows {
+        let _ = write!(h, "<tr><td>{}</td>", escape(name));
+        for value in cells {
+            let _ = write!(h, "<td class=\"num\">{}</td>", escape(value));
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</tbody>\n</table>\n");
+}
+
+/// Table 5 of the annotations in `DIR/calibration/` (`freshstack calibrate`).
+fn calibration_section(h: &mut String, scores: &CalibrationScores) {
+    h.push_str("<h2 id=\"calibration-title\">Calibration</h2>\n");
+    let _ = writeln!(
+        h,
+        "<p class=\"note\">Expert review of the LLM's nuggets and judgments (paper Table 5) \
+         from {} annotation file(s) in calibration/: per question, then averaged over \
+         questions; pooled sums over nuggets.</p>",
+        scores.annotators.len()
+    );
+    html_table(
+        h,
+        "calibration-nuggets",
+        &[
+            "Annotator",
+            "Questions",
+            "Nuggets",
+            "Precision",
+            "Recall",
+            "Groundedness",
+            "Precision (pooled)",
+            "Recall (pooled)",
+            "Groundedness (pooled)",
+        ],
+        &scores.nugget_rows(),
+    );
+    if let Some(note) = scores.undefined_note() {
+        let _ = writeln!(h, "<p class=\"note\">{}</p>", escape(&note));
+    }
+    html_table(
+        h,
+        "calibration-judgments",
+        &[
+            "Annotator",
+            "Pairs",
+            "Relevant",
+            "Partially relevant",
+            "Non-relevant",
+        ],
+        &scores.judgment_rows(),
+    );
+    if let Some(caption) = scores.agreement_caption() {
+        let _ = writeln!(h, "<p class=\"note\">{}</p>", escape(&caption));
+        html_table(
+            h,
+            "calibration-agreement",
+            &["Item", "Items", "Observed", "Expected", "Kappa"],
+            &scores.agreement_rows(),
+        );
+    }
 }
 
 #[cfg(test)]

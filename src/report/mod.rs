@@ -9,6 +9,7 @@
 //! DIR/runs/*.trec         pooling runs, named {setting}.{technique}.{retriever}.trec
 //! DIR/filtering.json      filtering counts (optional)
 //! DIR/manifest.json       topic and repositories[].name are read (optional)
+//! DIR/calibration/*.json  expert annotations and their sample.json (optional, [`calibration`])
 //! ```
 //!
 //! and writes `DIR/stats.json` ([`Statistics`] and [`FilteringCounts`]), `DIR/results.json`
@@ -21,6 +22,7 @@
 //! token counter of `source`, and `pipeline`'s [`ReportStage`] (which [`ReportOptions`]
 //! implements: `freshstack build`'s last stage).
 
+pub mod calibration;
 mod html;
 mod pooling;
 mod stats;
@@ -74,6 +76,9 @@ pub struct Report {
     pub filtering: Option<FilteringCounts>,
     /// Table 4.
     pub pooling: PoolingResults,
+    /// Table 5, when `DIR/calibration/` holds annotation files (the page then has a
+    /// "Calibration" section; without them it is the same bytes as before).
+    pub calibration: Option<calibration::CalibrationScores>,
 }
 
 /// How to compute a report.
@@ -149,8 +154,8 @@ fn read_filtering(path: &Path) -> Result<Option<FilteringCounts>> {
 }
 
 /// Computes the statistics, filtering counts and pooling results of the dataset in `dir`.
-/// `corpus.jsonl` and `queries.jsonl` must exist; `runs/`, `filtering.json` and
-/// `manifest.json` are optional.
+/// `corpus.jsonl` and `queries.jsonl` must exist; `runs/`, `filtering.json`, `manifest.json`
+/// and `calibration/` are optional.
 pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> Result<Report> {
     let (topic, repos) = read_manifest(&dir.join("manifest.json"))?;
     let filtering = read_filtering(&dir.join("filtering.json"))?;
@@ -160,10 +165,12 @@ pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> 
     let judgments = Judgments::new(&NuggetQrels::from_queries(&queries));
     drop(queries);
     let pooling = pooling::pooling_results(&dir.join("runs"), &judgments, progress)?;
+    let calibration = calibration::read_calibration_dir(dir)?;
     Ok(Report {
         statistics,
         filtering,
         pooling,
+        calibration,
     })
 }
 

@@ -9,14 +9,17 @@
 //! - [`FakeServer`]: a minimal server answering every request with a given function of its
 //!   messages, counting requests (the shard tests' fleet).
 //! - [`free_port`] and [`dead_url`]: a loopback port nothing listens on.
+//! - [`chromium`] and [`browse`]: Debian's chromium, headless, for the report and review pages;
+//!   [`copy_dir`] copies a fixture dataset.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use freshstack::llm::{Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};
 use serde_json::{Value, json};
@@ -488,4 +491,95 @@ fn read_request(
     let mut body = vec![0; content_length];
     reader.read_exact(&mut body).ok()?;
     Some(body)
+}
+
+/// Copies the directory `from` into `to` (created), recursively.
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Debian's chromium, if installed.
+pub(crate) fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+/// Runs the browser headless with a deadline and the profile `profile`; returns stdout. Its
+/// home is `profile/home`, so a download lands in `profile/home/Downloads`, never in the
+/// user's. With `--dump-dom`, once the whole DOM is out (it ends with `</html>`) the browser
+/// gets 5 s to exit and is then stopped: after a download, headless chromium sometimes never
+/// exits (seen about once in ten runs, the DOM dumped and the download written).
+pub(crate) fn browse(browser: &Path, args: &[&str], profile: &Path) -> String {
+    let home = profile.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .env("HOME", &home)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut stdout = child.stdout.take().unwrap();
+    let text = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let text = Arc::clone(&text);
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let mut chunk = [0u8; 8192];
+            loop {
+                match std::io::Read::read(&mut stdout, &mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        bytes.extend_from_slice(&chunk[..n]);
+                        *text.lock().unwrap() = String::from_utf8_lossy(&bytes).into_owned();
+                    }
+                }
+            }
+        })
+    };
+    let mut dumped_at: Option<Instant> = None;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if dumped_at.is_none() && text.lock().unwrap().trim_end().ends_with("</html>") {
+            dumped_at = Some(Instant::now());
+        }
+        if dumped_at.is_some_and(|at| at.elapsed() > Duration::from_secs(5)) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            child.kill().unwrap();
+            panic!("chromium did not finish in 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    reader.join().unwrap();
+    Arc::try_unwrap(text).unwrap().into_inner().unwrap()
 }
