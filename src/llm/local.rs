@@ -612,6 +612,21 @@ impl LocalChat {
             ));
         }
         let name = get_str("general.name").unwrap_or_else(|| arch.clone());
+        // Every block has tensors of its own, so a block count above the tensor count is a
+        // corrupt header; the loaders size their layer lists by it (found by fuzzing: a count
+        // of ~10^9 asked for a 499 GB allocation and aborted).
+        if let Some(blocks) = get_u32(&format!("{arch}.block_count"))
+            && blocks as usize > content.tensor_infos.len()
+        {
+            return Err(gguf_error(
+                &path,
+                format!(
+                    "not a readable GGUF file: {arch}.block_count is {blocks}, more than its {} \
+                     tensors",
+                    content.tensor_infos.len()
+                ),
+            ));
+        }
         let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
         let tokenizer_model = get_str("tokenizer.ggml.model").unwrap_or_default();
         if tokenizer_model != "gpt2" && tokenizer_model != "llama" {
@@ -1232,6 +1247,14 @@ mod tests {
     fn gguf_empty_tensor_is_an_error_not_an_abort() {
         let message = fuzz_regression("empty-tensor.gguf");
         assert!(message.contains("has no elements"), "{message}");
+    }
+
+    /// Found by fuzzing: `gemma2.block_count` of 1,023,410,179 made the loader reserve a layer
+    /// list of 499 GB (an abort: "memory allocation failed").
+    #[test]
+    fn gguf_huge_block_count_is_an_error_not_an_abort() {
+        let message = fuzz_regression("huge-block-count.gguf");
+        assert!(message.contains("block_count is 1023410179"), "{message}");
     }
 
     #[test]
