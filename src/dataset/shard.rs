@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::write_json_atomic;
+use super::{Fnv1a64, write_json_atomic};
 use crate::error::{Error, Result};
 
 /// Version of the sidecar format.
@@ -114,13 +114,12 @@ impl ShardInfo {
 
 /// FNV-1a (64-bit) of `keys`, each followed by a newline, as 16 hex digits.
 pub fn keys_hash<'a>(keys: impl IntoIterator<Item = &'a str>) -> String {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut hash = Fnv1a64::default();
     for key in keys {
-        for &b in key.as_bytes().iter().chain(b"\n") {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
+        hash.update(key.as_bytes());
+        hash.update(b"\n");
     }
-    format!("{hash:016x}")
+    hash.to_string()
 }
 
 #[cfg(test)]

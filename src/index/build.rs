@@ -223,7 +223,7 @@ pub fn build_index_with_encoders(
     }
     progress.begin("reading corpus", None);
     let docs = read_corpus(&config.corpus)?;
-    let corpus_hash = crate::index::manifest::fnv1a64_file(&config.corpus)?;
+    let corpus_hash = crate::dataset::Fnv1a64::of_file(&config.corpus)?;
     progress.finish();
     let ids = DocIds::new(docs.iter().map(|d| d.id.clone()).collect())?;
 

@@ -42,7 +42,7 @@ pub use gpu::{GpuFlat, KERNEL_SOURCE, compile_kernels};
 pub use hnsw::{HnswGraph, cache_key};
 pub use manifest::{
     CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE,
-    Manifest, fnv1a64, fnv1a64_file,
+    Manifest,
 };
 pub use refresh::{RefreshConfig, RefreshSummary, refresh_index, refresh_index_with_encoders};
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashSet;
 
 use crate::dataset::tempfiles::StagingDir;
-use crate::dataset::{VectorDtype, VectorMatrix};
+use crate::dataset::{Fnv1a64, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
 use crate::index::build::{
@@ -22,7 +22,7 @@ use crate::index::build::{
 };
 use crate::index::docids::DocIds;
 use crate::index::layout;
-use crate::index::manifest::{Manifest, fnv1a64_file};
+use crate::index::manifest::Manifest;
 use crate::progress::Progress;
 
 /// What to change.
@@ -145,7 +145,8 @@ pub fn refresh_index_with_encoders(
     manifest.corpus.num_documents = ids.len();
     if let Some(path) = &config.add {
         manifest.corpus.path = format!("{} + {}", manifest.corpus.path, path.display());
-        manifest.corpus.fnv1a64 = format!("{}+{}", manifest.corpus.fnv1a64, fnv1a64_file(path)?);
+        manifest.corpus.fnv1a64 =
+            format!("{}+{}", manifest.corpus.fnv1a64, Fnv1a64::of_file(path)?);
     }
     if !added_docs.is_empty() {
         let texts: Vec<std::borrow::Cow<'_, str>> = added_docs.iter().map(document_text).collect();

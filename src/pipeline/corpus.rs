@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout};
 use crate::error::Result;
 use crate::progress::Progress;
@@ -33,9 +34,14 @@ impl Builder<'_> {
         corpus.tokenizer = TokenizerSpec::parse(&c.tokenizer)?;
         corpus.max_file_bytes = c.max_file_bytes;
         corpus.exclude = c.exclude.clone();
-        let before = self.book.fresh("corpus", "corpus")?;
+        // The stage always runs: its fingerprint only says "the corpus stage"; the record is
+        // for the outputs' fingerprints, to tell whether they changed.
+        let fingerprint = stage_fingerprint("corpus").finish();
+        let before = self.book.fresh("corpus", &fingerprint)?;
         let summary = build_corpus(&corpus, &self.path(layout::CORPUS), progress)?;
-        let hashes = self.book.record("corpus", "corpus", &[layout::CORPUS])?;
+        let hashes = self
+            .book
+            .record("corpus", &fingerprint, &[layout::CORPUS])?;
         let unchanged = before.as_ref() == Some(&hashes);
         self.hashes.extend(hashes);
         self.documents = summary.documents as usize;

@@ -1,7 +1,7 @@
 //! The index stage: the hybrid index (BM25 and the dense models of `[retrieval]`) over the
 //! corpus, in `work/index`.
 
-use super::manifest::Fingerprint;
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout};
 use crate::embed::EncoderOptions;
 use crate::error::Result;
@@ -15,9 +15,9 @@ impl Builder<'_> {
         progress: &dyn Progress,
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
-        let fingerprint = Fingerprint::new()
-            .setting("retrieval", &self.config.retrieval)
-            .input("corpus", &self.hash(layout::CORPUS))
+        let fingerprint = stage_fingerprint("index")
+            .json("retrieval", &self.config.retrieval)
+            .maybe_fingerprint("corpus", self.hash(layout::CORPUS))
             .finish();
         let manifest = format!("{}/{}", layout::INDEX, crate::index::MANIFEST_FILE);
         self.stage("index", fingerprint, &[&manifest], on_stage, |b| {

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::dataset::{Embeddings, Encoder, TextKind, VectorDtype};
+use crate::dataset::{Embeddings, Encoder, Fnv1a64, TextKind, VectorDtype};
 use crate::embed::ModelManifest;
 use crate::embed::{
     DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, resolve_model,
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::index::{
     Bm25Settings, DenseModelRef, DocumentModel, HnswSettings, IndexConfig, IndexSummary,
     LoadedModel, Manifest, RefreshConfig, RefreshSummary, VectorSource, build_index_with_encoders,
-    fnv1a64_file, refresh_index_with_encoders, validate_model_name,
+    refresh_index_with_encoders, validate_model_name,
 };
 use crate::progress::Progress;
 use crate::search::encoders::{recorded_options, resolve_recorded_model};
@@ -238,7 +238,7 @@ fn model_ref(
         reference: reference.to_string(),
         id: manifest.id.clone(),
         dir: dir.display().to_string(),
-        fingerprint: fingerprint(files)?,
+        fingerprint: recorded_files_hash(files)?,
         query_template: manifest.query_template.clone(),
         document_template: manifest.document_template.clone(),
         task: manifest.task.clone(),
@@ -248,12 +248,14 @@ fn model_ref(
     })
 }
 
-/// FNV-1a 64 of `config.json` and `tokenizer.json` (cheap; weights are too big to hash).
-pub(crate) fn fingerprint(files: &ModelFiles) -> Result<String> {
+/// What the index manifest records of a model's files ([`DenseModelRef::fingerprint`]): FNV-1a
+/// 64 of `config.json` and `tokenizer.json` (cheap; weights are too big to hash), the format
+/// manifests have always had.
+pub(crate) fn recorded_files_hash(files: &ModelFiles) -> Result<String> {
     Ok(format!(
         "{}-{}",
-        fnv1a64_file(&files.config)?,
-        fnv1a64_file(&files.tokenizer)?
+        Fnv1a64::of_file(&files.config)?,
+        Fnv1a64::of_file(&files.tokenizer)?
     ))
 }
 

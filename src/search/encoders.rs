@@ -13,7 +13,7 @@ use crate::embed::{
 use crate::error::{Error, Result};
 use crate::index::DenseModelRef;
 use crate::search::Engine;
-use crate::search::build::fingerprint;
+use crate::search::build::recorded_files_hash;
 
 /// How [`Engine::load_query_encoders`] loads models.
 #[derive(Debug, Clone, Default)]
@@ -70,7 +70,7 @@ pub(crate) fn resolve_recorded_model(
                 )
             })?,
     };
-    match fingerprint(&files) {
+    match recorded_files_hash(&files) {
         Ok(found) if found != model.fingerprint => tracing::warn!(
             "dense:{name}: {} differs from the model the index was built with \
              (config/tokenizer fingerprint {found}, recorded {})",

@@ -23,7 +23,6 @@ mod pipeline;
 mod queries;
 mod retrieve;
 
-pub(crate) use build::fingerprint as model_fingerprint;
 pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index};
 pub use encoders::{QueryEncoderOptions, load_recorded_encoder};
 pub use engine::{Engine, EngineInfo, EngineRetriever};

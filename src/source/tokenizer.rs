@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use bpe_openai::Tokenizer as Bpe;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use crate::dataset::Fingerprint;
 use crate::error::{Error, Result};
 
 /// The GPT vocabularies compiled into the binary.
@@ -240,10 +240,7 @@ impl TokenCounter {
         let num_special = tokenizer
             .get_post_processor()
             .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
-        let sha256 = Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let sha256 = Fingerprint::of_bytes(&bytes).to_string();
         Ok(TokenCounter {
             spec: spec.clone(),
             inner: Inner::HuggingFace(Arc::new(HfTokenizer {
