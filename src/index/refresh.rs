@@ -17,12 +17,12 @@ use crate::dataset::tempfiles::StagingDir;
 use crate::dataset::{Fnv1a64, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
-use crate::index::build::{
-    DocumentModel, StoredModel, checked_vectors, document_text, install, read_corpus,
-};
 use crate::index::docids::DocIds;
 use crate::index::layout;
 use crate::index::manifest::Manifest;
+use crate::index::write::{
+    DocumentModel, StoredModel, checked_vectors, document_text, install, read_corpus,
+};
 use crate::progress::Progress;
 
 /// What to change.

@@ -13,7 +13,7 @@ use crate::embed::{
 use crate::error::{Error, Result};
 use crate::index::DenseModelRef;
 use crate::search::Engine;
-use crate::search::build::recorded_files_hash;
+use crate::search::encode_index::recorded_files_hash;
 
 /// How [`Engine::load_query_encoders`] loads models.
 #[derive(Debug, Clone, Default)]

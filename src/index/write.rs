@@ -1,4 +1,4 @@
-//! Building an index directory from a corpus (and precomputed vectors), atomically: everything
+//! Writing an index directory from a corpus (and precomputed vectors), atomically: everything
 //! is written into a temporary sibling directory, the manifest last, then renamed into place.
 
 use std::io::BufRead;
