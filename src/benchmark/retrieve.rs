@@ -14,6 +14,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +55,7 @@ impl RetrieverKind {
     /// the vectors depend on: the model as given, its config and tokenizer files and the
     /// encoder options that change vectors (weights are too big to hash).
     pub fn dense(model: &str, options: &EncoderOptions) -> Result<Self> {
-        let spec = DenseModelSpec::parse(model)?;
+        let spec = DenseModelSpec::from_str(model)?;
         let files = resolve_model(&spec.model)?;
         let identity = Fingerprint::builder("benchmark dense model")
             .text("model", &spec.model)

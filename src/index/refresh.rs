@@ -10,6 +10,7 @@
 //! sibling, changed there and renamed into place, so a failed refresh leaves the old index.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use rustc_hash::FxHashSet;
 
@@ -191,7 +192,7 @@ pub fn refresh_index_with_encoders(
                 name: &info.name,
                 rows: ids.len(),
                 dim,
-                dtype: VectorDtype::parse(&info.dtype)?,
+                dtype: VectorDtype::from_str(&info.dtype)?,
             };
             stored.write(
                 tmp,

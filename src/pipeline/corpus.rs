@@ -2,6 +2,7 @@
 //! reruns (re-chunking is cheap and catches any edit in a checkout); unchanged checkouts give
 //! the same bytes, so nothing downstream reruns.
 
+use std::str::FromStr;
 use std::time::Instant;
 
 use super::manifest::stage_fingerprint;
@@ -31,7 +32,7 @@ impl Builder<'_> {
                 .collect(),
         );
         corpus.max_tokens = c.max_tokens;
-        corpus.tokenizer = TokenizerSpec::parse(&c.tokenizer)?;
+        corpus.tokenizer = TokenizerSpec::from_str(&c.tokenizer)?;
         corpus.max_file_bytes = c.max_file_bytes;
         corpus.exclude = c.exclude.clone();
         // The stage always runs: its fingerprint only says "the corpus stage"; the record is

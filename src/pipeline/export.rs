@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
+use std::str::FromStr;
 
 use super::filter::{FilterCounts, Filtered, filter_questions};
 use super::manifest::stage_fingerprint;
@@ -158,7 +159,7 @@ impl Builder<'_> {
             "corpus": {
                 "max_tokens": c.corpus.max_tokens,
                 // No local path: `hf:<model dir>/<file>`, and the file's hash below.
-                "tokenizer": TokenizerSpec::parse(&c.corpus.tokenizer)
+                "tokenizer": TokenizerSpec::from_str(&c.corpus.tokenizer)
                     .map_or_else(|_| c.corpus.tokenizer.clone(), |t| t.portable_name()),
                 "max_file_bytes": c.corpus.max_file_bytes,
                 "exclude": c.corpus.exclude,

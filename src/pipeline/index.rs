@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::index::Bm25Settings;
 use crate::progress::Progress;
 use crate::search::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
+use std::str::FromStr;
 
 impl Builder<'_> {
     pub(super) fn index(
@@ -25,7 +26,7 @@ impl Builder<'_> {
             let dense = r
                 .dense
                 .iter()
-                .map(|spec| DenseModelSpec::parse(spec))
+                .map(|spec| DenseModelSpec::from_str(spec))
                 .collect::<Result<Vec<_>>>()?;
             let index = HybridIndexConfig {
                 corpus: b.path(layout::CORPUS),

@@ -5,6 +5,7 @@
 //! and pooling as at build time.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::embed::{
@@ -94,11 +95,11 @@ pub(crate) fn recorded_options(
         device,
         dtype: Some(match dtype {
             Some(dtype) => dtype,
-            None => ModelDType::parse(&model.model_dtype)?,
+            None => ModelDType::from_str(&model.model_dtype)?,
         }),
         max_length: Some(model.max_length),
         max_batch_tokens,
-        pooling: Some(Pooling::parse(&model.pooling)?),
+        pooling: Some(Pooling::from_str(&model.pooling)?),
         query_template: Some(model.query_template.clone()),
         document_template: Some(model.document_template.clone()),
         task: Some(model.task.clone()),
