@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::str::FromStr;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use freshstack::index::{Bm25Settings, IndexConfig, build_index, read_corpus};
@@ -37,7 +38,7 @@ fn bench_corpus() -> PathBuf {
             .unwrap();
         assert!(status.success(), "cannot unpack {}", archive.display());
     }
-    let repo = RepoSpec::parse(&format!("php/doc-en={}", tree.display())).unwrap();
+    let repo = RepoSpec::from_str(&format!("php/doc-en={}", tree.display())).unwrap();
     build_corpus(&CorpusConfig::new(vec![repo]), &corpus, &NoProgress).unwrap();
     corpus
 }

@@ -31,7 +31,7 @@
 //! ```no_run
 //! use freshstack::{CorpusConfig, NoProgress, RepoSpec, build_corpus};
 //!
-//! let repo = RepoSpec::parse("laravel/docs=/data/checkouts/laravel-docs")?;
+//! let repo: RepoSpec = "laravel/docs=/data/checkouts/laravel-docs".parse()?;
 //! let summary = build_corpus(&CorpusConfig::new(vec![repo]), "corpus.jsonl".as_ref(), &NoProgress)?;
 //! println!("{} documents, {} tokens", summary.documents, summary.tokens);
 //! # Ok::<(), freshstack::Error>(())

@@ -9,7 +9,10 @@ use clap::Parser;
 fn main() -> ExitCode {
     tune_allocator();
     quiet_library_backtraces();
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        Err(err) => return cli::command_line_error(err),
+    };
     cli::init_logging(args.verbose);
     // An interrupted stage removes its temporaries (atomic outputs, index staging) on the way out.
     if let Err(e) = freshstack::dataset::remove_temporaries_on_signals() {

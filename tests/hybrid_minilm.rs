@@ -3,6 +3,7 @@
 //! recorded model, `retrieve --retriever fusion` equals `fuse` over the single runs.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use freshstack::NoProgress;
 use freshstack::dataset::ScoredDoc;
@@ -34,7 +35,7 @@ fn minilm_index_encodes_documents_and_queries() {
     let index = dir.path().join("index");
     let config = HybridIndexConfig {
         corpus: corpus(dir.path()),
-        dense: vec![DenseModelSpec::parse(model.to_str().unwrap()).unwrap()],
+        dense: vec![DenseModelSpec::from_str(model.to_str().unwrap()).unwrap()],
         ..HybridIndexConfig::default()
     };
     let summary = build_hybrid_index(&config, &index, &NoProgress).unwrap();

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use freshstack::NoProgress;
@@ -154,7 +155,7 @@ fn words(text: &str) -> BTreeSet<String> {
 /// documents sharing the most words with it (ties by id): small enough for two CPU cores.
 pub(crate) fn corpus_and_pool(dir: &Path, questions: &Path) -> (PathBuf, PathBuf) {
     let corpus = dir.join("corpus.jsonl");
-    let repo = RepoSpec::parse(&format!(
+    let repo = RepoSpec::from_str(&format!(
         "freshstack/freshstack={}",
         root().join("src/pipeline").display()
     ))

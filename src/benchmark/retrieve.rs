@@ -1,26 +1,29 @@
 //! Per topic: the corpus file and one index per retriever, built through the engine's API
 //! ([`build_index`] for BM25, [`build_hybrid_index`] for a dense model, which encodes the corpus
-//! with the model's document template) and reused while the corpus hash and the model (or BM25
-//! settings) match; then each retriever's run through [`Engine::search_batch`] (dense queries
+//! with the model's document template) and reused while its key, a [`Fingerprint`] of the
+//! corpus and the model (or BM25 settings), matches; then each retriever's run through [`Engine::search_batch`] (dense queries
 //! encoded in one batch with the query template the index recorded).
 //!
 //! Layout under the output directory:
 //! ```text
 //! OUT/topics/TOPIC/corpus.jsonl         the topic's corpus, as the indexes read it
-//! OUT/topics/TOPIC/bm25/                BM25 index       (+ bm25.key.json: what it was built from)
+//! OUT/topics/TOPIC/bm25/                BM25 index       (+ bm25.key.json: its key)
 //! OUT/topics/TOPIC/dense-NAME/          one dense model  (+ dense-NAME.key.json)
 //! ```
 //! One index per retriever, so adding a retriever encodes only the new model.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Document, Question, Run, VectorDtype, write_json_atomic};
+use crate::dataset::{
+    AtomicWriter, Document, Fingerprint, Question, Run, VectorDtype, write_json_atomic,
+};
 use crate::embed::{EncoderOptions, resolve_model};
 use crate::error::{Error, Result};
-use crate::index::{Bm25Settings, IndexConfig, Manifest, build_index, fnv1a64, fnv1a64_file};
+use crate::index::{Bm25Settings, IndexConfig, Manifest, build_index};
 use crate::progress::Progress;
 use crate::search::{
     Ann, DenseModelSpec, Engine, HybridIndexConfig, Pipeline, QueryEncoderOptions, QueryItem,
@@ -32,10 +35,10 @@ use crate::search::{
 pub(crate) enum RetrieverKind {
     /// BM25 with these settings.
     Bm25(Bm25Settings),
-    /// A dense model; `identity` names what its vectors depend on besides the corpus.
+    /// A dense model; `identity` is what its vectors depend on besides the corpus.
     Dense {
         spec: DenseModelSpec,
-        identity: String,
+        identity: Fingerprint,
     },
 }
 
@@ -49,19 +52,19 @@ impl RetrieverKind {
     }
 
     /// Resolves `dense:MODEL` now (a typo fails before any topic is loaded) and records what
-    /// the vectors depend on: the model as given, its config/tokenizer hash and the options.
+    /// the vectors depend on: the model as given, its config and tokenizer files and the
+    /// encoder options that change vectors (weights are too big to hash).
     pub fn dense(model: &str, options: &EncoderOptions) -> Result<Self> {
-        let spec = DenseModelSpec::parse(model)?;
+        let spec = DenseModelSpec::from_str(model)?;
         let files = resolve_model(&spec.model)?;
-        // The same model fingerprint the index manifest records.
-        let identity = format!(
-            "{} files={} dtype={:?} max_length={:?} pooling={:?}",
-            spec.model,
-            crate::search::model_fingerprint(&files)?,
-            options.dtype,
-            options.max_length,
-            options.pooling
-        );
+        let identity = Fingerprint::builder("benchmark dense model")
+            .text("model", &spec.model)
+            .file("config.json", &files.config)?
+            .file("tokenizer.json", &files.tokenizer)?
+            .text("dtype", &format!("{:?}", options.dtype))
+            .text("max_length", &format!("{:?}", options.max_length))
+            .text("pooling", &format!("{:?}", options.pooling))
+            .finish();
         Ok(Self::Dense { spec, identity })
     }
 
@@ -70,17 +73,30 @@ impl RetrieverKind {
     }
 }
 
-/// What an index was built from; a mismatch means rebuild.
+/// The key file beside an index (`RETRIEVER.key.json`): the fingerprint of what the index was
+/// built from; a mismatch means rebuild.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct IndexKey {
-    corpus_fnv1a64: String,
-    bm25: Option<Bm25Settings>,
-    dense: Option<String>,
+    fingerprint: Fingerprint,
+}
+
+impl IndexKey {
+    /// The key of `retriever`'s index over a corpus of fingerprint `corpus`.
+    fn new(retriever: &RetrieverKind, corpus: &Fingerprint) -> Self {
+        let key = Fingerprint::builder("benchmark index").fingerprint("corpus", corpus);
+        let key = match retriever {
+            RetrieverKind::Bm25(settings) => key.json("bm25", settings),
+            RetrieverKind::Dense { identity, .. } => key.fingerprint("dense", identity),
+        };
+        Self {
+            fingerprint: key.finish(),
+        }
+    }
 }
 
 /// Writes the corpus as JSONL into `dir` (unless an identical file is there); returns its path
-/// and hash.
-pub(crate) fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, String)> {
+/// and fingerprint.
+pub(crate) fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, Fingerprint)> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join("corpus.jsonl");
     let mut bytes = Vec::new();
@@ -91,8 +107,8 @@ pub(crate) fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, St
         })?;
         bytes.push(b'\n');
     }
-    let hash = fnv1a64(&bytes);
-    if path.is_file() && fnv1a64_file(&path)? == hash {
+    let hash = Fingerprint::of_bytes(&bytes);
+    if path.is_file() && Fingerprint::of_file(&path)? == hash {
         return Ok((path, hash));
     }
     let mut writer = AtomicWriter::create(&path)?;
@@ -101,30 +117,20 @@ pub(crate) fn write_corpus(docs: &[Document], dir: &Path) -> Result<(PathBuf, St
     Ok((path, hash))
 }
 
-/// The index of `retriever` for the corpus at `corpus` (hash `hash`), under `dir`: reused when
+/// The index of `retriever` for the corpus at `corpus` (fingerprint `hash`), under `dir`: reused when
 /// its key matches, else (re)built. Returns the open engine (with the query encoder loaded for
 /// a dense model) and whether it was reused.
 pub(crate) fn prepare_index(
     retriever: &RetrieverKind,
     corpus: &Path,
-    hash: &str,
+    hash: &Fingerprint,
     dir: &Path,
     encoder: &EncoderOptions,
     progress: &dyn Progress,
 ) -> Result<(Engine, bool)> {
     let index_dir = dir.join(retriever.dir_name());
     let key_path = dir.join(format!("{}.key.json", retriever.dir_name()));
-    let key = IndexKey {
-        corpus_fnv1a64: hash.to_string(),
-        bm25: match retriever {
-            RetrieverKind::Bm25(settings) => Some(*settings),
-            RetrieverKind::Dense { .. } => None,
-        },
-        dense: match retriever {
-            RetrieverKind::Bm25(_) => None,
-            RetrieverKind::Dense { identity, .. } => Some(identity.clone()),
-        },
-    };
+    let key = IndexKey::new(retriever, hash);
     let old_key: Option<IndexKey> = std::fs::read_to_string(&key_path)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok());
@@ -225,11 +231,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fnv_matches_the_manifest_hash() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x");
-        std::fs::write(&path, b"hello\nworld\n").unwrap();
-        assert_eq!(fnv1a64(b"hello\nworld\n"), fnv1a64_file(&path).unwrap());
+    fn an_index_key_changes_with_the_corpus_and_the_settings() {
+        let corpus = Fingerprint::of_bytes(b"corpus");
+        let bm25 = RetrieverKind::Bm25(Bm25Settings::default());
+        let key = IndexKey::new(&bm25, &corpus);
+        assert_eq!(key, IndexKey::new(&bm25, &corpus));
+        assert_ne!(key, IndexKey::new(&bm25, &Fingerprint::of_bytes(b"other")));
+        let text = serde_json::to_string(&key).unwrap();
+        assert_eq!(serde_json::from_str::<IndexKey>(&text).unwrap(), key);
     }
 
     #[test]

@@ -73,13 +73,13 @@ pub struct BenchmarkArgs {
     b: f32,
     /// BM25 analyzer: code or plain.
     #[arg(long, default_value = "code")]
-    analyzer: String,
+    analyzer: AnalyzerKind,
     /// Device for dense encoders: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceSpec,
     /// Dense model weight dtype (f32, f16, bf16); default from the model's manifest.
     #[arg(long)]
-    model_dtype: Option<String>,
+    model_dtype: Option<ModelDType>,
     /// Max tokens per text for dense encoders.
     #[arg(long)]
     max_length: Option<usize>,
@@ -104,15 +104,11 @@ pub fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
         bm25: Bm25Settings {
             k1: args.k1,
             b: args.b,
-            analyzer: AnalyzerKind::parse(&args.analyzer)?,
+            analyzer: args.analyzer,
         },
         encoder: EncoderOptions {
-            device: DeviceSpec::parse(&args.device)?,
-            dtype: args
-                .model_dtype
-                .as_deref()
-                .map(ModelDType::parse)
-                .transpose()?,
+            device: args.device,
+            dtype: args.model_dtype,
             max_length: args.max_length,
             max_batch_tokens: args.max_batch_tokens,
             ..EncoderOptions::default()

@@ -15,7 +15,7 @@ use super::progress::Bars;
 pub struct CorpusArgs {
     /// A repository: its GitHub OWNER/NAME and local checkout, as OWNER/NAME=PATH. Repeatable.
     #[arg(long = "repo", required = true, value_name = "OWNER/NAME=PATH")]
-    repos: Vec<String>,
+    repos: Vec<RepoSpec>,
     /// Output corpus (JSONL, one document per line; written atomically; `-` for stdout).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
@@ -26,7 +26,7 @@ pub struct CorpusArgs {
     /// Tokenizer that counts the budget: cl100k_base (as the reference), o200k_base, or
     /// hf:PATH to a Hugging Face tokenizer.json (e.g. the dense model's own).
     #[arg(long, default_value = "cl100k_base", value_name = "NAME|hf:PATH")]
-    tokenizer: String,
+    tokenizer: TokenizerSpec,
     /// Skip files larger than this many bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES)]
     max_file_bytes: u64,
@@ -39,21 +39,24 @@ pub struct CorpusArgs {
     summary: Option<PathBuf>,
 }
 
+/// The settings of `build_corpus`'s errors, and this command's flags for them.
+const FLAGS: &[(&str, &str)] = &[
+    ("repository", "--repo"),
+    ("max tokens", "--max-tokens"),
+    ("tokenizer", "--tokenizer"),
+];
+
 pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
-    let repos = args
-        .repos
-        .iter()
-        .map(|spec| RepoSpec::parse(spec))
-        .collect::<Result<Vec<_>, _>>()?;
     let config = CorpusConfig {
-        repos,
+        repos: args.repos,
         max_tokens: args.max_tokens,
-        tokenizer: TokenizerSpec::parse(&args.tokenizer)?,
+        tokenizer: args.tokenizer,
         max_file_bytes: args.max_file_bytes,
         exclude: args.exclude,
     };
     let started = std::time::Instant::now();
-    let summary = build_corpus(&config, &args.out, &Bars::new())?;
+    let summary =
+        build_corpus(&config, &args.out, &Bars::new()).map_err(|e| super::with_flags(e, FLAGS))?;
     if let Some(path) = &args.summary {
         write_summary(&summary, path)?;
     }

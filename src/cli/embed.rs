@@ -27,13 +27,13 @@ pub struct EmbedArgs {
     out: PathBuf,
     /// Template to apply: query or document (default: from the input's schema).
     #[arg(long)]
-    kind: Option<String>,
+    kind: Option<TextKind>,
     /// Element type of the written matrix: f32 or f16.
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    dtype: VectorDtype,
     /// Weight and compute dtype: f32, bf16 or f16 (default: the model manifest's).
     #[arg(long)]
-    model_dtype: Option<String>,
+    model_dtype: Option<ModelDType>,
     /// Max tokens per text, special tokens included (default: the model's); longer texts are truncated.
     #[arg(long)]
     max_length: Option<usize>,
@@ -44,13 +44,13 @@ pub struct EmbedArgs {
     /// are dealt round-robin, so rows are computed exactly as in one process. Writes a sidecar
     /// OUT.shard.json with the rows' input positions; join the shards with `freshstack merge`.
     #[arg(long, value_name = "I/N")]
-    shard: Option<String>,
+    shard: Option<Shard>,
     /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceSpec,
     /// Pooling override for models without a manifest: cls, mean or last-token.
     #[arg(long)]
-    pooling: Option<String>,
+    pooling: Option<Pooling>,
     /// Task description substituted into the query template's `{task}`.
     #[arg(long)]
     task: Option<String>,
@@ -60,23 +60,19 @@ pub struct EmbedArgs {
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
-    let out_dtype = VectorDtype::parse(&args.dtype)?;
-    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let out_dtype = args.dtype;
+    let shard = args.shard;
     let options = EncoderOptions {
-        device: DeviceSpec::parse(&args.device)?,
-        dtype: args
-            .model_dtype
-            .as_deref()
-            .map(ModelDType::parse)
-            .transpose()?,
+        device: args.device,
+        dtype: args.model_dtype,
         max_length: args.max_length,
         max_batch_tokens: args.max_batch_tokens,
-        pooling: args.pooling.as_deref().map(Pooling::parse).transpose()?,
+        pooling: args.pooling,
         query_template: args.query_template.clone(),
         task: args.task.clone(),
         ..EncoderOptions::default()
     };
-    let requested_kind = args.kind.as_deref().map(TextKind::parse).transpose()?;
+    let requested_kind = args.kind;
 
     let input = read_embed_input(&args.input)?;
     let kind = requested_kind.unwrap_or(match input.kind {
@@ -107,7 +103,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
              pooling={:?} query_template={:?} document_template={:?} task={:?}",
             manifest.id,
             manifest.dtype,
-            args.dtype,
+            args.dtype.name(),
             manifest.max_length,
             encoder.max_batch_tokens(),
             manifest.pooling,

@@ -37,7 +37,7 @@ pub struct EvalArgs {
     /// Metrics, comma-separated: alpha_ndcg, coverage, recall, ndcg, mrr, precision, hole,
     /// judged [default: alpha_ndcg,coverage,recall].
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
-    metrics: Vec<String>,
+    metrics: Vec<Metric>,
     /// Also write every metric per question as JSON lines here.
     #[arg(long, value_name = "FILE")]
     per_query: Option<PathBuf>,
@@ -54,12 +54,7 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    let metrics = args
-        .metrics
-        .iter()
-        .map(|m| Metric::parse(m))
-        .collect::<Result<Vec<_>, _>>()?;
-    let config = EvalConfig::new(&metrics, &args.k)?;
+    let config = EvalConfig::new(&args.metrics, &args.k)?;
     let beyond: Vec<String> = config
         .measures
         .iter()

@@ -36,22 +36,22 @@ pub struct IndexArgs {
     b: f32,
     /// Analyzer: code (identifiers split into camelCase/snake_case parts) or plain (bm25s words).
     #[arg(long, default_value = "code")]
-    analyzer: String,
+    analyzer: AnalyzerKind,
     /// Precomputed document vectors as NAME=PATH.npy (rows L2-normalised, ids in PATH.ids).
     /// Repeatable; each becomes retriever dense:NAME.
     #[arg(long = "vectors", value_name = "NAME=PATH.npy")]
-    vectors: Vec<String>,
+    vectors: Vec<VectorSource>,
     /// A dense model that encodes the corpus (document template) as [NAME=]MODEL, MODEL a local
     /// directory or a Hugging Face id in the local cache; NAME (default: the directory's name or
     /// the id's last part) makes retriever dense:NAME. Repeatable.
     #[arg(long = "dense", value_name = "[NAME=]MODEL")]
-    dense: Vec<String>,
+    dense: Vec<DenseModelSpec>,
     /// Device for --dense encoders: cpu, cuda or cuda:N (cuda needs `--features cuda`).
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceSpec,
     /// Weight and compute dtype of --dense encoders: f32, bf16 or f16 (default: the model's).
     #[arg(long)]
-    model_dtype: Option<String>,
+    model_dtype: Option<ModelDType>,
     /// Max tokens per document for --dense encoders (default: the model's).
     #[arg(long)]
     max_length: Option<usize>,
@@ -60,7 +60,7 @@ pub struct IndexArgs {
     max_batch_tokens: Option<usize>,
     /// How --dense vectors are stored: f16 (half the size) or f32.
     #[arg(long, default_value = "f16")]
-    vector_dtype: String,
+    vector_dtype: VectorDtype,
     /// HNSW links per node.
     #[arg(long, default_value_t = 16)]
     hnsw_m: usize,
@@ -90,7 +90,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         let summary = refresh_hybrid_index(
             &config,
             &args.index,
-            DeviceSpec::parse(&args.device)?,
+            args.device,
             args.max_batch_tokens,
             &Bars::new(),
         )?;
@@ -106,26 +106,12 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
     let Some(corpus) = args.corpus else {
         anyhow::bail!("--corpus is required");
     };
-    let vectors = args
-        .vectors
-        .iter()
-        .map(|spec| VectorSource::parse(spec))
-        .collect::<Result<Vec<_>, _>>()?;
-    let dense = args
-        .dense
-        .iter()
-        .map(|spec| DenseModelSpec::parse(spec))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (vectors, dense) = (args.vectors, args.dense);
     let bm25 = (args.bm25 || (vectors.is_empty() && dense.is_empty())).then_some(Bm25Settings {
         k1: args.k1,
         b: args.b,
-        analyzer: AnalyzerKind::parse(&args.analyzer)?,
+        analyzer: args.analyzer,
     });
-    let vector_dtype = match args.vector_dtype.as_str() {
-        "f16" => VectorDtype::F16,
-        "f32" => VectorDtype::F32,
-        other => anyhow::bail!("--vector-dtype {other:?}: expected f16 or f32"),
-    };
     let config = HybridIndexConfig {
         corpus,
         bm25,
@@ -136,20 +122,17 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             ef_construction: args.hnsw_ef_construction,
         }),
         encoder: EncoderOptions {
-            device: DeviceSpec::parse(&args.device)?,
-            dtype: args
-                .model_dtype
-                .as_deref()
-                .map(ModelDType::parse)
-                .transpose()?,
+            device: args.device,
+            dtype: args.model_dtype,
             max_length: args.max_length,
             max_batch_tokens: args.max_batch_tokens,
             ..EncoderOptions::default()
         },
-        vector_dtype,
+        vector_dtype: args.vector_dtype,
     };
     let started = std::time::Instant::now();
-    let summary = build_hybrid_index(&config, &args.index, &Bars::new())?;
+    let summary = build_hybrid_index(&config, &args.index, &Bars::new())
+        .map_err(|e| super::with_flags(e, &[("vectors", "--vectors")]))?;
     let mut parts = Vec::new();
     if summary.manifest.bm25.is_some() {
         parts.push("bm25".to_string());

@@ -7,6 +7,13 @@ use clap::{Args, ValueEnum};
 use freshstack::dataset::Shard;
 use freshstack::llm::{BackendSpec, ChatParams, Llm, ResponseCache, StructuredOutput};
 
+/// The settings of the backend's errors, and their flags.
+const BACKEND_FLAGS: &[(&str, &str)] = &[
+    ("LLM base URL", "--llm-base-url"),
+    ("LLM model", "--llm-model"),
+    ("LLM timeout", "--llm-timeout"),
+];
+
 /// `--llm-structured-output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StructuredOutputArg {
@@ -66,7 +73,7 @@ pub struct LlmArgs {
     /// Process only shard I of N (0-based): questions sorted by id, question i to shard i % N.
     /// Writes a sidecar OUT.shard.json; join the shards with `freshstack merge`.
     #[arg(long, value_name = "I/N")]
-    shard: Option<String>,
+    shard: Option<Shard>,
 }
 
 impl LlmArgs {
@@ -95,7 +102,7 @@ impl LlmArgs {
 
     /// The `--shard` slice, if any.
     pub fn shard(&self) -> anyhow::Result<Option<Shard>> {
-        Ok(self.shard.as_deref().map(Shard::parse).transpose()?)
+        Ok(self.shard)
     }
 
     /// Builds the backend and opens the cache (next to `out` unless `--llm-cache`).
@@ -113,7 +120,10 @@ impl LlmArgs {
                 "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"
             );
         }
-        let chat = spec.open()?.chat;
+        let chat = spec
+            .open()
+            .map_err(|e| super::with_flags(e, BACKEND_FLAGS))?
+            .chat;
         let cache =
             if self.no_cache {
                 None

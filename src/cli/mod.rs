@@ -194,6 +194,20 @@ pub fn with_flags(err: freshstack::Error, flags: &[(&str, &str)]) -> anyhow::Err
     err.into()
 }
 
+/// Ends the process on a command-line error. A value its typed argument's parser rejected
+/// (`FromStr`: the library's own message) is one line, `error: invalid value 'X' for '--FLAG
+/// <V>': MESSAGE`, exit 2 (clap's usage status), as the house rule for bad input asks; help,
+/// version and every other usage error (unknown flags, closed sets with their possible values)
+/// print as clap prints them.
+pub fn command_line_error(err: clap::Error) -> std::process::ExitCode {
+    if err.kind() == clap::error::ErrorKind::ValueValidation {
+        let text = err.render().to_string();
+        eprintln!("{}", text.lines().next().unwrap_or_default());
+        return std::process::ExitCode::from(2);
+    }
+    err.exit()
+}
+
 /// True when the error is a closed stdout (`freshstack ... | head`): not a failure.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {

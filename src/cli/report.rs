@@ -22,7 +22,7 @@ pub struct ReportArgs {
     /// Tokenizer counting query and answer lengths: o200k_base (GPT-4o's, the paper's) or
     /// cl100k_base.
     #[arg(long, default_value = "o200k_base")]
-    tokenizer: String,
+    tokenizer: TokenizerKind,
     /// A line shown under the page title (e.g. a date or the build's name); nothing by default,
     /// so the page is the same bytes for the same dataset.
     #[arg(long, value_name = "TEXT")]
@@ -31,7 +31,7 @@ pub struct ReportArgs {
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let options = ReportOptions {
-        tokenizer: TokenizerKind::parse(&args.tokenizer)?,
+        tokenizer: args.tokenizer,
     };
     let report = report::compute(&args.dir, &options, &Bars::new())?;
     let files = report::write(

@@ -51,10 +51,10 @@ pub struct RerankArgs {
     max_batch_tokens: Option<usize>,
     /// Weight and compute dtype: f32, bf16 or f16 (default: the model manifest's, else f32).
     #[arg(long)]
-    model_dtype: Option<String>,
+    model_dtype: Option<ModelDType>,
     /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceSpec,
     /// Run tag (last column); default: `rerank`.
     #[arg(long, default_value = "rerank")]
     tag: String,
@@ -62,12 +62,8 @@ pub struct RerankArgs {
 
 pub fn run(args: RerankArgs) -> anyhow::Result<()> {
     let options = RerankerOptions {
-        device: DeviceSpec::parse(&args.device)?,
-        dtype: args
-            .model_dtype
-            .as_deref()
-            .map(ModelDType::parse)
-            .transpose()?,
+        device: args.device,
+        dtype: args.model_dtype,
         max_length: args.max_length,
         max_batch_tokens: args.max_batch_tokens,
     };
@@ -132,8 +128,8 @@ impl RerankStageArgs {
     /// The second stage's settings when `--rerank` is given (on `device`, in `model_dtype`).
     pub fn config(
         &self,
-        device: &str,
-        model_dtype: Option<&str>,
+        device: DeviceSpec,
+        model_dtype: Option<ModelDType>,
     ) -> anyhow::Result<Option<RerankConfig>> {
         let Some(model) = &self.rerank else {
             return Ok(None);
@@ -143,8 +139,8 @@ impl RerankStageArgs {
             depth: self.rerank_depth,
             corpus: self.corpus.clone(),
             options: RerankerOptions {
-                device: DeviceSpec::parse(device)?,
-                dtype: model_dtype.map(ModelDType::parse).transpose()?,
+                device,
+                dtype: model_dtype,
                 max_length: self.rerank_max_length,
                 max_batch_tokens: None,
             },

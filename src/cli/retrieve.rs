@@ -56,10 +56,10 @@ impl FusionArgs {
 pub struct EncoderArgs {
     /// Device for query encoders: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceSpec,
     /// Weight/compute dtype of query encoders (default: the one the corpus was encoded with).
     #[arg(long)]
-    model_dtype: Option<String>,
+    model_dtype: Option<ModelDType>,
     /// Load dense model NAME's query encoder from MODEL (a directory or cached id) instead of
     /// the one the index recorded. Repeatable.
     #[arg(long = "model", value_name = "NAME=MODEL")]
@@ -67,25 +67,21 @@ pub struct EncoderArgs {
 }
 
 impl EncoderArgs {
-    /// The `--device` text.
-    pub fn device(&self) -> &str {
-        &self.device
+    /// The `--device` value.
+    pub fn device(&self) -> DeviceSpec {
+        self.device
     }
 
-    /// The `--model-dtype` text, if given.
-    pub fn model_dtype(&self) -> Option<&str> {
-        self.model_dtype.as_deref()
+    /// The `--model-dtype` value, if given.
+    pub fn model_dtype(&self) -> Option<ModelDType> {
+        self.model_dtype
     }
 
     /// The query encoders' settings.
     pub fn options(&self) -> anyhow::Result<QueryEncoderOptions> {
         let mut options = QueryEncoderOptions {
-            device: DeviceSpec::parse(&self.device)?,
-            dtype: self
-                .model_dtype
-                .as_deref()
-                .map(ModelDType::parse)
-                .transpose()?,
+            device: self.device,
+            dtype: self.model_dtype,
             ..QueryEncoderOptions::default()
         };
         for spec in &self.models {
@@ -163,7 +159,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("--query-vectors {spec:?}: expected NAME=PATH.npy"))
         })
         .transpose()?;
-    let device = DeviceSpec::parse(args.encoders.device())?;
+    let device = args.encoders.device();
     let ann = args.ann;
     let config = RetrieveConfig {
         index: args.index.clone(),

@@ -12,6 +12,7 @@ use freshstack::source::stackoverflow::{
 };
 
 use super::progress::Bars;
+use super::with_flags;
 
 /// Arguments of `freshstack stackoverflow`.
 #[derive(Debug, Args)]
@@ -40,7 +41,7 @@ struct ImportArgs {
     tags: Vec<String>,
     /// Whether a question needs any or all of the tags.
     #[arg(long = "match", default_value = "any", value_name = "any|all")]
-    match_mode: String,
+    match_mode: TagMatch,
     /// First creation day kept (YYYY-MM-DD, inclusive).
     #[arg(long, value_name = "YYYY-MM-DD")]
     since: Option<String>,
@@ -117,6 +118,9 @@ pub fn run(args: StackOverflowArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The settings of the Stack Overflow readers' errors, and this command's flags for them.
+const FLAGS: &[(&str, &str)] = &[("posts", "--posts"), ("tag", "--tag"), ("since", "--since")];
+
 fn day_range(since: Option<&str>, until: Option<&str>) -> anyhow::Result<DayRange> {
     let range = DayRange {
         since: since.map(|s| parse_day("--since", s)).transpose()?,
@@ -130,7 +134,7 @@ fn day_range(since: Option<&str>, until: Option<&str>) -> anyhow::Result<DayRang
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
     let config = ImportConfig {
-        filter: TagFilter::new(&args.tags, TagMatch::parse(&args.match_mode)?)?,
+        filter: TagFilter::new(&args.tags, args.match_mode).map_err(|e| with_flags(e, FLAGS))?,
         range: day_range(args.since.as_deref(), args.until.as_deref())?,
         min_score: args.min_score,
         allow_unaccepted: args.allow_unaccepted,
@@ -138,10 +142,11 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
         max_event_bytes: args.max_event_bytes,
     };
     // Fails on a missing file or an unknown compression before any work.
-    detect_compression(&args.posts)?;
+    detect_compression(&args.posts).map_err(|e| with_flags(e, FLAGS))?;
     let started = std::time::Instant::now();
     // Library errors already name the dump (and the byte offset and line for bad XML).
-    let summary = import_questions(&args.posts, &config, &args.out, &Bars::new())?;
+    let summary = import_questions(&args.posts, &config, &args.out, &Bars::new())
+        .map_err(|e| with_flags(e, FLAGS))?;
     if let Some(path) = &args.summary {
         write_import_summary(&summary, path)?;
     }
@@ -176,8 +181,9 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
 
 fn tags(args: TagsArgs) -> anyhow::Result<()> {
     let range = day_range(args.since.as_deref(), args.until.as_deref())?;
-    detect_compression(&args.posts)?;
-    let report = tag_cooccurrence(&args.posts, &args.tag, &range, args.top, &Bars::new())?;
+    detect_compression(&args.posts).map_err(|e| with_flags(e, FLAGS))?;
+    let report = tag_cooccurrence(&args.posts, &args.tag, &range, args.top, &Bars::new())
+        .map_err(|e| with_flags(e, FLAGS))?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -203,14 +209,15 @@ fn tags(args: TagsArgs) -> anyhow::Result<()> {
 }
 
 fn topics(args: TopicsArgs) -> anyhow::Result<()> {
-    detect_compression(&args.posts)?;
+    detect_compression(&args.posts).map_err(|e| with_flags(e, FLAGS))?;
     let report = recent_topics(
         &args.posts,
         &args.since,
         args.min_posts,
         args.top,
         &Bars::new(),
-    )?;
+    )
+    .map_err(|e| with_flags(e, FLAGS))?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

@@ -16,9 +16,11 @@ pub enum TextKind {
     Document,
 }
 
-impl TextKind {
+impl std::str::FromStr for TextKind {
+    type Err = Error;
+
     /// Parses `query` or `document` (also `doc`).
-    pub fn parse(name: &str) -> Result<Self> {
+    fn from_str(name: &str) -> Result<Self> {
         match name {
             "query" => Ok(Self::Query),
             "document" | "doc" => Ok(Self::Document),

@@ -4,7 +4,8 @@
 //! and, once judged, its [`Nugget`]s; every question file, `queries.jsonl` included), its
 //! [`QueryId`], the rows the LLM stages write ([`NuggetsRecord`], [`VariantsRecord`],
 //! [`PoolRow`], [`JudgmentRecord`]), [`Run`] (TREC runs), [`NuggetQrels`] (nugget judgments), the
-//! one text-to-vector trait [`Encoder`] (with [`Embeddings`] and [`TextKind`]), the
+//! one text-to-vector trait [`Encoder`] (with [`Embeddings`] and [`TextKind`]), the one hash
+//! behind every cache decision ([`Fingerprint`]), the
 //! vectors format (`.npy` + `.ids`: [`VectorMatrix`], [`NpyWriter`]), the JSONL helpers every
 //! stage uses to read and write files, and the benchmark loaders ([`DatasetSpec`]: local exports
 //! or the Hugging Face cache, JSONL or Parquet). Guarantees: output files are written through
@@ -17,6 +18,7 @@
 mod atomic;
 mod document;
 mod encoder;
+mod fingerprint;
 mod hub;
 mod jsonl;
 mod parquet;
@@ -33,6 +35,9 @@ mod vectors;
 pub use atomic::{AtomicWriter, write_json_atomic};
 pub use document::{Document, DocumentMetadata};
 pub use encoder::{Embeddings, Encoder, TextKind};
+pub use fingerprint::{
+    FINGERPRINT_FORMAT, Fingerprint, FingerprintBuilder, Fnv1a64, ParseFingerprintError,
+};
 pub use hub::{DatasetPart, DatasetSpec, hub_cache_dir, load_corpus, load_queries, resolve_files};
 pub use jsonl::{read_jsonl, read_jsonl_lines};
 pub use parquet::read_parquet;

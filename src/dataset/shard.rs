@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::write_json_atomic;
+use super::{Fnv1a64, write_json_atomic};
 use crate::error::{Error, Result};
 
 /// Version of the sidecar format.
@@ -29,9 +29,18 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// Whether work item `i` (in the stage's work order) belongs to this shard.
+    pub fn contains(&self, i: usize) -> bool {
+        i % self.count == self.index
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = Error;
+
     /// Parses `I/N` (0 <= I < N).
-    pub fn parse(text: &str) -> Result<Self> {
-        let bad = |m: &str| Error::invalid("--shard", format!("{text:?}: {m}"));
+    fn from_str(text: &str) -> Result<Self> {
+        let bad = |m: &str| Error::invalid("shard", format!("{text:?}: {m}"));
         let (i, n) = text.split_once('/').ok_or_else(|| bad("expected I/N"))?;
         let index: usize = i.trim().parse().map_err(|_| bad("I is not a number"))?;
         let count: usize = n.trim().parse().map_err(|_| bad("N is not a number"))?;
@@ -39,11 +48,6 @@ impl Shard {
             return Err(bad("need 0 <= I < N"));
         }
         Ok(Self { index, count })
-    }
-
-    /// Whether work item `i` (in the stage's work order) belongs to this shard.
-    pub fn contains(&self, i: usize) -> bool {
-        i % self.count == self.index
     }
 }
 
@@ -114,27 +118,27 @@ impl ShardInfo {
 
 /// FNV-1a (64-bit) of `keys`, each followed by a newline, as 16 hex digits.
 pub fn keys_hash<'a>(keys: impl IntoIterator<Item = &'a str>) -> String {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut hash = Fnv1a64::default();
     for key in keys {
-        for &b in key.as_bytes().iter().chain(b"\n") {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
+        hash.update(key.as_bytes());
+        hash.update(b"\n");
     }
-    format!("{hash:016x}")
+    hash.to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
 
     #[test]
     fn parses_and_selects() {
-        let s = Shard::parse("1/3").unwrap();
+        let s = Shard::from_str("1/3").unwrap();
         assert_eq!(s, Shard { index: 1, count: 3 });
         let picked: Vec<usize> = (0..8).filter(|&i| s.contains(i)).collect();
         assert_eq!(picked, [1, 4, 7]);
         for bad in ["3/3", "x", "1/0", "a/2", "1-2"] {
-            assert!(Shard::parse(bad).is_err(), "{bad}");
+            assert!(Shard::from_str(bad).is_err(), "{bad}");
         }
         assert_eq!(
             shard_info_path(Path::new("out/n.0.jsonl")),

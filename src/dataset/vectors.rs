@@ -40,18 +40,6 @@ impl VectorDtype {
         }
     }
 
-    /// Parses `f32` or `f16`.
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "f32" => Ok(Self::F32),
-            "f16" => Ok(Self::F16),
-            other => Err(Error::invalid(
-                "dtype",
-                format!("'{other}' (expected f32 or f16)"),
-            )),
-        }
-    }
-
     /// Bytes per element.
     pub fn element_bytes(self) -> usize {
         match self {
@@ -64,6 +52,22 @@ impl VectorDtype {
         match self {
             Self::F16 => "<f2",
             Self::F32 => "<f4",
+        }
+    }
+}
+
+impl std::str::FromStr for VectorDtype {
+    type Err = Error;
+
+    /// Parses `f32` or `f16`.
+    fn from_str(name: &str) -> Result<Self> {
+        match name {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            other => Err(Error::invalid(
+                "dtype",
+                format!("'{other}' (expected f32 or f16)"),
+            )),
         }
     }
 }
@@ -446,6 +450,7 @@ pub fn read_ids(path: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
 
     /// A version 1 file holding `dict`, its header padded with spaces and a newline to a
     /// multiple of `align` bytes (NumPy pads to 64; versions before 1.14 padded to 16), then
@@ -607,8 +612,8 @@ mod tests {
                 .to_string()
                 .contains(":2: empty id")
         );
-        assert_eq!(VectorDtype::parse("f16").unwrap(), VectorDtype::F16);
-        let err = VectorDtype::parse("f64").unwrap_err().to_string();
+        assert_eq!(VectorDtype::from_str("f16").unwrap(), VectorDtype::F16);
+        let err = VectorDtype::from_str("f64").unwrap_err().to_string();
         assert!(err.contains("'f64' (expected f32 or f16)"), "{err}");
     }
 }

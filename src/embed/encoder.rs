@@ -31,8 +31,24 @@ pub enum DeviceSpec {
 }
 
 impl DeviceSpec {
+    pub(crate) fn device(self) -> Result<Device> {
+        match self {
+            Self::Cpu => Ok(Device::Cpu),
+            Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
+                Error::invalid(
+                    "device",
+                    format!("cuda:{n}: {e} (GPU support needs a build with `--features cuda`)"),
+                )
+            }),
+        }
+    }
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = Error;
+
     /// Parses `cpu`, `cuda` or `cuda:N`.
-    pub fn parse(text: &str) -> Result<Self> {
+    fn from_str(text: &str) -> Result<Self> {
         match text {
             "cpu" => Ok(Self::Cpu),
             "cuda" => Ok(Self::Cuda(0)),
@@ -43,18 +59,6 @@ impl DeviceSpec {
                 .ok_or_else(|| {
                     Error::invalid("device", format!("'{text}' (expected cpu, cuda or cuda:N)"))
                 }),
-        }
-    }
-
-    pub(crate) fn device(self) -> Result<Device> {
-        match self {
-            Self::Cpu => Ok(Device::Cpu),
-            Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
-                Error::invalid(
-                    "device",
-                    format!("cuda:{n}: {e} (GPU support needs a build with `--features cuda`)"),
-                )
-            }),
         }
     }
 }

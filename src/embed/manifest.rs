@@ -73,9 +73,11 @@ pub enum Pooling {
     LastToken,
 }
 
-impl Pooling {
+impl std::str::FromStr for Pooling {
+    type Err = Error;
+
     /// Parses `cls`, `mean` or `last_token` / `last-token`.
-    pub fn parse(name: &str) -> Result<Self> {
+    fn from_str(name: &str) -> Result<Self> {
         match name {
             "cls" => Ok(Self::Cls),
             "mean" => Ok(Self::Mean),
@@ -100,9 +102,11 @@ pub enum ModelDType {
     F16,
 }
 
-impl ModelDType {
+impl std::str::FromStr for ModelDType {
+    type Err = Error;
+
     /// Parses `f32`, `bf16` or `f16`.
-    pub fn parse(name: &str) -> Result<Self> {
+    fn from_str(name: &str) -> Result<Self> {
         match name {
             "f32" => Ok(Self::F32),
             "bf16" => Ok(Self::Bf16),

@@ -94,9 +94,13 @@ impl Metric {
             _ => 10,
         }
     }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = Error;
 
     /// Parses a metric name (also accepts `alpha-ndcg`, `p`, `rr`).
-    pub fn parse(name: &str) -> Result<Metric> {
+    fn from_str(name: &str) -> Result<Self> {
         let lower = name.trim().to_ascii_lowercase().replace('-', "_");
         let metric = match lower.as_str() {
             "alpha_ndcg" | "alphandcg" => Metric::AlphaNdcg,

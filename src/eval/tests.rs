@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::dataset::{NuggetQrels, Run};
+use std::str::FromStr;
 
 /// Question `q`: nuggets n0, n1, n2 (n2 without any judged document); d1 supports n0 and n1,
 /// d2 supports n0, d3 supports n1, d4 is judged but supports nothing.
@@ -201,8 +202,8 @@ fn config_defaults_and_parse() {
         ["recall@5", "recall@100", "coverage@5", "coverage@100"]
     );
     assert!(EvalConfig::new(&[], &[0]).is_err());
-    assert_eq!(Metric::parse("alpha-nDCG").unwrap(), Metric::AlphaNdcg);
-    assert!(Metric::parse("map").is_err());
+    assert_eq!(Metric::from_str("alpha-nDCG").unwrap(), Metric::AlphaNdcg);
+    assert!(Metric::from_str("map").is_err());
     assert_eq!(EvalConfig::paper().alpha_cut(), 20);
     assert_eq!(
         EvalConfig::new(&[Metric::AlphaNdcg], &[])

@@ -43,18 +43,6 @@ pub enum AnalyzerKind {
 }
 
 impl AnalyzerKind {
-    /// Parses `code` or `plain`.
-    pub fn parse(name: &str) -> crate::Result<Self> {
-        match name {
-            "code" => Ok(Self::Code),
-            "plain" => Ok(Self::Plain),
-            other => Err(crate::Error::invalid(
-                "analyzer",
-                format!("unknown analyzer {other:?}: expected code or plain"),
-            )),
-        }
-    }
-
     /// The name used in the manifest and on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -105,6 +93,22 @@ impl AnalyzerKind {
         let mut out = Vec::new();
         self.analyze(text, |t, _, _| out.push(t));
         out
+    }
+}
+
+impl std::str::FromStr for AnalyzerKind {
+    type Err = crate::Error;
+
+    /// Parses `code` or `plain`.
+    fn from_str(name: &str) -> crate::Result<Self> {
+        match name {
+            "code" => Ok(Self::Code),
+            "plain" => Ok(Self::Plain),
+            other => Err(crate::Error::invalid(
+                "analyzer",
+                format!("unknown analyzer {other:?}: expected code or plain"),
+            )),
+        }
     }
 }
 

@@ -46,7 +46,8 @@ pub struct Manifest {
 pub struct CorpusInfo {
     /// The corpus path as given at build time (informational).
     pub path: String,
-    /// FNV-1a 64 of the corpus file's bytes, hex: detects a rebuilt corpus.
+    /// FNV-1a 64 ([`Fnv1a64`](crate::dataset::Fnv1a64)) of the corpus file's bytes, hex:
+    /// detects a rebuilt corpus, and feeds the HNSW cache's key.
     pub fnv1a64: String,
     /// Documents indexed.
     pub num_documents: usize,
@@ -82,7 +83,8 @@ pub struct DenseModelRef {
     pub id: String,
     /// The resolved model directory (absolute), tried when `reference` no longer resolves.
     pub dir: String,
-    /// FNV-1a 64 of `config.json` and `tokenizer.json`: warns when a different model is loaded.
+    /// FNV-1a 64 ([`Fnv1a64`](crate::dataset::Fnv1a64)) of `config.json` and `tokenizer.json`,
+    /// joined by `-`: warns when a different model is loaded.
     pub fingerprint: String,
     /// Query template (`{task}`, `{text}`), as used at build time.
     pub query_template: String,
@@ -348,35 +350,4 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()>
         });
     }
     Ok(())
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// Folds `bytes` into a running FNV-1a 64 hash.
-fn fnv1a64_update(mut hash: u64, bytes: &[u8]) -> u64 {
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-/// FNV-1a 64 of `bytes`, as 16 hex digits (equal to [`fnv1a64_file`] of a file holding them).
-pub fn fnv1a64(bytes: &[u8]) -> String {
-    format!("{:016x}", fnv1a64_update(FNV_OFFSET, bytes))
-}
-
-/// FNV-1a 64 of a file's bytes, as 16 hex digits.
-pub fn fnv1a64_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut hash = FNV_OFFSET;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hash = fnv1a64_update(hash, &buf[..n]);
-    }
-    Ok(format!("{hash:016x}"))
 }

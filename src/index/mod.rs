@@ -18,7 +18,6 @@
 
 mod analyzer;
 mod bm25;
-mod build;
 mod docids;
 mod flat;
 #[cfg(feature = "cuda")]
@@ -26,14 +25,11 @@ mod gpu;
 mod hnsw;
 mod manifest;
 mod refresh;
+mod write;
 
 pub use analyzer::{AnalyzerKind, MAX_TERM_BYTES};
 pub use bm25::{
     Bm25Index, Bm25Settings, Bm25Writer, DEFAULT_B, DEFAULT_K1, MAX_QUERY_BYTES, ScoredOrd,
-};
-pub use build::{
-    DocumentModel, IndexConfig, IndexSummary, LoadedModel, VectorSource, build_index,
-    build_index_with_encoders, document_text, read_corpus, validate_model_name,
 };
 pub use docids::{DocIds, TopK};
 pub use flat::{dot, search as flat_search};
@@ -42,9 +38,13 @@ pub use gpu::{GpuFlat, KERNEL_SOURCE, compile_kernels};
 pub use hnsw::{HnswGraph, cache_key};
 pub use manifest::{
     CorpusInfo, DenseInfo, DenseModelRef, FORMAT_VERSION, FileInfo, HnswSettings, MANIFEST_FILE,
-    Manifest, fnv1a64, fnv1a64_file,
+    Manifest,
 };
 pub use refresh::{RefreshConfig, RefreshSummary, refresh_index, refresh_index_with_encoders};
+pub use write::{
+    DocumentModel, IndexConfig, IndexSummary, LoadedModel, VectorSource, build_index,
+    build_index_with_encoders, document_text, read_corpus, validate_model_name,
+};
 
 /// File and directory names inside an index directory.
 pub mod layout {

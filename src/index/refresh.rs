@@ -10,19 +10,20 @@
 //! sibling, changed there and renamed into place, so a failed refresh leaves the old index.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use rustc_hash::FxHashSet;
 
 use crate::dataset::tempfiles::StagingDir;
-use crate::dataset::{VectorDtype, VectorMatrix};
+use crate::dataset::{Fnv1a64, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
-use crate::index::build::{
-    DocumentModel, StoredModel, checked_vectors, document_text, install, read_corpus,
-};
 use crate::index::docids::DocIds;
 use crate::index::layout;
-use crate::index::manifest::{Manifest, fnv1a64_file};
+use crate::index::manifest::Manifest;
+use crate::index::write::{
+    DocumentModel, StoredModel, checked_vectors, document_text, install, read_corpus,
+};
 use crate::progress::Progress;
 
 /// What to change.
@@ -145,7 +146,8 @@ pub fn refresh_index_with_encoders(
     manifest.corpus.num_documents = ids.len();
     if let Some(path) = &config.add {
         manifest.corpus.path = format!("{} + {}", manifest.corpus.path, path.display());
-        manifest.corpus.fnv1a64 = format!("{}+{}", manifest.corpus.fnv1a64, fnv1a64_file(path)?);
+        manifest.corpus.fnv1a64 =
+            format!("{}+{}", manifest.corpus.fnv1a64, Fnv1a64::of_file(path)?);
     }
     if !added_docs.is_empty() {
         let texts: Vec<std::borrow::Cow<'_, str>> = added_docs.iter().map(document_text).collect();
@@ -190,7 +192,7 @@ pub fn refresh_index_with_encoders(
                 name: &info.name,
                 rows: ids.len(),
                 dim,
-                dtype: VectorDtype::parse(&info.dtype)?,
+                dtype: VectorDtype::from_str(&info.dtype)?,
             };
             stored.write(
                 tmp,

@@ -4,21 +4,20 @@
 //! Each answer is committed as soon as it arrives (WAL journal), so an interrupted stage keeps
 //! every call it completed. Several processes may share one file (SQLite locking, busy timeout).
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use sha2::{Digest, Sha256};
 
 use super::{ChatParams, Message};
+use crate::dataset::Fingerprint;
 use crate::error::{Error, Result};
 
 /// Bumped when the key's recipe changes, so old entries are simply never hit.
 const KEY_VERSION: &str = "freshstack-llm-cache-v1";
 
-/// The cache key: hex SHA-256 of a canonical JSON of backend, model, messages and parameters.
+/// The cache key: the [`Fingerprint`] (SHA-256, hex) of a canonical JSON of backend, model, messages and parameters.
 pub fn cache_key(backend: &str, model: &str, messages: &[Message], params: &ChatParams) -> String {
     let canonical = serde_json::json!({
         "v": KEY_VERSION,
@@ -27,12 +26,9 @@ pub fn cache_key(backend: &str, model: &str, messages: &[Message], params: &Chat
         "messages": messages,
         "params": params,
     });
-    let digest = Sha256::digest(canonical.to_string().as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in digest.iter() {
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
+    // The content fingerprint of that JSON: the SHA-256 the cache has always been keyed by,
+    // so existing caches keep answering.
+    Fingerprint::of_bytes(canonical.to_string().as_bytes()).to_string()
 }
 
 /// A persistent map from [`cache_key`] to the model's answer.

@@ -206,21 +206,21 @@ impl OpenAiChat {
     /// Checks the settings and builds the HTTP agent (no request is made).
     pub fn new(config: OpenAiConfig) -> Result<Self> {
         if config.base_urls.is_empty() {
-            return Err(Error::invalid("--llm-base-url", "no server given"));
+            return Err(Error::invalid("LLM base URL", "no server given"));
         }
         let mut endpoints = Vec::with_capacity(config.base_urls.len());
         for base in &config.base_urls {
             let base = base.trim().trim_end_matches('/');
             if !(base.starts_with("http://") || base.starts_with("https://")) {
                 return Err(Error::invalid(
-                    "--llm-base-url",
+                    "LLM base URL",
                     format!("{:?} is not an http:// or https:// URL", redact(base)),
                 ));
             }
             let url = format!("{base}/chat/completions");
             if endpoints.iter().any(|e: &Endpoint| e.url == url) {
                 return Err(Error::invalid(
-                    "--llm-base-url",
+                    "LLM base URL",
                     format!("{:?} is given twice", redact(base)),
                 ));
             }
@@ -232,10 +232,10 @@ impl OpenAiChat {
             });
         }
         if config.model.trim().is_empty() {
-            return Err(Error::invalid("--llm-model", "empty model name"));
+            return Err(Error::invalid("LLM model", "empty model name"));
         }
         if config.timeout.is_zero() {
-            return Err(Error::invalid("--llm-timeout", "must be positive"));
+            return Err(Error::invalid("LLM timeout", "must be positive"));
         }
         let per_server = config.concurrency.max(1);
         let agent_config = ureq::Agent::config_builder()
@@ -388,8 +388,8 @@ impl OpenAiChat {
                 let lower = text.to_ascii_lowercase();
                 if lower.contains("context") || lower.contains("too long") {
                     message.push_str(
-                        " (the prompt may exceed the model's context: lower --llm-context-tokens, \
-                         --max-doc-tokens or --docs-per-call)",
+                        " (the prompt may exceed the model's context: lower the context tokens, the \
+                         documents' max tokens or the documents per call)",
                     );
                 }
                 fatal(message, Some(status))

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -407,7 +408,7 @@ impl BuildConfig {
         for p in self.corpus.repositories.values_mut() {
             resolve(p);
         }
-        if let Ok(spec) = TokenizerSpec::parse(&self.corpus.tokenizer) {
+        if let Ok(spec) = TokenizerSpec::from_str(&self.corpus.tokenizer) {
             self.corpus.tokenizer = spec.resolved(base).to_string();
         }
         if let Some(p) = self.llm.gguf.as_mut() {
@@ -488,7 +489,7 @@ impl BuildConfig {
         if self.corpus.max_tokens == 0 {
             return bad("corpus.max_tokens", "must be at least 1".into());
         }
-        match TokenizerSpec::parse(&self.corpus.tokenizer) {
+        match TokenizerSpec::from_str(&self.corpus.tokenizer) {
             Err(_) => {
                 return bad(
                     "corpus.tokenizer",

@@ -2,8 +2,10 @@
 //! reruns (re-chunking is cheap and catches any edit in a checkout); unchanged checkouts give
 //! the same bytes, so nothing downstream reruns.
 
+use std::str::FromStr;
 use std::time::Instant;
 
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout};
 use crate::error::Result;
 use crate::progress::Progress;
@@ -30,12 +32,17 @@ impl Builder<'_> {
                 .collect(),
         );
         corpus.max_tokens = c.max_tokens;
-        corpus.tokenizer = TokenizerSpec::parse(&c.tokenizer)?;
+        corpus.tokenizer = TokenizerSpec::from_str(&c.tokenizer)?;
         corpus.max_file_bytes = c.max_file_bytes;
         corpus.exclude = c.exclude.clone();
-        let before = self.book.fresh("corpus", "corpus")?;
+        // The stage always runs: its fingerprint only says "the corpus stage"; the record is
+        // for the outputs' fingerprints, to tell whether they changed.
+        let fingerprint = stage_fingerprint("corpus").finish();
+        let before = self.book.fresh("corpus", &fingerprint)?;
         let summary = build_corpus(&corpus, &self.path(layout::CORPUS), progress)?;
-        let hashes = self.book.record("corpus", "corpus", &[layout::CORPUS])?;
+        let hashes = self
+            .book
+            .record("corpus", &fingerprint, &[layout::CORPUS])?;
         let unchanged = before.as_ref() == Some(&hashes);
         self.hashes.extend(hashes);
         self.documents = summary.documents as usize;

@@ -11,9 +11,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
+use std::str::FromStr;
 
 use super::filter::{FilterCounts, Filtered, filter_questions};
-use super::manifest::Fingerprint;
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, EXPORTED, StageOutcome, layout, read_by_query};
 use crate::dataset::{
     AtomicWriter, JudgmentRecord, NuggetsRecord, QueryId, Question, read_jsonl, write_json_atomic,
@@ -92,15 +93,15 @@ pub fn copy_file(from: &Path, to: &Path) -> Result<()> {
 
 impl Builder<'_> {
     pub(super) fn export(&mut self, on_stage: &mut dyn FnMut(&StageOutcome)) -> Result<()> {
-        let fingerprint = Fingerprint::new()
-            .setting("topic", &self.config.topic)
-            .setting("filter", &self.config.filter)
-            .setting("manifest", &self.export_manifest_base())
-            .input("questions", &self.hash(layout::QUESTIONS))
-            .input("nuggets", &self.hash(layout::NUGGETS))
-            .input("judgments", &self.hash(layout::JUDGMENTS))
-            .input("corpus", &self.hash(layout::CORPUS))
-            .input("runs", &self.hash(layout::RUNS))
+        let fingerprint = stage_fingerprint("export")
+            .json("topic", &self.config.topic)
+            .json("filter", &self.config.filter)
+            .json("manifest", &self.export_manifest_base())
+            .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
+            .maybe_fingerprint("nuggets", self.hash(layout::NUGGETS))
+            .maybe_fingerprint("judgments", self.hash(layout::JUDGMENTS))
+            .maybe_fingerprint("corpus", self.hash(layout::CORPUS))
+            .maybe_fingerprint("runs", self.hash(layout::RUNS))
             .finish();
         self.stage("export", fingerprint, &EXPORTED, on_stage, |b| {
             let questions: Vec<Question> = read_jsonl(b.path(layout::QUESTIONS))?;
@@ -158,7 +159,7 @@ impl Builder<'_> {
             "corpus": {
                 "max_tokens": c.corpus.max_tokens,
                 // No local path: `hf:<model dir>/<file>`, and the file's hash below.
-                "tokenizer": TokenizerSpec::parse(&c.corpus.tokenizer)
+                "tokenizer": TokenizerSpec::from_str(&c.corpus.tokenizer)
                     .map_or_else(|_| c.corpus.tokenizer.clone(), |t| t.portable_name()),
                 "max_file_bytes": c.corpus.max_file_bytes,
                 "exclude": c.corpus.exclude,
@@ -213,11 +214,11 @@ impl Builder<'_> {
             map.insert(
                 "inputs".into(),
                 serde_json::json!({
-                    "questions.jsonl": self.hash(layout::QUESTIONS),
-                    "corpus.jsonl": self.hash(layout::CORPUS),
-                    "nuggets.jsonl": self.hash(layout::NUGGETS),
-                    "variants.jsonl": self.hash(layout::VARIANTS),
-                    "judgments.jsonl": self.hash(layout::JUDGMENTS),
+                    "questions.jsonl": self.hash_text(layout::QUESTIONS),
+                    "corpus.jsonl": self.hash_text(layout::CORPUS),
+                    "nuggets.jsonl": self.hash_text(layout::NUGGETS),
+                    "variants.jsonl": self.hash_text(layout::VARIANTS),
+                    "judgments.jsonl": self.hash_text(layout::JUDGMENTS),
                 }),
             );
             map.insert(

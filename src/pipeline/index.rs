@@ -1,13 +1,14 @@
 //! The index stage: the hybrid index (BM25 and the dense models of `[retrieval]`) over the
 //! corpus, in `work/index`.
 
-use super::manifest::Fingerprint;
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout};
 use crate::embed::EncoderOptions;
 use crate::error::Result;
 use crate::index::Bm25Settings;
 use crate::progress::Progress;
 use crate::search::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
+use std::str::FromStr;
 
 impl Builder<'_> {
     pub(super) fn index(
@@ -15,9 +16,9 @@ impl Builder<'_> {
         progress: &dyn Progress,
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
-        let fingerprint = Fingerprint::new()
-            .setting("retrieval", &self.config.retrieval)
-            .input("corpus", &self.hash(layout::CORPUS))
+        let fingerprint = stage_fingerprint("index")
+            .json("retrieval", &self.config.retrieval)
+            .maybe_fingerprint("corpus", self.hash(layout::CORPUS))
             .finish();
         let manifest = format!("{}/{}", layout::INDEX, crate::index::MANIFEST_FILE);
         self.stage("index", fingerprint, &[&manifest], on_stage, |b| {
@@ -25,7 +26,7 @@ impl Builder<'_> {
             let dense = r
                 .dense
                 .iter()
-                .map(|spec| DenseModelSpec::parse(spec))
+                .map(|spec| DenseModelSpec::from_str(spec))
                 .collect::<Result<Vec<_>>>()?;
             let index = HybridIndexConfig {
                 corpus: b.path(layout::CORPUS),

@@ -660,12 +660,12 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint(&JUDGE)
-            .setting("judge", &self.config.judge)
-            .input("questions", &self.hash(layout::QUESTIONS))
-            .input("nuggets", &self.hash(layout::NUGGETS))
-            .input("corpus", &self.hash(layout::CORPUS))
-            .input("pool", &self.hash(layout::POOL))
+            .llm_fingerprint("judge", &JUDGE)
+            .json("judge", &self.config.judge)
+            .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
+            .maybe_fingerprint("nuggets", self.hash(layout::NUGGETS))
+            .maybe_fingerprint("corpus", self.hash(layout::CORPUS))
+            .maybe_fingerprint("pool", self.hash(layout::POOL))
             .finish();
         self.stage("judge", fingerprint, &[layout::JUDGMENTS], on_stage, |b| {
             let section = &b.config.judge;

@@ -190,9 +190,9 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint(&NUGGETS)
-            .setting("nuggets", &self.config.nuggets)
-            .input("questions", &self.hash(layout::QUESTIONS))
+            .llm_fingerprint("nuggets", &NUGGETS)
+            .json("nuggets", &self.config.nuggets)
+            .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .finish();
         self.stage("nuggets", fingerprint, &[layout::NUGGETS], on_stage, |b| {
             let config = NuggetsConfig {

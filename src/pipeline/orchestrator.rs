@@ -19,9 +19,9 @@ use serde::Serialize;
 
 use super::StageSummary;
 use super::config::BuildConfig;
-use super::manifest::{Fingerprint, StageBook};
+use super::manifest::{StageBook, stage_fingerprint};
 use super::report::ReportStage;
-use crate::dataset::{QueryId, read_jsonl_lines};
+use crate::dataset::{Fingerprint, FingerprintBuilder, QueryId, read_jsonl_lines};
 use crate::error::{Error, Result};
 use crate::llm::prompts::Prompt;
 use crate::llm::{ChatParams, Llm, LlmStats, ResponseCache};
@@ -152,8 +152,8 @@ pub(super) struct Builder<'a> {
     pub(super) config: &'a BuildConfig,
     pub(super) out: PathBuf,
     pub(super) book: StageBook,
-    /// Output hashes by relative path, as the stages left them.
-    pub(super) hashes: BTreeMap<String, String>,
+    /// Output content fingerprints by relative path, as the stages left them.
+    pub(super) hashes: BTreeMap<String, Fingerprint>,
     pub(super) llm: Option<OpenedLlm>,
     pub(super) stages: Vec<StageOutcome>,
     pub(super) documents: usize,
@@ -173,15 +173,23 @@ impl Builder<'_> {
         self.out.join(rel)
     }
 
-    pub(super) fn hash(&self, rel: &str) -> String {
-        self.hashes.get(rel).cloned().unwrap_or_default()
+    /// The content fingerprint of an earlier stage's output.
+    pub(super) fn hash(&self, rel: &str) -> Option<&Fingerprint> {
+        self.hashes.get(rel)
+    }
+
+    /// [`Builder::hash`] as the export manifest records it: hex, empty when absent.
+    pub(super) fn hash_text(&self, rel: &str) -> String {
+        self.hash(rel)
+            .map(Fingerprint::to_string)
+            .unwrap_or_default()
     }
 
     /// Runs `work` unless the stage is fresh; records its outputs either way.
     pub(super) fn stage(
         &mut self,
         name: &'static str,
-        fingerprint: String,
+        fingerprint: Fingerprint,
         outputs: &[&str],
         on_stage: &mut dyn FnMut(&StageOutcome),
         work: impl FnOnce(&mut Self) -> Result<String>,
@@ -252,14 +260,14 @@ impl Builder<'_> {
     /// the repair budget, the stage's prompt version and whether schemas are sent (a prompt
     /// bump or a switch of `structured_output` reruns the stage; the response cache then
     /// answers only what was asked before).
-    pub(super) fn llm_fingerprint(&self, prompt: &Prompt) -> Fingerprint {
+    pub(super) fn llm_fingerprint(&self, stage: &str, prompt: &Prompt) -> FingerprintBuilder {
         let llm = &self.config.llm;
-        Fingerprint::new()
-            .setting("llm", &self.llm_identity())
-            .setting("sampling", &(llm.temperature, llm.seed))
-            .setting("repairs", &llm.max_repairs)
-            .setting("prompt", &prompt.id)
-            .setting("structured_output", &llm.structured_output)
+        stage_fingerprint(stage)
+            .json("llm", &self.llm_identity())
+            .json("sampling", &(llm.temperature, llm.seed))
+            .json("repairs", &llm.max_repairs)
+            .json("prompt", &prompt.id)
+            .json("structured_output", &llm.structured_output)
     }
 
     /// Appends the stage's structured-output note to its one-line detail: said only when the

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-use super::manifest::Fingerprint;
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout, read_by_query};
 use crate::dataset::read_questions;
 use crate::dataset::{
@@ -307,17 +307,14 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let manifest = format!("{}/{}", layout::INDEX, crate::index::MANIFEST_FILE);
-        let mut fingerprint = Fingerprint::new()
-            .setting("retrieval", &self.config.retrieval)
-            .input("questions", &self.hash(layout::QUESTIONS))
-            .input("nuggets", &self.hash(layout::NUGGETS))
-            .input("variants", &self.hash(layout::VARIANTS))
-            .input("index", &self.hash(&manifest));
-        // Only when present, so builds without a reranker keep their fingerprints.
-        if let Some(rerank) = &self.config.rerank {
-            fingerprint = fingerprint.setting("rerank", rerank);
-        }
-        let fingerprint = fingerprint.finish();
+        let fingerprint = stage_fingerprint("pool")
+            .json("retrieval", &self.config.retrieval)
+            .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
+            .maybe_fingerprint("nuggets", self.hash(layout::NUGGETS))
+            .maybe_fingerprint("variants", self.hash(layout::VARIANTS))
+            .maybe_fingerprint("index", self.hash(&manifest))
+            .json("rerank", &self.config.rerank)
+            .finish();
         self.stage(
             "pool",
             fingerprint,

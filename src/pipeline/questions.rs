@@ -2,9 +2,9 @@
 //! accepted answers (`source::stackoverflow`), or a questions file checked the way the LLM
 //! stages read it, into `work/questions.jsonl`.
 
-use super::manifest::{Fingerprint, hash_file};
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout};
-use crate::dataset::{AtomicWriter, Question, read_jsonl, read_questions};
+use crate::dataset::{AtomicWriter, Fingerprint, Question, read_jsonl, read_questions};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::source::stackoverflow::{
@@ -31,12 +31,12 @@ impl Builder<'_> {
                     .unwrap_or(0);
                 format!("posts:{}:{}:{modified}", posts.display(), meta.len())
             }
-            (None, Some(file)) => format!("file:{}", hash_file(file)?),
+            (None, Some(file)) => format!("file:{}", Fingerprint::of_file(file)?),
             (None, None) => return Err(Error::invalid("questions", "no source")),
         };
-        let fingerprint = Fingerprint::new()
-            .setting("questions", q)
-            .input("source", &source)
+        let fingerprint = stage_fingerprint("questions")
+            .json("questions", q)
+            .text("source", &source)
             .finish();
         self.stage(
             "questions",

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::manifest::Fingerprint;
+use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, EXPORTED, StageOutcome};
 use crate::error::Result;
 use crate::progress::Progress;
@@ -35,9 +35,9 @@ impl Builder<'_> {
         progress: &dyn Progress,
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
-        let mut fingerprint = Fingerprint::new();
+        let mut fingerprint = stage_fingerprint("report");
         for rel in EXPORTED {
-            fingerprint = fingerprint.input(rel, &self.hash(rel));
+            fingerprint = fingerprint.maybe_fingerprint(rel, self.hash(rel));
         }
         self.stage(
             "report",

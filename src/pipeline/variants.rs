@@ -223,9 +223,9 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint(&QUERY_VARIANTS)
-            .setting("variants", &self.config.variants)
-            .input("questions", &self.hash(layout::QUESTIONS))
+            .llm_fingerprint("variants", &QUERY_VARIANTS)
+            .json("variants", &self.config.variants)
+            .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .finish();
         self.stage(
             "variants",

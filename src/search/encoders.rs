@@ -5,6 +5,7 @@
 //! and pooling as at build time.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::embed::{
@@ -13,7 +14,7 @@ use crate::embed::{
 use crate::error::{Error, Result};
 use crate::index::DenseModelRef;
 use crate::search::Engine;
-use crate::search::build::fingerprint;
+use crate::search::encode_index::recorded_files_hash;
 
 /// How [`Engine::load_query_encoders`] loads models.
 #[derive(Debug, Clone, Default)]
@@ -70,7 +71,7 @@ pub(crate) fn resolve_recorded_model(
                 )
             })?,
     };
-    match fingerprint(&files) {
+    match recorded_files_hash(&files) {
         Ok(found) if found != model.fingerprint => tracing::warn!(
             "dense:{name}: {} differs from the model the index was built with \
              (config/tokenizer fingerprint {found}, recorded {})",
@@ -94,11 +95,11 @@ pub(crate) fn recorded_options(
         device,
         dtype: Some(match dtype {
             Some(dtype) => dtype,
-            None => ModelDType::parse(&model.model_dtype)?,
+            None => ModelDType::from_str(&model.model_dtype)?,
         }),
         max_length: Some(model.max_length),
         max_batch_tokens,
-        pooling: Some(Pooling::parse(&model.pooling)?),
+        pooling: Some(Pooling::from_str(&model.pooling)?),
         query_template: Some(model.query_template.clone()),
         document_template: Some(model.document_template.clone()),
         task: Some(model.task.clone()),

@@ -15,7 +15,7 @@
 //! threads may search it at once.
 
 mod batch;
-mod build;
+mod encode_index;
 mod encoders;
 mod engine;
 pub mod fusion;
@@ -23,8 +23,9 @@ mod pipeline;
 mod queries;
 mod retrieve;
 
-pub(crate) use build::fingerprint as model_fingerprint;
-pub use build::{DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index};
+pub use encode_index::{
+    DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index,
+};
 pub use encoders::{QueryEncoderOptions, load_recorded_encoder};
 pub use engine::{Engine, EngineInfo, EngineRetriever};
 pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};

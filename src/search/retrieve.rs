@@ -10,11 +10,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::dataset::{
-    ScoreText, VectorMatrix, check_trec_tag, ids_path, read_ids, write_trec_rankings,
+    Fnv1a64, ScoreText, VectorMatrix, check_trec_tag, ids_path, read_ids, write_trec_rankings,
 };
 use crate::embed::resolve_model;
 use crate::error::{Error, Result};
-use crate::index::fnv1a64_file;
 use crate::progress::Progress;
 use crate::rerank::{CrossEncoder, RerankerOptions};
 use crate::search::{
@@ -106,7 +105,7 @@ impl LoadedRerank {
                 ),
             ));
         }
-        let hash = fnv1a64_file(&corpus)?;
+        let hash = Fnv1a64::of_file(&corpus)?;
         if hash != recorded.fnv1a64 {
             return Err(Error::invalid(
                 "rerank corpus",

@@ -187,7 +187,7 @@ impl Chunker {
         let counter = counter.into();
         if max_tokens < 16 + counter.num_special() {
             return Err(Error::invalid(
-                "--max-tokens",
+                "max tokens",
                 format!(
                     "{max_tokens} is too small (at least {} with {})",
                     16 + counter.num_special(),
@@ -614,6 +614,7 @@ fn syntax_points(
 mod tests {
     use super::*;
     use crate::source::TokenizerKind;
+    use std::str::FromStr;
 
     fn chunker(max: usize) -> Chunker {
         Chunker::new(TokenizerKind::Cl100kBase, max).unwrap()
@@ -791,9 +792,9 @@ mod tests {
     #[test]
     fn rejects_tiny_budgets_and_unknown_tokenizers() {
         assert!(Chunker::new(TokenizerKind::Cl100kBase, 4).is_err());
-        assert!(TokenizerKind::parse("gpt2").is_err());
+        assert!(TokenizerKind::from_str("gpt2").is_err());
         assert_eq!(
-            TokenizerKind::parse("o200k_base").unwrap(),
+            TokenizerKind::from_str("o200k_base").unwrap(),
             TokenizerKind::O200kBase
         );
     }

@@ -145,14 +145,14 @@ pub fn chunk_repositories(
     mut sink: impl FnMut(&Document) -> Result<()>,
 ) -> Result<CorpusSummary> {
     if config.repos.is_empty() {
-        return Err(Error::invalid("--repo", "no repository given"));
+        return Err(Error::invalid("repository", "no repository given"));
     }
     let mut seen = std::collections::HashSet::new();
     for repo in &config.repos {
         repo.check()?;
         if !seen.insert(repo.name.as_str()) {
             return Err(Error::invalid(
-                "--repo",
+                "repository",
                 format!("{} given twice (document ids would collide)", repo.name),
             ));
         }

@@ -21,11 +21,27 @@ pub struct RepoSpec {
 }
 
 impl RepoSpec {
+    /// Fails unless the checkout path is an existing directory.
+    pub fn check(&self) -> Result<()> {
+        let meta = fs::metadata(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        if !meta.is_dir() {
+            return Err(Error::invalid(
+                "repository",
+                format!("{} is not a directory", self.path.display()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for RepoSpec {
+    type Err = Error;
+
     /// Parses `OWNER/NAME=PATH` and checks that PATH is a directory.
-    pub fn parse(spec: &str) -> Result<Self> {
-        let (name, path) = spec
-            .split_once('=')
-            .ok_or_else(|| Error::invalid("--repo", format!("`{spec}` is not OWNER/NAME=PATH")))?;
+    fn from_str(spec: &str) -> Result<Self> {
+        let (name, path) = spec.split_once('=').ok_or_else(|| {
+            Error::invalid("repository", format!("`{spec}` is not OWNER/NAME=PATH"))
+        })?;
         let name = name.trim().trim_matches('/');
         // One rule: two parts of GitHub's characters, neither `.` nor `..` (the name is a path
         // prefix of every document id and part of every URL).
@@ -40,7 +56,7 @@ impl RepoSpec {
             });
         if !valid_name {
             return Err(Error::invalid(
-                "--repo",
+                "repository",
                 format!(
                     "`{name}` is not a GitHub OWNER/NAME (two non-empty parts, neither `.` nor \
                      `..`)"
@@ -49,7 +65,7 @@ impl RepoSpec {
         }
         if path.is_empty() {
             return Err(Error::invalid(
-                "--repo",
+                "repository",
                 format!("`{spec}`: PATH after `=` is empty"),
             ));
         }
@@ -59,18 +75,6 @@ impl RepoSpec {
         };
         spec.check()?;
         Ok(spec)
-    }
-
-    /// Fails unless the checkout path is an existing directory.
-    pub fn check(&self) -> Result<()> {
-        let meta = fs::metadata(&self.path).map_err(|e| Error::io(&self.path, e))?;
-        if !meta.is_dir() {
-            return Err(Error::invalid(
-                "--repo",
-                format!("{} is not a directory", self.path.display()),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -606,15 +610,17 @@ fn is_sha(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
 
     #[test]
     fn parses_repo_spec() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = RepoSpec::parse(&format!("laravel/framework={}", dir.path().display())).unwrap();
+        let spec =
+            RepoSpec::from_str(&format!("laravel/framework={}", dir.path().display())).unwrap();
         assert_eq!(spec.name, "laravel/framework");
-        assert!(RepoSpec::parse("laravel=/tmp").is_err());
-        assert!(RepoSpec::parse("no-equals").is_err());
-        let missing = RepoSpec::parse("a/b=/definitely/not/here").unwrap_err();
+        assert!(RepoSpec::from_str("laravel=/tmp").is_err());
+        assert!(RepoSpec::from_str("no-equals").is_err());
+        let missing = RepoSpec::from_str("a/b=/definitely/not/here").unwrap_err();
         assert!(missing.to_string().contains("/definitely/not/here"));
     }
 
@@ -623,15 +629,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().display();
         for bad in ["../..", "a/..", "./b", "a/.", "../../etc", "a//b", "a"] {
-            let err = RepoSpec::parse(&format!("{bad}={path}"))
+            let err = RepoSpec::from_str(&format!("{bad}={path}"))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("OWNER/NAME"), "{bad}: {err}");
         }
         for good in ["a/b", "a.b/.c", "a/..b", "-_/x.y"] {
-            assert!(RepoSpec::parse(&format!("{good}={path}")).is_ok(), "{good}");
+            assert!(
+                RepoSpec::from_str(&format!("{good}={path}")).is_ok(),
+                "{good}"
+            );
         }
-        let err = RepoSpec::parse("a/b=").unwrap_err().to_string();
+        let err = RepoSpec::from_str("a/b=").unwrap_err().to_string();
         assert!(err.contains("`a/b=`") && err.contains("empty"), "{err}");
     }
 

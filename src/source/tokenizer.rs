@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use bpe_openai::Tokenizer as Bpe;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use crate::dataset::Fingerprint;
 use crate::error::{Error, Result};
 
 /// The GPT vocabularies compiled into the binary.
@@ -30,18 +30,6 @@ pub enum TokenizerKind {
 }
 
 impl TokenizerKind {
-    /// Parses `cl100k_base` or `o200k_base`.
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "cl100k_base" => Ok(TokenizerKind::Cl100kBase),
-            "o200k_base" => Ok(TokenizerKind::O200kBase),
-            other => Err(Error::invalid(
-                "--tokenizer",
-                format!("`{other}` (expected cl100k_base or o200k_base)"),
-            )),
-        }
-    }
-
     /// The vocabulary's name.
     pub fn name(self) -> &'static str {
         match self {
@@ -56,6 +44,22 @@ impl TokenizerKind {
         match self {
             TokenizerKind::Cl100kBase => bpe_openai::cl100k_base(),
             TokenizerKind::O200kBase => bpe_openai::o200k_base(),
+        }
+    }
+}
+
+impl std::str::FromStr for TokenizerKind {
+    type Err = Error;
+
+    /// Parses `cl100k_base` or `o200k_base`.
+    fn from_str(name: &str) -> Result<Self> {
+        match name {
+            "cl100k_base" => Ok(TokenizerKind::Cl100kBase),
+            "o200k_base" => Ok(TokenizerKind::O200kBase),
+            other => Err(Error::invalid(
+                "tokenizer",
+                format!("`{other}` (expected cl100k_base or o200k_base)"),
+            )),
         }
     }
 }
@@ -80,31 +84,6 @@ pub enum TokenizerSpec {
 const HF_PREFIX: &str = "hf:";
 
 impl TokenizerSpec {
-    /// Parses `cl100k_base`, `o200k_base` or `hf:PATH` (the file is read by
-    /// [`TokenCounter::load`]).
-    pub fn parse(spec: &str) -> Result<Self> {
-        if let Some(path) = spec.strip_prefix(HF_PREFIX) {
-            if path.is_empty() {
-                return Err(Error::invalid(
-                    "--tokenizer",
-                    "`hf:` needs a path, e.g. hf:models/all-MiniLM-L6-v2/tokenizer.json",
-                ));
-            }
-            return Ok(TokenizerSpec::HuggingFace(PathBuf::from(path)));
-        }
-        TokenizerKind::parse(spec)
-            .map(TokenizerSpec::Tiktoken)
-            .map_err(|_| {
-                Error::invalid(
-                    "--tokenizer",
-                    format!(
-                        "`{spec}` (expected cl100k_base, o200k_base or hf:PATH to a \
-                         tokenizer.json)"
-                    ),
-                )
-            })
-    }
-
     /// The name without local directories, for manifests that travel: the vocabulary, or
     /// `hf:<directory name>/<file name>` (e.g. `hf:all-MiniLM-L6-v2/tokenizer.json`).
     pub fn portable_name(&self) -> String {
@@ -132,6 +111,35 @@ impl TokenizerSpec {
             }
             other => other,
         }
+    }
+}
+
+impl std::str::FromStr for TokenizerSpec {
+    type Err = Error;
+
+    /// Parses `cl100k_base`, `o200k_base` or `hf:PATH` (the file is read by
+    /// [`TokenCounter::load`]).
+    fn from_str(spec: &str) -> Result<Self> {
+        if let Some(path) = spec.strip_prefix(HF_PREFIX) {
+            if path.is_empty() {
+                return Err(Error::invalid(
+                    "tokenizer",
+                    "`hf:` needs a path, e.g. hf:models/all-MiniLM-L6-v2/tokenizer.json",
+                ));
+            }
+            return Ok(TokenizerSpec::HuggingFace(PathBuf::from(path)));
+        }
+        spec.parse::<TokenizerKind>()
+            .map(TokenizerSpec::Tiktoken)
+            .map_err(|_| {
+                Error::invalid(
+                    "tokenizer",
+                    format!(
+                        "`{spec}` (expected cl100k_base, o200k_base or hf:PATH to a \
+                         tokenizer.json)"
+                    ),
+                )
+            })
     }
 }
 
@@ -240,10 +248,7 @@ impl TokenCounter {
         let num_special = tokenizer
             .get_post_processor()
             .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
-        let sha256 = Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let sha256 = Fingerprint::of_bytes(&bytes).to_string();
         Ok(TokenCounter {
             spec: spec.clone(),
             inner: Inner::HuggingFace(Arc::new(HfTokenizer {
@@ -363,6 +368,7 @@ fn count_piece(kind: TokenizerKind, tokenizer: &Bpe, piece: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
 
     /// MiniLM's tokenizer.json (`scripts/setup.sh`), when fetched.
     fn minilm(test: &str) -> Option<PathBuf> {
@@ -382,10 +388,10 @@ mod tests {
     #[test]
     fn specs_parse_and_print() {
         assert_eq!(
-            TokenizerSpec::parse("o200k_base").unwrap(),
+            TokenizerSpec::from_str("o200k_base").unwrap(),
             TokenizerSpec::Tiktoken(TokenizerKind::O200kBase)
         );
-        let hf = TokenizerSpec::parse("hf:models/m/tokenizer.json").unwrap();
+        let hf = TokenizerSpec::from_str("hf:models/m/tokenizer.json").unwrap();
         assert_eq!(
             hf,
             TokenizerSpec::HuggingFace("models/m/tokenizer.json".into())
@@ -396,12 +402,12 @@ mod tests {
             hf.clone().resolved(Path::new("/etc/x")).to_string(),
             "hf:/etc/x/models/m/tokenizer.json"
         );
-        let absolute = TokenizerSpec::parse("hf:/a/b.json").unwrap();
+        let absolute = TokenizerSpec::from_str("hf:/a/b.json").unwrap();
         assert_eq!(absolute.clone().resolved(Path::new("/x")), absolute);
         assert_eq!(TokenizerSpec::default().to_string(), "cl100k_base");
         for bad in ["gpt2", "hf:", ""] {
-            let err = TokenizerSpec::parse(bad).unwrap_err().to_string();
-            assert!(err.contains("--tokenizer"), "{bad}: {err}");
+            let err = TokenizerSpec::from_str(bad).unwrap_err().to_string();
+            assert!(err.contains("tokenizer"), "{bad}: {err}");
         }
     }
 

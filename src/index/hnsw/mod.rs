@@ -8,8 +8,8 @@
 //! f32 query. The caller rescores the results exactly.
 //!
 //! The graph is a *cache* (`graph.bin`, our own little-endian format, without a copy of the
-//! vectors): it is rebuilt whenever it is missing, unreadable or its key (corpus hash, model,
-//! parameters, construction version: see [`cache_key`]) differs.
+//! vectors): it is rebuilt whenever it is missing, unreadable or its key (a [`Fingerprint`] of
+//! the corpus hash, model, parameters and construction version: see [`cache_key`]) differs.
 
 mod construction;
 
@@ -21,7 +21,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::dataset::VectorMatrix;
+use crate::dataset::{Fingerprint, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::manifest::HnswSettings;
 use crate::progress::Progress;
@@ -30,8 +30,10 @@ use crate::progress::Progress;
 const MAX_LAYERS: usize = 16;
 /// The frozen graph inside the cache directory.
 const GRAPH_FILE: &str = "graph.bin";
-/// File holding the key of the cached graph.
+/// File holding the key of the cached graph (its [`Fingerprint`] in hex).
 const KEY_FILE: &str = "key";
+/// Version of the construction: bumping it rebuilds every cached graph.
+const CONSTRUCTION_VERSION: u64 = 3;
 /// First bytes of [`GRAPH_FILE`] (format version in the last byte). Version 2 ends with the
 /// CRC-32 of every byte before it (a graph is a cache outside the manifest's checksums).
 const MAGIC: &[u8; 8] = b"FSHNSW\x00\x02";
@@ -70,12 +72,22 @@ pub struct HnswGraph {
     upper: Vec<UpperLayer>,
 }
 
-/// The cache key of a graph: changes whenever the vectors or parameters do.
-pub fn cache_key(corpus_hash: &str, model: &str, rows: usize, settings: &HnswSettings) -> String {
-    format!(
-        "v3 corpus={corpus_hash} model={model} rows={rows} m={} ef_construction={}",
-        settings.m, settings.ef_construction
-    )
+/// The cache key of a graph: changes whenever the vectors (the index's recorded corpus hash,
+/// the model, the row count) or the construction (its version, the parameters) do.
+pub fn cache_key(
+    corpus_hash: &str,
+    model: &str,
+    rows: usize,
+    settings: &HnswSettings,
+) -> Fingerprint {
+    Fingerprint::builder("hnsw graph")
+        .number("construction", CONSTRUCTION_VERSION)
+        .text("corpus", corpus_hash)
+        .text("model", model)
+        .number("rows", rows as u64)
+        .number("m", settings.m as u64)
+        .number("ef_construction", settings.ef_construction as u64)
+        .finish()
 }
 
 /// Row-major vectors as f16 bits, the first row on a 64-byte boundary (so, when the dimension is
@@ -162,7 +174,7 @@ impl HnswGraph {
     }
 
     /// Writes the graph into `dir` (created) with its `key`.
-    pub fn save(&self, dir: &Path, key: &str) -> Result<()> {
+    pub fn save(&self, dir: &Path, key: &Fingerprint) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let path = dir.join(GRAPH_FILE);
         let mut out = Vec::new();
@@ -192,15 +204,16 @@ impl HnswGraph {
         out.extend_from_slice(&crc.to_le_bytes());
         let mut file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
         file.write_all(&out).map_err(|e| Error::io(&path, e))?;
-        std::fs::write(dir.join(KEY_FILE), key).map_err(|e| Error::io(dir.join(KEY_FILE), e))
+        std::fs::write(dir.join(KEY_FILE), key.to_string())
+            .map_err(|e| Error::io(dir.join(KEY_FILE), e))
     }
 
     /// Loads the graph from `dir` when its key equals `key` and it fits `matrix` (whose rows
     /// become the vectors); `Ok(None)` when there is no usable cache (missing, stale, or
     /// unreadable: the caller rebuilds).
-    pub fn load(dir: &Path, key: &str, matrix: &VectorMatrix) -> Result<Option<Self>> {
+    pub fn load(dir: &Path, key: &Fingerprint, matrix: &VectorMatrix) -> Result<Option<Self>> {
         match std::fs::read_to_string(dir.join(KEY_FILE)) {
-            Ok(found) if found == key => {}
+            Ok(found) if found.parse::<Fingerprint>().ok().as_ref() == Some(key) => {}
             _ => return Ok(None),
         }
         let path = dir.join(GRAPH_FILE);
@@ -817,24 +830,29 @@ mod tests {
         assert_eq!(a.upper, b.upper);
         assert_eq!(a.entry, b.entry);
         assert!(!a.upper.is_empty());
-        a.save(&dir.path().join("g"), "k").unwrap();
-        let c = HnswGraph::load(&dir.path().join("g"), "k", &m)
+        let key = cache_key("c", "m", 100, &settings);
+        a.save(&dir.path().join("g"), &key).unwrap();
+        let c = HnswGraph::load(&dir.path().join("g"), &key, &m)
             .unwrap()
             .unwrap();
         assert_eq!(a.base, c.base);
         assert_eq!(a.upper, c.upper);
         assert_eq!(a.entry, c.entry);
         assert!(
-            HnswGraph::load(&dir.path().join("g"), "other", &m)
-                .unwrap()
-                .is_none()
+            HnswGraph::load(
+                &dir.path().join("g"),
+                &cache_key("c", "m", 101, &settings),
+                &m
+            )
+            .unwrap()
+            .is_none()
         );
         // A damaged file is not an error: the caller rebuilds.
         let file = dir.path().join("g").join(GRAPH_FILE);
         let bytes = std::fs::read(&file).unwrap();
         std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
         assert!(
-            HnswGraph::load(&dir.path().join("g"), "k", &m)
+            HnswGraph::load(&dir.path().join("g"), &key, &m)
                 .unwrap()
                 .is_none()
         );

@@ -32,14 +32,16 @@ pub enum TagMatch {
     All,
 }
 
-impl TagMatch {
+impl std::str::FromStr for TagMatch {
+    type Err = Error;
+
     /// Parses `any` or `all`.
-    pub fn parse(s: &str) -> Result<Self> {
+    fn from_str(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "any" => Ok(TagMatch::Any),
             "all" => Ok(TagMatch::All),
             _ => Err(Error::invalid(
-                "--match",
+                "tag match",
                 format!("{s:?}: expected any or all"),
             )),
         }
@@ -66,7 +68,7 @@ impl TagFilter {
         tags.sort();
         tags.dedup();
         if tags.is_empty() {
-            return Err(Error::invalid("--tag", "at least one tag is required"));
+            return Err(Error::invalid("tag", "at least one tag is required"));
         }
         Ok(Self { tags, mode })
     }
@@ -81,8 +83,8 @@ impl TagFilter {
     }
 }
 
-/// Checks a `--since`/`--until` value: `YYYY-MM-DD`.
-pub fn parse_day(flag: &str, value: &str) -> Result<String> {
+/// Checks a day (`YYYY-MM-DD`); errors name `setting` (`since`, `until`, or the caller's flag).
+pub fn parse_day(setting: &str, value: &str) -> Result<String> {
     let bytes = value.as_bytes();
     let ok = bytes.len() == 10
         && bytes.iter().enumerate().all(|(i, b)| match i {
@@ -93,7 +95,7 @@ pub fn parse_day(flag: &str, value: &str) -> Result<String> {
         Ok(value.to_string())
     } else {
         Err(Error::invalid(
-            flag,
+            setting,
             format!("{value:?}: expected YYYY-MM-DD"),
         ))
     }
@@ -162,7 +164,7 @@ pub fn tag_cooccurrence(
 ) -> Result<TagReport> {
     let topic = topic.trim().to_ascii_lowercase();
     if topic.is_empty() {
-        return Err(Error::invalid("--tag", "a topic tag is required"));
+        return Err(Error::invalid("tag", "a topic tag is required"));
     }
     let mut counts: HashMap<String, u64> = HashMap::new();
     let (mut questions_read, mut malformed, mut topic_questions) = (0u64, 0u64, 0u64);
@@ -257,7 +259,7 @@ pub fn recent_topics(
     top: usize,
     progress: &dyn Progress,
 ) -> Result<TopicReport> {
-    let since = parse_day("--since", since)?;
+    let since = parse_day("since", since)?;
     // Per tag: questions and the earliest day ([u8; 10] keeps it allocation-free).
     let mut stats: HashMap<String, (u64, [u8; 10])> = HashMap::new();
     let (mut questions_read, mut malformed) = (0u64, 0u64);
@@ -336,6 +338,7 @@ pub(crate) fn file_len(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::str::FromStr;
 
     #[test]
     fn both_tag_formats() {
@@ -353,7 +356,7 @@ mod tests {
         assert!(!all.matches(&["laravel"]));
         assert!(all.matches(&["php", "LARAVEL"]));
         assert!(TagFilter::new(&[" ".into()], TagMatch::Any).is_err());
-        assert!(TagMatch::parse("most").is_err());
+        assert!(TagMatch::from_str("most").is_err());
     }
 
     #[test]

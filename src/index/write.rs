@@ -1,4 +1,4 @@
-//! Building an index directory from a corpus (and precomputed vectors), atomically: everything
+//! Writing an index directory from a corpus (and precomputed vectors), atomically: everything
 //! is written into a temporary sibling directory, the manifest last, then renamed into place.
 
 use std::io::BufRead;
@@ -29,11 +29,13 @@ pub struct VectorSource {
     pub npy: PathBuf,
 }
 
-impl VectorSource {
+impl std::str::FromStr for VectorSource {
+    type Err = Error;
+
     /// Parses `NAME=PATH.npy`.
-    pub fn parse(spec: &str) -> Result<Self> {
+    fn from_str(spec: &str) -> Result<Self> {
         let (name, path) = spec.split_once('=').ok_or_else(|| {
-            Error::invalid("--vectors", format!("{spec:?}: expected NAME=PATH.npy"))
+            Error::invalid("vectors", format!("{spec:?}: expected NAME=PATH.npy"))
         })?;
         validate_model_name(name)?;
         Ok(Self {
@@ -223,7 +225,7 @@ pub fn build_index_with_encoders(
     }
     progress.begin("reading corpus", None);
     let docs = read_corpus(&config.corpus)?;
-    let corpus_hash = crate::index::manifest::fnv1a64_file(&config.corpus)?;
+    let corpus_hash = crate::dataset::Fnv1a64::of_file(&config.corpus)?;
     progress.finish();
     let ids = DocIds::new(docs.iter().map(|d| d.id.clone()).collect())?;
 
@@ -313,7 +315,7 @@ fn add_vectors(
     let row_ids = read_ids(&ids_file)?;
     if row_ids.len() != matrix.rows() {
         return Err(Error::invalid(
-            "--vectors",
+            "vectors",
             format!(
                 "{} has {} ids but {} has {} rows",
                 ids_file.display(),
@@ -327,7 +329,7 @@ fn add_vectors(
     // rank first for every query.
     if let Some(row) = first_non_finite_row(&matrix) {
         return Err(Error::invalid(
-            "--vectors",
+            "vectors",
             format!(
                 "{}: row {row} (0-based; id {:?}) has a NaN or infinite value",
                 source.npy.display(),
@@ -349,7 +351,7 @@ fn add_vectors(
     for id in ids.ids() {
         let row = row_of.get(id.as_str()).copied().ok_or_else(|| {
             Error::invalid(
-                "--vectors",
+                "vectors",
                 format!("{} has no vector for document {id:?}", ids_file.display()),
             )
         })?;
@@ -362,7 +364,7 @@ fn add_vectors(
             .find(|id| !known.contains(id.as_str()))
             .map_or_else(String::new, |id| format!("{id:?}"));
         return Err(Error::invalid(
-            "--vectors",
+            "vectors",
             format!(
                 "{} names {} documents that are not in the corpus, e.g. {extra}",
                 ids_file.display(),

@@ -8,8 +8,9 @@
 //! refresh adds, with the models and settings the index recorded.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
-use crate::dataset::{Embeddings, Encoder, TextKind, VectorDtype};
+use crate::dataset::{Embeddings, Encoder, Fnv1a64, TextKind, VectorDtype};
 use crate::embed::ModelManifest;
 use crate::embed::{
     DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, resolve_model,
@@ -18,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::index::{
     Bm25Settings, DenseModelRef, DocumentModel, HnswSettings, IndexConfig, IndexSummary,
     LoadedModel, Manifest, RefreshConfig, RefreshSummary, VectorSource, build_index_with_encoders,
-    fnv1a64_file, refresh_index_with_encoders, validate_model_name,
+    refresh_index_with_encoders, validate_model_name,
 };
 use crate::progress::Progress;
 use crate::search::encoders::{recorded_options, resolve_recorded_model};
@@ -32,10 +33,12 @@ pub struct DenseModelSpec {
     pub model: String,
 }
 
-impl DenseModelSpec {
+impl std::str::FromStr for DenseModelSpec {
+    type Err = Error;
+
     /// Parses `[NAME=]MODEL`. Without a name: the directory's name, or the part of the id after
     /// the `/` (without `@revision`).
-    pub fn parse(spec: &str) -> Result<Self> {
+    fn from_str(spec: &str) -> Result<Self> {
         if let Some((name, model)) = spec.split_once('=')
             && validate_model_name(name).is_ok()
             && !model.is_empty()
@@ -62,7 +65,7 @@ impl DenseModelSpec {
         };
         validate_model_name(&name).map_err(|_| {
             Error::invalid(
-                "--dense",
+                "dense model",
                 format!("{spec:?}: cannot derive a model name from it; write NAME={spec}"),
             )
         })?;
@@ -157,7 +160,7 @@ pub fn refresh_hybrid_index(
                 reference: model.reference.clone(),
                 files: resolve_recorded_model(&info.name, model, None)?,
                 options: recorded_options(model, device, None, max_batch_tokens)?,
-                dtype: VectorDtype::parse(&info.dtype)?,
+                dtype: VectorDtype::from_str(&info.dtype)?,
             });
         }
     }
@@ -238,7 +241,7 @@ fn model_ref(
         reference: reference.to_string(),
         id: manifest.id.clone(),
         dir: dir.display().to_string(),
-        fingerprint: fingerprint(files)?,
+        fingerprint: recorded_files_hash(files)?,
         query_template: manifest.query_template.clone(),
         document_template: manifest.document_template.clone(),
         task: manifest.task.clone(),
@@ -248,12 +251,14 @@ fn model_ref(
     })
 }
 
-/// FNV-1a 64 of `config.json` and `tokenizer.json` (cheap; weights are too big to hash).
-pub(crate) fn fingerprint(files: &ModelFiles) -> Result<String> {
+/// What the index manifest records of a model's files ([`DenseModelRef::fingerprint`]): FNV-1a
+/// 64 of `config.json` and `tokenizer.json` (cheap; weights are too big to hash), the format
+/// manifests have always had.
+pub(crate) fn recorded_files_hash(files: &ModelFiles) -> Result<String> {
     Ok(format!(
         "{}-{}",
-        fnv1a64_file(&files.config)?,
-        fnv1a64_file(&files.tokenizer)?
+        Fnv1a64::of_file(&files.config)?,
+        Fnv1a64::of_file(&files.tokenizer)?
     ))
 }
 
@@ -279,18 +284,18 @@ mod tests {
 
     #[test]
     fn specs_parse_with_and_without_names() {
-        let spec = DenseModelSpec::parse("mini=some/dir").unwrap();
+        let spec = DenseModelSpec::from_str("mini=some/dir").unwrap();
         assert_eq!(
             (spec.name.as_str(), spec.model.as_str()),
             ("mini", "some/dir")
         );
-        let spec = DenseModelSpec::parse("BAAI/bge-small-en-v1.5@abc").unwrap();
+        let spec = DenseModelSpec::from_str("BAAI/bge-small-en-v1.5@abc").unwrap();
         assert_eq!(spec.name, "bge-small-en-v1.5");
         let dir = tempfile::tempdir().unwrap();
         let model_dir = dir.path().join("my-model");
         std::fs::create_dir(&model_dir).unwrap();
-        let spec = DenseModelSpec::parse(model_dir.to_str().unwrap()).unwrap();
+        let spec = DenseModelSpec::from_str(model_dir.to_str().unwrap()).unwrap();
         assert_eq!(spec.name, "my-model");
-        assert!(DenseModelSpec::parse("org/na me").is_err());
+        assert!(DenseModelSpec::from_str("org/na me").is_err());
     }
 }
