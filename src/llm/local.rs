@@ -627,6 +627,30 @@ impl LocalChat {
                 ),
             ));
         }
+        // The head size sizes the RoPE tables and attention buffers; it must agree with the
+        // query projection's shape (found by fuzzing: a key_length of 738,197,520 grew the
+        // process past 24 GB).
+        if let (Some(head_dim), Some(heads), Some(hidden), Some(query)) = (
+            get_u32(&format!("{arch}.attention.key_length")),
+            get_u32(&format!("{arch}.attention.head_count")),
+            get_u32(&format!("{arch}.embedding_length")),
+            content.tensor_infos.get("blk.0.attn_q.weight"),
+        ) {
+            let expected = u64::from(hidden)
+                .checked_mul(u64::from(heads))
+                .and_then(|n| n.checked_mul(u64::from(head_dim)));
+            let found = query.shape.elem_count() as u64;
+            if expected != Some(found) {
+                return Err(gguf_error(
+                    &path,
+                    format!(
+                        "not a readable GGUF file: {arch}.attention.key_length {head_dim} x \
+                         head_count {heads} x embedding_length {hidden} disagrees with \
+                         blk.0.attn_q.weight's {found} elements"
+                    ),
+                ));
+            }
+        }
         let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
         let tokenizer_model = get_str("tokenizer.ggml.model").unwrap_or_default();
         if tokenizer_model != "gpt2" && tokenizer_model != "llama" {
@@ -1255,6 +1279,14 @@ mod tests {
     fn gguf_huge_block_count_is_an_error_not_an_abort() {
         let message = fuzz_regression("huge-block-count.gguf");
         assert!(message.contains("block_count is 1023410179"), "{message}");
+    }
+
+    /// Found by fuzzing: `gemma.attention.key_length` of 738,197,520 (the query projection
+    /// holds 32 x 4 x 16 values) grew the process past 24 GB.
+    #[test]
+    fn gguf_head_size_must_match_the_query_projection() {
+        let message = fuzz_regression("huge-key-length.gguf");
+        assert!(message.contains("key_length 738197520"), "{message}");
     }
 
     #[test]
