@@ -55,20 +55,7 @@ fn over_limit(size: usize) {
     } else {
         b"\nfuzz: OOM: live heap over --rss-limit-mb; input saved to the oom- artifact\n"
     };
-    // SAFETY: plain syscalls on a static message, the current input (alive while armed) and a
-    // NUL-terminated path leaked at start-up.
-    unsafe {
-        libc::write(2, message.as_ptr().cast(), message.len());
-        let path = OOM_PATH.load(Ordering::Relaxed);
-        if !path.is_null() {
-            let fd = libc::open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644);
-            if fd >= 0 {
-                let ptr = INPUT_PTR.load(Ordering::Relaxed);
-                libc::write(fd, ptr.cast(), INPUT_LEN.load(Ordering::Relaxed));
-                libc::close(fd);
-            }
-        }
-    }
+    save_input_raw(message, &OOM_PATH);
     std::process::abort();
 }
 
@@ -81,11 +68,18 @@ extern "C" fn on_abort(_: libc::c_int) {
         return;
     }
     let message: &[u8] = b"\nfuzz: ABORT (a panic that cannot unwind, or an abort in the target); input saved to the abort-input artifact\n";
+    save_input_raw(message, &ABORT_PATH);
+}
+
+/// Prints `message` and writes the current input to the artifact `path` names, with raw
+/// syscalls only: it runs inside the allocator and inside a signal handler, where allocating
+/// or locking is not allowed.
+fn save_input_raw(message: &[u8], path: &AtomicPtr<libc::c_char>) {
     // SAFETY: async-signal-safe syscalls on a static message, the current input (alive while
     // armed) and a NUL-terminated path leaked at start-up.
     unsafe {
         libc::write(2, message.as_ptr().cast(), message.len());
-        let path = ABORT_PATH.load(Ordering::Relaxed);
+        let path = path.load(Ordering::Relaxed);
         if !path.is_null() {
             let fd = libc::open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644);
             if fd >= 0 {
