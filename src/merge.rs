@@ -46,7 +46,7 @@ fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
             Error::invalid(
                 "merge",
                 format!(
-                    "{}: cannot read its shard sidecar {} ({e}); was it written with --shard?",
+                    "{}: cannot read its shard sidecar {} ({e}); was it written as a shard?",
                     path.display(),
                     sidecar.display()
                 ),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
 use freshstack::benchmark::{BenchmarkConfig, TopicSpec, load_topic, run_benchmark};
-use freshstack::dataset::{NuggetQrels, Run};
+use freshstack::dataset::{DatasetSpec, NuggetQrels, Run};
 use freshstack::embed::EncoderOptions;
 use freshstack::eval::{EvalConfig, Judgments, evaluate};
 use freshstack::index::Bm25Settings;
@@ -23,8 +23,8 @@ fn hub() -> PathBuf {
 
 fn tiny() -> Vec<TopicSpec> {
     TopicSpec::plan(
-        &["freshstack/queries-tiny".to_string()],
-        &["freshstack/corpus-tiny".to_string()],
+        &[DatasetSpec::parse("freshstack/queries-tiny")],
+        &[DatasetSpec::parse("freshstack/corpus-tiny")],
         &["tiny".to_string()],
     )
     .unwrap()
@@ -143,7 +143,7 @@ fn local_jsonl_export_scores_like_the_parquet_files() {
         ),
     )
     .unwrap();
-    let spec = local.to_str().unwrap().to_string();
+    let spec = DatasetSpec::parse(local.to_str().unwrap());
     let mut cfg = config(&dir.path().join("out"), &["bm25"]);
     cfg.topics = TopicSpec::plan(
         std::slice::from_ref(&spec),
@@ -228,8 +228,8 @@ fn missing_config_and_split_are_clear_errors() {
     let out = tempfile::tempdir().unwrap();
     let mut cfg = config(out.path(), &["bm25"]);
     cfg.topics = TopicSpec::plan(
-        &["freshstack/queries-tiny".into()],
-        &["freshstack/corpus-tiny".into()],
+        &[DatasetSpec::parse("freshstack/queries-tiny")],
+        &[DatasetSpec::parse("freshstack/corpus-tiny")],
         &["godot".into()],
     )
     .unwrap();
@@ -248,9 +248,14 @@ fn missing_config_and_split_are_clear_errors() {
 fn parquet_without_a_column_names_file_and_column() {
     let out = tempfile::tempdir().unwrap();
     let mut cfg = config(out.path(), &["bm25"]);
-    let queries = cfg.topics[0].queries.to_string();
+    let queries = cfg.topics[0].queries.clone();
     let bad = fixtures().join("corpus-no-text.parquet");
-    cfg.topics = TopicSpec::plan(&[queries], &[bad.to_str().unwrap().to_string()], &[]).unwrap();
+    cfg.topics = TopicSpec::plan(
+        &[queries],
+        &[DatasetSpec::parse(bad.to_str().unwrap())],
+        &[],
+    )
+    .unwrap();
     let err = run_benchmark(&cfg, &NoProgress).unwrap_err().to_string();
     assert!(
         err.contains("corpus-no-text.parquet") && err.contains("no column \"text\""),

@@ -362,7 +362,10 @@ fn bad_retrievers_and_missing_encoders_are_clear_errors() {
         .load_query_encoders(&["hash"], &QueryEncoderOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("--model hash=DIR"), "{e}");
+    assert!(
+        e.contains("invalid query model: dense:hash: ") && e.contains("as hash=DIR"),
+        "{e}"
+    );
     // A BM25-only index has nothing to fuse.
     let bm25_only = dir.path().join("bm25-only");
     let config = IndexConfig {

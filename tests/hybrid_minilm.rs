@@ -212,7 +212,9 @@ fn minilm_cli_index_and_fusion_retrieve() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("--model mini=DIR"),
+        !out.status.success()
+            && stderr.contains("invalid --model: dense:mini: ")
+            && stderr.contains("as mini=DIR"),
         "{stderr}"
     );
     let out = run_ok(&[

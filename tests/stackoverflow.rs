@@ -237,8 +237,8 @@ fn config(allow_unaccepted: bool) -> ImportConfig {
     ImportConfig {
         filter: TagFilter::new(&["laravel".to_string()], TagMatch::Any).unwrap(),
         range: DayRange {
-            since: Some("2023-01-01".into()),
-            until: Some("2024-10-31".into()),
+            since: Some("2023-01-01".parse().unwrap()),
+            until: Some("2024-10-31".parse().unwrap()),
         },
         min_score: Some(0),
         allow_unaccepted,
@@ -443,7 +443,7 @@ fn tag_cooccurrence_and_recent_topics() {
     assert!((report.tags[0].share - 2.0 / 6.0).abs() < 1e-9);
     assert_eq!(report.tags[1].tag, "php");
 
-    let topics = recent_topics(&posts, "2023-01-01", 1, 10, &NoProgress).unwrap();
+    let topics = recent_topics(&posts, &"2023-01-01".parse().unwrap(), 1, 10, &NoProgress).unwrap();
     let names: Vec<&str> = topics.topics.iter().map(|t| t.tag.as_str()).collect();
     // laravel and eloquent were first used in 2022; php and python are new.
     assert_eq!(names, vec!["php", "python"]);

@@ -21,23 +21,30 @@ pub struct TopicSpec {
 }
 
 impl TopicSpec {
-    /// Pairs the command line's datasets into topics. With `topics`, exactly one queries and
-    /// one corpus spec are expected, each expanded per topic (a hub id gets the topic as its
-    /// config; a local directory, the topic as a subdirectory). Without, the i-th queries spec
-    /// pairs with the i-th corpus spec.
-    pub fn plan(queries: &[String], corpus: &[String], topics: &[String]) -> Result<Vec<Self>> {
+    /// Pairs the datasets into topics. With `topics`, exactly one queries and one corpus spec
+    /// are expected, each expanded per topic (a hub id gets the topic as its config; a local
+    /// directory, the topic as a subdirectory). Without, the i-th queries spec pairs with the
+    /// i-th corpus spec. Errors name the settings `queries`, `topics`, `dataset`, `topic`.
+    pub fn plan(
+        queries: &[DatasetSpec],
+        corpus: &[DatasetSpec],
+        topics: &[String],
+    ) -> Result<Vec<Self>> {
         if queries.is_empty() || corpus.is_empty() {
-            return Err(Error::invalid("benchmark", "give --queries and --corpus"));
+            return Err(Error::invalid(
+                "queries",
+                "give at least one queries dataset and one corpus dataset",
+            ));
         }
         let mut out = Vec::new();
         if !topics.is_empty() {
             let ([q], [c]) = (queries, corpus) else {
                 return Err(Error::invalid(
-                    "--topic",
-                    "with --topic, give one --queries and one --corpus (expanded per topic)",
+                    "topics",
+                    "with topics, give one queries dataset and one corpus dataset (each \
+                     expanded per topic)",
                 ));
             };
-            let (q, c) = (DatasetSpec::parse(q), DatasetSpec::parse(c));
             for topic in topics {
                 let expand = |spec: &DatasetSpec| match spec {
                     DatasetSpec::Local(dir) => DatasetSpec::Local(dir.join(topic)),
@@ -45,24 +52,25 @@ impl TopicSpec {
                 };
                 out.push(Self {
                     name: topic.clone(),
-                    queries: expand(&q),
-                    corpus: expand(&c),
+                    queries: expand(q),
+                    corpus: expand(c),
                 });
             }
         } else {
             if queries.len() != corpus.len() {
                 return Err(Error::invalid(
-                    "benchmark",
+                    "queries",
                     format!(
-                        "{} --queries but {} --corpus: give them in pairs (or one of each with --topic)",
+                        "{} queries datasets but {} corpus datasets: give them in pairs (or one \
+                         of each with topics)",
                         queries.len(),
                         corpus.len()
                     ),
                 ));
             }
             for (q, c) in queries.iter().zip(corpus) {
-                let queries = DatasetSpec::parse(q);
-                let mut corpus = DatasetSpec::parse(c);
+                let queries = q.clone();
+                let mut corpus = c.clone();
                 // `--queries org/q:langchain --corpus org/c` takes the config from the queries.
                 if let (
                     DatasetSpec::Hub {
@@ -79,7 +87,7 @@ impl TopicSpec {
                         return Err(Error::invalid(
                             "dataset",
                             format!(
-                                "{repo}: name a config (topic), e.g. {repo}:langchain, or pass --topic"
+                                "{repo}: name a config (topic), e.g. {repo}:langchain, or give topics"
                             ),
                         ));
                     }
@@ -209,11 +217,15 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    fn d(v: &[&str]) -> Vec<DatasetSpec> {
+        v.iter().map(|x| DatasetSpec::parse(x)).collect()
+    }
+
     #[test]
     fn topics_expand_hub_ids() {
         let plan = TopicSpec::plan(
-            &s(&["org/queries-x"]),
-            &s(&["org/corpus-x"]),
+            &d(&["org/queries-x"]),
+            &d(&["org/corpus-x"]),
             &s(&["langchain", "yolo"]),
         )
         .unwrap();
@@ -225,14 +237,14 @@ mod tests {
 
     #[test]
     fn pairs_take_config_from_queries() {
-        let plan = TopicSpec::plan(&s(&["org/q:godot"]), &s(&["org/c"]), &[]).unwrap();
+        let plan = TopicSpec::plan(&d(&["org/q:godot"]), &d(&["org/c"]), &[]).unwrap();
         assert_eq!(plan[0].corpus.to_string(), "org/c:godot");
         assert_eq!(plan[0].name, "godot");
-        assert!(TopicSpec::plan(&s(&["org/q:a", "org/q:b"]), &s(&["org/c"]), &[]).is_err());
-        let err = TopicSpec::plan(&s(&["org/q"]), &s(&["org/c"]), &[]).unwrap_err();
+        assert!(TopicSpec::plan(&d(&["org/q:a", "org/q:b"]), &d(&["org/c"]), &[]).is_err());
+        let err = TopicSpec::plan(&d(&["org/q"]), &d(&["org/c"]), &[]).unwrap_err();
         assert!(err.to_string().contains("name a config"), "{err}");
         assert!(
-            TopicSpec::plan(&s(&["org/q:a", "org/q:a"]), &s(&["org/c", "org/c"]), &[]).is_err()
+            TopicSpec::plan(&d(&["org/q:a", "org/q:a"]), &d(&["org/c", "org/c"]), &[]).is_err()
         );
     }
 }

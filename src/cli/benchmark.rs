@@ -8,7 +8,7 @@ use clap::Args;
 use freshstack::benchmark::{
     BenchmarkConfig, PaperResults, TopicSpec, run_benchmark, write_results,
 };
-use freshstack::dataset::hub_cache_dir;
+use freshstack::dataset::{DatasetSpec, hub_cache_dir};
 use freshstack::embed::{DeviceSpec, EncoderOptions, ModelDType};
 use freshstack::index::{AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1};
 
@@ -20,6 +20,8 @@ const FLAGS: &[(&str, &str)] = &[
     ("retrievers", "--retriever"),
     ("k", "-k"),
     ("fusion", "--fusion"),
+    ("queries", "--queries"),
+    ("topics", "--topic"),
 ];
 
 /// Arguments of `freshstack benchmark`.
@@ -29,11 +31,11 @@ pub struct BenchmarkArgs {
     /// Hugging Face dataset id with config read from the local cache, e.g.
     /// freshstack/queries-oct-2024:langchain. Repeatable (paired with --corpus in order).
     #[arg(long, required = true, value_name = "SPEC")]
-    queries: Vec<String>,
+    queries: Vec<DatasetSpec>,
     /// The documents: a local directory (corpus.jsonl or *.parquet), a file, or a hub id with
     /// config, e.g. freshstack/corpus-oct-2024:langchain. Repeatable.
     #[arg(long, required = true, value_name = "SPEC")]
-    corpus: Vec<String>,
+    corpus: Vec<DatasetSpec>,
     /// Topics (hub configs, or subdirectories of a local SPEC), comma-separated or repeated:
     /// expands one --queries and one --corpus per topic, e.g. langchain,yolo,laravel,angular,godot.
     #[arg(long = "topic", value_delimiter = ',', value_name = "NAME,...")]
@@ -89,7 +91,8 @@ pub struct BenchmarkArgs {
 }
 
 pub fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
-    let topics = TopicSpec::plan(&args.queries, &args.corpus, &args.topics)?;
+    let topics = TopicSpec::plan(&args.queries, &args.corpus, &args.topics)
+        .map_err(|e| with_flags(e, FLAGS))?;
     let paper = args.paper.as_deref().map(PaperResults::read).transpose()?;
     let config = BenchmarkConfig {
         topics,

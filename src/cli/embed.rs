@@ -3,12 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::dataset::{Encoder, TextKind};
-use freshstack::dataset::{Shard, ShardInfo, VectorDtype, ids_path, write_ids, write_npy_matrix};
-use freshstack::embed::{
-    DeviceSpec, EncoderOptions, InputKind, ModelDType, Pooling, TextEncoder, read_embed_input,
-    resolve_model,
-};
+use freshstack::dataset::{Shard, TextKind, VectorDtype};
+use freshstack::embed::{DeviceSpec, EmbedJob, EncoderOptions, ModelDType, Pooling, embed_file};
 
 use super::progress::Bars;
 
@@ -60,91 +56,46 @@ pub struct EmbedArgs {
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
-    let out_dtype = args.dtype;
-    let shard = args.shard;
-    let options = EncoderOptions {
-        device: args.device,
-        dtype: args.model_dtype,
-        max_length: args.max_length,
-        max_batch_tokens: args.max_batch_tokens,
-        pooling: args.pooling,
-        query_template: args.query_template.clone(),
-        task: args.task.clone(),
-        ..EncoderOptions::default()
+    let job = EmbedJob {
+        model: args.model,
+        input: args.input,
+        out: args.out,
+        kind: args.kind,
+        dtype: args.dtype,
+        shard: args.shard,
+        encoder: EncoderOptions {
+            device: args.device,
+            dtype: args.model_dtype,
+            max_length: args.max_length,
+            max_batch_tokens: args.max_batch_tokens,
+            pooling: args.pooling,
+            query_template: args.query_template,
+            task: args.task,
+            ..EncoderOptions::default()
+        },
     };
-    let requested_kind = args.kind;
-
-    let input = read_embed_input(&args.input)?;
-    let kind = requested_kind.unwrap_or(match input.kind {
-        InputKind::Documents => TextKind::Document,
-        InputKind::Queries => TextKind::Query,
-    });
-    let texts: Vec<&str> = input.texts.iter().map(String::as_str).collect();
-
-    let files = resolve_model(&args.model)?;
-    let started = std::time::Instant::now();
-    let encoder = TextEncoder::load(&files, &options)?;
-    let loaded = started.elapsed().as_secs_f64();
-    let (embeddings, positions) = match shard {
-        Some(shard) => encoder.embed_shard(&texts, kind, shard, &Bars::new())?,
-        None => (
-            encoder.embed(&texts, kind, &Bars::new())?,
-            (0..texts.len()).collect(),
-        ),
-    };
-    let seconds = started.elapsed().as_secs_f64() - loaded;
-
-    let ids_path = ids_path(&args.out);
-    let ids: Vec<String> = positions.iter().map(|&p| input.ids[p].clone()).collect();
-    let manifest = encoder.manifest();
-    if let Some(shard) = shard {
-        let settings = format!(
-            "model={} model_dtype={:?} out_dtype={} max_length={} max_batch_tokens={} kind={kind:?} \
-             pooling={:?} query_template={:?} document_template={:?} task={:?}",
-            manifest.id,
-            manifest.dtype,
-            args.dtype.name(),
-            manifest.max_length,
-            encoder.max_batch_tokens(),
-            manifest.pooling,
-            manifest.query_template,
-            manifest.document_template,
-            manifest.task,
-        );
-        ShardInfo {
-            items: positions.len(),
-            rows: positions.len(),
-            positions: positions.clone(),
-            ..ShardInfo::new(
-                "embed",
-                shard,
-                settings,
-                input.ids.iter().map(String::as_str),
-            )
-        }
-        .write(&args.out)?;
-    }
-    write_npy_matrix(&args.out, &embeddings.data, embeddings.dim, out_dtype)?;
-    write_ids(&ids_path, &ids)?;
+    let report = embed_file(&job, &Bars::new())?;
     eprintln!(
         "embedded {} of {} {} with {} ({:?}, dim {}, max length {}): {} tokens, {} truncated; \
-         load {loaded:.1}s, embed {seconds:.1}s ({:.1} texts/s); wrote {} and {}",
-        positions.len(),
-        input.ids.len(),
-        if kind == TextKind::Query {
+         load {:.1}s, embed {:.1}s ({:.1} texts/s); wrote {} and {}",
+        report.rows,
+        report.input_rows,
+        if report.kind == TextKind::Query {
             "queries"
         } else {
             "documents"
         },
-        manifest.id,
-        manifest.dtype,
-        embeddings.dim,
-        manifest.max_length,
-        embeddings.num_tokens,
-        embeddings.num_truncated,
-        positions.len() as f64 / seconds.max(1e-9),
-        args.out.display(),
-        ids_path.display(),
+        report.model,
+        report.model_dtype,
+        report.dim,
+        report.max_length,
+        report.num_tokens,
+        report.num_truncated,
+        report.load_seconds,
+        report.embed_seconds,
+        report.rows as f64 / report.embed_seconds.max(1e-9),
+        job.out.display(),
+        report.ids.display(),
     );
     Ok(())
 }

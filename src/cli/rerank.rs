@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::embed::{DeviceSpec, ModelDType, resolve_model};
+use freshstack::embed::{DeviceSpec, ModelDType};
 use freshstack::rerank::{
-    CrossEncoder, DEFAULT_RERANK_DEPTH, RerankFiles, Reranker, RerankerOptions, rerank_files,
+    DEFAULT_RERANK_DEPTH, RerankFiles, RerankJob, RerankerOptions, rerank_file,
 };
 use freshstack::search::RerankConfig;
 
@@ -61,45 +61,39 @@ pub struct RerankArgs {
 }
 
 pub fn run(args: RerankArgs) -> anyhow::Result<()> {
-    let options = RerankerOptions {
-        device: args.device,
-        dtype: args.model_dtype,
-        max_length: args.max_length,
-        max_batch_tokens: args.max_batch_tokens,
-    };
-    if args.k == 0 {
-        anyhow::bail!("invalid -k: must be at least 1");
-    }
-    let files = resolve_model(&args.model)?;
-    let started = std::time::Instant::now();
-    let reranker = CrossEncoder::load(&files, &options)?;
-    let loaded = started.elapsed().as_secs_f64();
-    let summary = rerank_files(
-        &reranker,
-        &RerankFiles {
-            run: args.run.clone(),
-            queries: args.queries.clone(),
-            corpus: args.corpus.clone(),
-            out: args.out.clone(),
-            tag: args.tag.clone(),
+    let job = RerankJob {
+        model: args.model,
+        options: RerankerOptions {
+            device: args.device,
+            dtype: args.model_dtype,
+            max_length: args.max_length,
+            max_batch_tokens: args.max_batch_tokens,
         },
-        args.k,
-        &Bars::new(),
-    )
-    .map_err(|e| with_flags(e, FLAGS))?;
-    let seconds = started.elapsed().as_secs_f64() - loaded;
+        files: RerankFiles {
+            run: args.run,
+            queries: args.queries,
+            corpus: args.corpus,
+            out: args.out,
+            tag: args.tag,
+        },
+        depth: args.k,
+    };
+    let report = rerank_file(&job, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
+    let summary = &report.summary;
     eprintln!(
         "reranked the top {} of {} questions with {} (max length {}): {} pairs, {} tokens, {} \
-         documents truncated; load {loaded:.1}s, rerank {seconds:.1}s ({:.1} pairs/s); wrote {}",
-        args.k,
+         documents truncated; load {:.1}s, rerank {:.1}s ({:.1} pairs/s); wrote {}",
+        job.depth,
         summary.questions,
-        reranker.name(),
-        reranker.max_length(),
+        report.model,
+        report.max_length,
         summary.pairs,
         summary.tokens,
         summary.truncated,
-        summary.pairs as f64 / seconds.max(1e-9),
-        args.out.display()
+        report.load_seconds,
+        report.rerank_seconds,
+        summary.pairs as f64 / report.rerank_seconds.max(1e-9),
+        job.files.out.display()
     );
     Ok(())
 }
@@ -130,11 +124,9 @@ impl RerankStageArgs {
         &self,
         device: DeviceSpec,
         model_dtype: Option<ModelDType>,
-    ) -> anyhow::Result<Option<RerankConfig>> {
-        let Some(model) = &self.rerank else {
-            return Ok(None);
-        };
-        Ok(Some(RerankConfig {
+    ) -> Option<RerankConfig> {
+        let model = self.rerank.as_ref()?;
+        Some(RerankConfig {
             model: model.clone(),
             depth: self.rerank_depth,
             corpus: self.corpus.clone(),
@@ -144,6 +136,6 @@ impl RerankStageArgs {
                 max_length: self.rerank_max_length,
                 max_batch_tokens: None,
             },
-        }))
+        })
     }
 }

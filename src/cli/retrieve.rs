@@ -2,12 +2,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use freshstack::embed::{DeviceSpec, ModelDType};
 use freshstack::search::{
-    Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, QueryEncoderOptions, QueryField, RetrieveConfig,
-    SearchOptions, retrieve,
+    Ann, DEFAULT_EF_SEARCH, DEFAULT_FUSION_DEPTH, ModelOverride, QueryEncoderOptions, QueryField,
+    QueryVectorsSpec, RetrieveConfig, RetrieverSpec, SearchOptions, retrieve,
 };
 
 use super::fuse::Method;
@@ -63,7 +62,7 @@ pub struct EncoderArgs {
     /// Load dense model NAME's query encoder from MODEL (a directory or cached id) instead of
     /// the one the index recorded. Repeatable.
     #[arg(long = "model", value_name = "NAME=MODEL")]
-    models: Vec<String>,
+    models: Vec<ModelOverride>,
 }
 
 impl EncoderArgs {
@@ -78,19 +77,17 @@ impl EncoderArgs {
     }
 
     /// The query encoders' settings.
-    pub fn options(&self) -> anyhow::Result<QueryEncoderOptions> {
-        let mut options = QueryEncoderOptions {
+    pub fn options(&self) -> QueryEncoderOptions {
+        QueryEncoderOptions {
             device: self.device,
             dtype: self.model_dtype,
+            models: self
+                .models
+                .iter()
+                .map(|o| (o.name.clone(), o.model.clone()))
+                .collect(),
             ..QueryEncoderOptions::default()
-        };
-        for spec in &self.models {
-            let (name, model) = spec
-                .split_once('=')
-                .with_context(|| format!("--model {spec:?}: expected NAME=MODEL"))?;
-            options.models.insert(name.to_string(), model.to_string());
         }
-        Ok(options)
     }
 }
 
@@ -111,7 +108,7 @@ pub struct RetrieveArgs {
     k: usize,
     /// bm25, dense, dense:NAME, fusion (every retriever of the index) or fusion:R1,R2,...
     #[arg(long, default_value = "bm25")]
-    retriever: String,
+    retriever: RetrieverSpec,
     /// Query text: question (title + body), answer or nuggets (oracles), or text (BEIR).
     #[arg(long, default_value = "question")]
     field: QueryField,
@@ -131,7 +128,7 @@ pub struct RetrieveArgs {
     /// Precomputed query vectors for a dense retriever, NAME=PATH.npy (query ids in PATH.ids),
     /// instead of encoding the queries.
     #[arg(long = "query-vectors", value_name = "NAME=PATH.npy")]
-    query_vectors: Option<String>,
+    query_vectors: Option<QueryVectorsSpec>,
     /// Run tag (last column); default: the retriever name.
     #[arg(long)]
     tag: Option<String>,
@@ -147,18 +144,10 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("fusion depth", "--fusion-depth"),
     ("fusion weights", "--fusion-weights"),
     ("rrf k", "--rrf-k"),
+    ("query model", "--model"),
 ];
 
 pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
-    let query_vectors = args
-        .query_vectors
-        .as_deref()
-        .map(|spec| {
-            spec.split_once('=')
-                .map(|(name, path)| (name.to_string(), PathBuf::from(path)))
-                .with_context(|| format!("--query-vectors {spec:?}: expected NAME=PATH.npy"))
-        })
-        .transpose()?;
     let device = args.encoders.device();
     let ann = args.ann;
     let config = RetrieveConfig {
@@ -168,21 +157,21 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         out: args.out.clone(),
         k: args.k,
         search: SearchOptions {
-            retriever: args.retriever.clone(),
+            retriever: args.retriever.to_string(),
             ann,
             ef_search: args.ef_search,
             ..args.fusion.options()
         },
-        encoders: args.encoders.options()?,
+        encoders: args.encoders.options(),
         // `--ann exact --device cuda[:N]`: dense exact search on that GPU too (same results).
         gpu_exact: match (ann, device) {
             (Ann::Exact, DeviceSpec::Cuda(ordinal)) => Some(ordinal),
             _ => None,
         },
-        query_vectors,
+        query_vectors: args.query_vectors.clone(),
         rerank: args
             .rerank
-            .config(args.encoders.device(), args.encoders.model_dtype())?,
+            .config(args.encoders.device(), args.encoders.model_dtype()),
         tag: args.tag.clone(),
     };
     let summary = retrieve(&config, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;

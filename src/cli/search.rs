@@ -4,7 +4,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::search::{Ann, DEFAULT_EF_SEARCH, Engine, LoadedRerank, Pipeline, SearchOptions};
+use freshstack::search::{
+    Ann, DEFAULT_EF_SEARCH, RetrieverSpec, SearchConfig, SearchOptions, search_query,
+};
 
 use super::progress::Bars;
 use super::rerank::RerankStageArgs;
@@ -20,7 +22,7 @@ pub struct SearchArgs {
     /// bm25, dense, dense:NAME, fusion (every retriever of the index) or fusion:R1,R2,...
     /// Dense models built with --dense encode the query with their recorded query template.
     #[arg(long, default_value = "bm25")]
-    retriever: String,
+    retriever: RetrieverSpec,
     /// Number of results.
     #[arg(short, default_value_t = 10)]
     k: usize,
@@ -45,28 +47,22 @@ pub struct SearchArgs {
 }
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
-    let options = SearchOptions {
-        ann: args.ann,
-        ef_search: args.ef_search,
-        ..args.fusion.options()
+    let config = SearchConfig {
+        index: args.index.clone(),
+        search: SearchOptions {
+            retriever: args.retriever.to_string(),
+            k: args.k,
+            ann: args.ann,
+            ef_search: args.ef_search,
+            ..args.fusion.options()
+        },
+        encoders: args.encoders.options(),
+        rerank: args
+            .rerank
+            .config(args.encoders.device(), args.encoders.model_dtype()),
     };
-    let rerank = args
-        .rerank
-        .config(args.encoders.device(), args.encoders.model_dtype())?;
-    let mut engine = Engine::open(&args.index)?;
-    engine.load_query_encoders_for(&args.retriever, &args.encoders.options()?)?;
-    let reranker = rerank
-        .as_ref()
-        .map(|rerank| LoadedRerank::load(rerank, &engine))
-        .transpose()
-        .map_err(|e| with_flags(e, FLAGS))?;
-    let pipeline = Pipeline {
-        retriever: engine.retriever(&args.retriever, &options)?,
-        rerank: reranker.as_ref().map(LoadedRerank::stage),
-    };
-    let hits = pipeline
-        .explain(&args.query, args.k, &Bars::new())
-        .map_err(|e| with_flags(e, FLAGS))?;
+    let hits =
+        search_query(&config, &args.query, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // The engine scores in f32: printed as f32, as they always were.
     for (rank, hit) in hits.iter().enumerate() {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use freshstack::source::stackoverflow::{
-    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, DropReason, ImportConfig, TagFilter,
-    TagMatch, detect_compression, import_questions, parse_day, recent_topics, tag_cooccurrence,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, Day, DayRange, DropReason, ImportConfig, TagFilter,
+    TagMatch, detect_compression, import_questions, recent_topics, tag_cooccurrence,
     write_import_summary,
 };
 
@@ -44,10 +44,10 @@ struct ImportArgs {
     match_mode: TagMatch,
     /// First creation day kept (YYYY-MM-DD, inclusive).
     #[arg(long, value_name = "YYYY-MM-DD")]
-    since: Option<String>,
+    since: Option<Day>,
     /// Last creation day kept (YYYY-MM-DD, inclusive).
     #[arg(long, value_name = "YYYY-MM-DD")]
-    until: Option<String>,
+    until: Option<Day>,
     /// Drop questions scoring below N.
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     min_score: Option<i64>,
@@ -79,10 +79,10 @@ struct TagsArgs {
     tag: String,
     /// Only questions created on or after this day.
     #[arg(long, value_name = "YYYY-MM-DD")]
-    since: Option<String>,
+    since: Option<Day>,
     /// Only questions created on or before this day.
     #[arg(long, value_name = "YYYY-MM-DD")]
-    until: Option<String>,
+    until: Option<Day>,
     /// How many co-occurring tags to show.
     #[arg(long, default_value_t = 30)]
     top: usize,
@@ -98,7 +98,7 @@ struct TopicsArgs {
     posts: PathBuf,
     /// Tags whose first question is on or after this day.
     #[arg(long, value_name = "YYYY-MM-DD")]
-    since: String,
+    since: Day,
     /// Minimum questions per tag.
     #[arg(long, default_value_t = 50)]
     min_posts: u64,
@@ -119,23 +119,17 @@ pub fn run(args: StackOverflowArgs) -> anyhow::Result<()> {
 }
 
 /// The settings of the Stack Overflow readers' errors, and this command's flags for them.
-const FLAGS: &[(&str, &str)] = &[("posts", "--posts"), ("tag", "--tag"), ("since", "--since")];
-
-fn day_range(since: Option<&str>, until: Option<&str>) -> anyhow::Result<DayRange> {
-    let range = DayRange {
-        since: since.map(|s| parse_day("--since", s)).transpose()?,
-        until: until.map(|u| parse_day("--until", u)).transpose()?,
-    };
-    if let (Some(s), Some(u)) = (&range.since, &range.until) {
-        anyhow::ensure!(s <= u, "invalid --since/--until: {s} is after {u}");
-    }
-    Ok(range)
-}
+const FLAGS: &[(&str, &str)] = &[
+    ("posts", "--posts"),
+    ("tag", "--tag"),
+    ("since", "--since"),
+    ("day range", "--since/--until"),
+];
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
     let config = ImportConfig {
         filter: TagFilter::new(&args.tags, args.match_mode).map_err(|e| with_flags(e, FLAGS))?,
-        range: day_range(args.since.as_deref(), args.until.as_deref())?,
+        range: DayRange::new(args.since, args.until).map_err(|e| with_flags(e, FLAGS))?,
         min_score: args.min_score,
         allow_unaccepted: args.allow_unaccepted,
         site_url: args.site_url,
@@ -180,7 +174,7 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
 }
 
 fn tags(args: TagsArgs) -> anyhow::Result<()> {
-    let range = day_range(args.since.as_deref(), args.until.as_deref())?;
+    let range = DayRange::new(args.since, args.until).map_err(|e| with_flags(e, FLAGS))?;
     detect_compression(&args.posts).map_err(|e| with_flags(e, FLAGS))?;
     let report = tag_cooccurrence(&args.posts, &args.tag, &range, args.top, &Bars::new())
         .map_err(|e| with_flags(e, FLAGS))?;

@@ -96,6 +96,16 @@ impl DatasetSpec {
     }
 }
 
+impl std::str::FromStr for DatasetSpec {
+    type Err = std::convert::Infallible;
+
+    /// [`DatasetSpec::parse`]: every text names a dataset (a missing local one is reported when
+    /// it is read).
+    fn from_str(spec: &str) -> std::result::Result<Self, Self::Err> {
+        Ok(Self::parse(spec))
+    }
+}
+
 impl std::fmt::Display for DatasetSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -163,9 +173,7 @@ pub fn resolve_files(
             let config = config.as_deref().ok_or_else(|| {
                 Error::invalid(
                     "dataset",
-                    format!(
-                        "{repo}: name a config (topic), e.g. {repo}:langchain, or pass --topic"
-                    ),
+                    format!("{repo}: name a config (topic), e.g. {repo}:langchain, or give topics"),
                 )
             })?;
             resolve_hub(repo, config, split, hub_cache)

@@ -19,11 +19,13 @@
 //!   `llm`'s native GGUF engine reuses;
 //! - `pooling.rs`, `batch.rs` (length-sorted token-budget batches), `resolve.rs` (where a model's
 //!   files are), `manifest.rs` (the `models/*.toml` registry), `input.rs` (the rows `embed` and
-//!   `rerank` read).
+//!   `rerank` read), `job.rs` ([`embed_file`]: a file in, `.npy` + `.ids` (+ shard sidecar)
+//!   out, what `freshstack embed` calls).
 
 mod batch;
 mod encoder;
 mod input;
+mod job;
 pub(crate) mod kernels;
 mod manifest;
 mod models;
@@ -36,6 +38,7 @@ pub use batch::{
 pub(crate) use encoder::find_manifest;
 pub use encoder::{DeviceSpec, EncoderOptions, TextEncoder};
 pub use input::{EmbedInput, InputKind, read_embed_input};
+pub use job::{EmbedJob, EmbedReport, embed_file};
 pub use kernels::bf16::PackedBf16Linear;
 pub use manifest::{Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling};
 pub(crate) use models::{BertConfig, BertFlavor, BertModel};

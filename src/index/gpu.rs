@@ -102,7 +102,7 @@ impl GpuFlat {
             return Err(Error::invalid(
                 "GPU exact search",
                 format!(
-                    "{}: {} vectors; the GPU search takes f16 (index with --dtype f16)",
+                    "{}: {} vectors; the GPU search takes f16 (store the vectors as f16)",
                     matrix.path().display(),
                     matrix.dtype().name()
                 ),

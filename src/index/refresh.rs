@@ -124,7 +124,8 @@ pub fn refresh_index_with_encoders(
         return Err(Error::invalid(
             "refresh",
             format!(
-                "document {:?} is already in the index; remove its repository first (--remove-repo)",
+                "document {:?} is already in the index; remove its repository in this refresh \
+                 first",
                 doc.id
             ),
         ));

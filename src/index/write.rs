@@ -196,7 +196,7 @@ pub fn build_index_with_encoders(
     if config.bm25.is_none() && config.vectors.is_empty() && encoders.is_empty() {
         return Err(Error::invalid(
             "index",
-            "nothing to build: ask for --bm25, --dense and/or --vectors",
+            "nothing to build: ask for BM25, dense models and/or precomputed vectors",
         ));
     }
     let mut names: Vec<&str> = config.vectors.iter().map(|v| v.name.as_str()).collect();

@@ -942,8 +942,8 @@ impl LocalChat {
                 &self.path,
                 format!(
                     "context overflow: the prompt has {} tokens and the answer may have {budget}, \
-                     more than the model's {}-token context (lower --llm-max-tokens, \
-                     --max-doc-tokens or --docs-per-call)",
+                     more than the model's {}-token context (lower the answer's max tokens, \
+                     the documents' max tokens or the documents per call)",
                     prompt_ids.len(),
                     self.context_tokens
                 ),

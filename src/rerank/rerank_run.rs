@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::cross_encoder::Reranker;
+use super::cross_encoder::{CrossEncoder, Reranker, RerankerOptions};
 use crate::dataset::{Run, ScoredDoc, score_key};
-use crate::embed::read_embed_input;
+use crate::embed::{read_embed_input, resolve_model};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 
@@ -160,6 +160,55 @@ pub fn rerank_files(
     let (reranked, summary) = rerank_run(reranker, &run, &queries, &documents, k, progress)?;
     reranked.write_trec(&files.out, &files.tag, usize::MAX)?;
     Ok(summary)
+}
+
+/// What [`rerank_file`] does: rerank `files.run`'s top `depth` with the cross-encoder `model`.
+#[derive(Debug, Clone)]
+pub struct RerankJob {
+    /// A local model directory, or a Hugging Face id (`org/name[@revision]`) already in the
+    /// local cache; never downloaded.
+    pub model: String,
+    /// Device, dtype, longest pair, batch budget.
+    pub options: RerankerOptions,
+    /// The run, queries and corpus read, and the run written.
+    pub files: RerankFiles,
+    /// Documents reranked per question (at least 1); the rest keep their order below them.
+    pub depth: usize,
+}
+
+/// What [`rerank_file`] did.
+#[derive(Debug, Clone)]
+pub struct RerankReport {
+    /// Questions, pairs, tokens.
+    pub summary: RerankSummary,
+    /// The cross-encoder's name.
+    pub model: String,
+    /// Longest (query, document) pair in tokens it ran with.
+    pub max_length: usize,
+    /// Seconds loading the model.
+    pub load_seconds: f64,
+    /// Seconds reading, reranking and writing, after loading.
+    pub rerank_seconds: f64,
+}
+
+/// `freshstack rerank` as one call: checks the depth (setting `rerank depth`), loads the
+/// cross-encoder and runs [`rerank_files`].
+pub fn rerank_file(job: &RerankJob, progress: &dyn Progress) -> Result<RerankReport> {
+    if job.depth == 0 {
+        return Err(Error::invalid("rerank depth", "must be at least 1"));
+    }
+    let files = resolve_model(&job.model)?;
+    let started = std::time::Instant::now();
+    let reranker = CrossEncoder::load(&files, &job.options)?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    let summary = rerank_files(&reranker, &job.files, job.depth, progress)?;
+    Ok(RerankReport {
+        summary,
+        model: reranker.name().to_string(),
+        max_length: reranker.max_length(),
+        load_seconds,
+        rerank_seconds: started.elapsed().as_secs_f64() - load_seconds,
+    })
 }
 
 /// The ids of the documents [`rerank_run`] with depth `k` will read: the top `k` of every

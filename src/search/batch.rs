@@ -35,7 +35,7 @@ impl Engine {
     /// (empty places for a single retriever).
     pub fn search_explained(&self, query: &str, options: &SearchOptions) -> Result<Vec<Explained>> {
         if matches!(
-            RetrieverSpec::parse(&options.retriever)?,
+            options.retriever.parse::<RetrieverSpec>()?,
             RetrieverSpec::Fusion(_)
         ) {
             return Ok(self
@@ -62,7 +62,7 @@ impl Engine {
     ) -> Result<Vec<Vec<Explained>>> {
         let components = self.components(&options.retriever)?;
         let fused = matches!(
-            RetrieverSpec::parse(&options.retriever)?,
+            options.retriever.parse::<RetrieverSpec>()?,
             RetrieverSpec::Fusion(_)
         );
         if fused && options.fusion_depth == 0 {

@@ -30,6 +30,32 @@ pub struct QueryEncoderOptions {
     pub models: BTreeMap<String, String>,
 }
 
+/// A query encoder to load instead of the one an index recorded: `NAME=MODEL`, the dense model
+/// `NAME` of the index and `MODEL` a model directory or a cached Hugging Face id (what
+/// [`QueryEncoderOptions::models`] holds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelOverride {
+    /// The index's dense model name.
+    pub name: String,
+    /// The model directory or id to load.
+    pub model: String,
+}
+
+impl std::str::FromStr for ModelOverride {
+    type Err = Error;
+
+    /// Parses `NAME=MODEL` (errors name the setting `model override`).
+    fn from_str(text: &str) -> Result<Self> {
+        let (name, model) = text.split_once('=').ok_or_else(|| {
+            Error::invalid("model override", format!("{text:?}: expected NAME=MODEL"))
+        })?;
+        Ok(Self {
+            name: name.to_string(),
+            model: model.to_string(),
+        })
+    }
+}
+
 /// Loads the query encoder of dense model `name` as the index recorded it (`model`: the same
 /// model with the same query template, task, max length and pooling), or `override_model`
 /// instead of the recorded files, with the recorded settings.
@@ -61,11 +87,11 @@ pub(crate) fn resolve_recorded_model(
         None => resolve_model(&model.reference)
             .or_else(|first| resolve_model(&model.dir).map_err(|_| first))
             .map_err(|e| {
-                Error::model(
-                    format!("dense:{name}"),
+                Error::invalid(
+                    "query model",
                     format!(
-                        "cannot load the encoder ({e}; also tried {}); name the model with \
-                         --model {name}=DIR",
+                        "dense:{name}: cannot load the encoder the index recorded ({e}; also \
+                         tried {}); name the model as {name}=DIR",
                         model.dir
                     ),
                 )
@@ -161,10 +187,10 @@ impl Engine {
                 (None, None) if names.is_empty() => continue,
                 (None, None) => {
                     return Err(Error::invalid(
-                        "retriever",
+                        "query model",
                         format!(
                             "dense:{name} was indexed from precomputed vectors: give its model \
-                             with --model {name}=DIR, or precomputed query vectors"
+                             as {name}=DIR, or precomputed query vectors"
                         ),
                     ));
                 }

@@ -192,7 +192,7 @@ impl Engine {
     /// The canonical name (`bm25`, `dense:NAME`, `fusion:R1,R2,...`) of `retriever`, checking
     /// it exists here.
     pub fn resolve(&self, retriever: &str) -> Result<String> {
-        match RetrieverSpec::parse(retriever)? {
+        match retriever.parse::<RetrieverSpec>()? {
             RetrieverSpec::Fusion(_) => {
                 Ok(format!("fusion:{}", self.components(retriever)?.join(",")))
             }
@@ -203,7 +203,7 @@ impl Engine {
     /// The canonical single retrievers `retriever` runs: itself, or the fused ones (`fusion`
     /// alone: BM25 then every dense model by name). A retriever named twice is an error.
     pub fn components(&self, retriever: &str) -> Result<Vec<String>> {
-        match RetrieverSpec::parse(retriever)? {
+        match retriever.parse::<RetrieverSpec>()? {
             RetrieverSpec::Fusion(parts) => {
                 let names: Vec<String> = if parts.is_empty() {
                     let all = self.info().retrievers;
@@ -268,7 +268,7 @@ impl Engine {
     /// A query without any searchable term (symbols only) is an error for BM25.
     /// For fusion, a query without BM25 terms still gets the other retrievers' results.
     pub fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<ScoredDoc>> {
-        match RetrieverSpec::parse(&options.retriever)? {
+        match options.retriever.parse::<RetrieverSpec>()? {
             RetrieverSpec::Bm25 => self.search_bm25(query, options.k),
             RetrieverSpec::Dense(name) => {
                 let model = self.dense_model(name.as_deref())?;

@@ -26,13 +26,14 @@ mod retrieve;
 pub use encode_index::{
     DenseModelSpec, HybridIndexConfig, build_hybrid_index, refresh_hybrid_index,
 };
-pub use encoders::{QueryEncoderOptions, load_recorded_encoder};
+pub use encoders::{ModelOverride, QueryEncoderOptions, load_recorded_encoder};
 pub use engine::{Engine, EngineInfo, EngineRetriever};
 pub use fusion::{Fused, FusionMethod, FusionOptions, fuse, fuse_rankings};
 pub use pipeline::{DocumentTexts, Pipeline, Rerank, Retrieved};
 pub use queries::{QueryField, QueryItem, read_queries};
 pub use retrieve::{
-    LoadedRerank, QueryVectors, RerankConfig, RetrieveConfig, RetrieveSummary, retrieve,
+    LoadedRerank, QueryVectors, QueryVectorsSpec, RerankConfig, RetrieveConfig, RetrieveSummary,
+    SearchConfig, retrieve, search_query,
 };
 
 use crate::dataset::ScoredDoc;
@@ -147,9 +148,12 @@ pub enum RetrieverSpec {
     Fusion(Vec<RetrieverSpec>),
 }
 
-impl RetrieverSpec {
-    /// Parses `bm25`, `dense`, `dense:NAME`, `fusion` or `fusion:R1,R2,...`.
-    pub fn parse(name: &str) -> Result<Self> {
+impl std::str::FromStr for RetrieverSpec {
+    type Err = Error;
+
+    /// Parses `bm25`, `dense`, `dense:NAME`, `fusion` or `fusion:R1,R2,...` (errors name the
+    /// setting `retriever`).
+    fn from_str(name: &str) -> Result<Self> {
         match name {
             "bm25" => Ok(Self::Bm25),
             "dense" => Ok(Self::Dense(None)),
@@ -163,7 +167,7 @@ impl RetrieverSpec {
                 if let Some(list) = other.strip_prefix("fusion:") {
                     let parts = list
                         .split(',')
-                        .map(|part| match Self::parse(part.trim())? {
+                        .map(|part| match part.trim().parse()? {
                             Self::Fusion(_) => Err(Error::invalid(
                                 "retriever",
                                 format!("{other:?}: a fusion cannot contain a fusion"),
@@ -181,6 +185,59 @@ impl RetrieverSpec {
                     ),
                 ))
             }
+        }
+    }
+}
+
+impl std::fmt::Display for RetrieverSpec {
+    /// The name it parses from (a fusion's parts comma-separated without spaces).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bm25 => f.write_str("bm25"),
+            Self::Dense(None) => f.write_str("dense"),
+            Self::Dense(Some(name)) => write!(f, "dense:{name}"),
+            Self::Fusion(parts) if parts.is_empty() => f.write_str("fusion"),
+            Self::Fusion(parts) => {
+                f.write_str("fusion:")?;
+                for (i, part) in parts.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{part}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retriever_names_round_trip() {
+        for name in [
+            "bm25",
+            "dense",
+            "dense:a:b",
+            "fusion",
+            "fusion:bm25,dense:x",
+        ] {
+            let spec: RetrieverSpec = name.parse().unwrap();
+            assert_eq!(spec.to_string(), name);
+        }
+        let spaced: RetrieverSpec = "fusion:bm25, dense".parse().unwrap();
+        assert_eq!(spaced.to_string(), "fusion:bm25,dense");
+        for bad in [
+            "splade",
+            "dense:",
+            "fusion:",
+            "fusion:fusion",
+            "fusion:bm25,x",
+        ] {
+            let err = bad.parse::<RetrieverSpec>().unwrap_err().to_string();
+            assert!(err.starts_with("invalid retriever: "), "{bad}: {err}");
         }
     }
 }

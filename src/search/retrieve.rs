@@ -17,9 +17,34 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::rerank::{CrossEncoder, RerankerOptions};
 use crate::search::{
-    DocumentTexts, Engine, Pipeline, QueryEncoderOptions, QueryField, QueryItem, Rerank,
+    DocumentTexts, Engine, Explained, Pipeline, QueryEncoderOptions, QueryField, QueryItem, Rerank,
     SearchOptions, read_queries,
 };
+
+/// Which precomputed query vectors to search with: `NAME=PATH.npy`, for the dense model `NAME`
+/// (the query ids in `PATH.ids`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryVectorsSpec {
+    /// The dense model they are for.
+    pub name: String,
+    /// The `.npy` matrix.
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for QueryVectorsSpec {
+    type Err = Error;
+
+    /// Parses `NAME=PATH.npy` (errors name the setting `query vectors`).
+    fn from_str(text: &str) -> Result<Self> {
+        let (name, path) = text.split_once('=').ok_or_else(|| {
+            Error::invalid("query vectors", format!("{text:?}: expected NAME=PATH.npy"))
+        })?;
+        Ok(Self {
+            name: name.to_string(),
+            path: PathBuf::from(path),
+        })
+    }
+}
 
 /// Precomputed query vectors (`PATH.npy` + `PATH.ids`), looked up by query id.
 pub struct QueryVectors {
@@ -174,9 +199,8 @@ pub struct RetrieveConfig {
     pub encoders: QueryEncoderOptions,
     /// Exact dense search on this CUDA device (feature `cuda`).
     pub gpu_exact: Option<usize>,
-    /// Precomputed vectors for a single dense retriever: the model name they are for and the
-    /// `.npy` path (ids in the `.ids` beside it).
-    pub query_vectors: Option<(String, PathBuf)>,
+    /// Precomputed vectors for a single dense retriever (instead of encoding the queries).
+    pub query_vectors: Option<QueryVectorsSpec>,
     /// A second stage.
     pub rerank: Option<RerankConfig>,
     /// Run tag (one word); default: the run's name.
@@ -215,7 +239,7 @@ pub fn retrieve(config: &RetrieveConfig, progress: &dyn Progress) -> Result<Retr
         .transpose()?;
     let started = std::time::Instant::now();
     let vectors = match (&config.query_vectors, retriever.strip_prefix("dense:")) {
-        (Some((name, path)), Some(model)) => {
+        (Some(QueryVectorsSpec { name, path }), Some(model)) => {
             if name != model {
                 return Err(Error::invalid(
                     "query vectors",
@@ -262,4 +286,39 @@ pub fn retrieve(config: &RetrieveConfig, progress: &dyn Progress) -> Result<Retr
         unsearchable: retrieved.unsearchable,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// What [`search_query`] searches: one index, its retriever, query encoders and an optional
+/// second stage (what `freshstack search` passes).
+#[derive(Debug, Clone)]
+pub struct SearchConfig {
+    /// The index directory.
+    pub index: PathBuf,
+    /// How to search (`retriever`, `k` results, ANN, fusion).
+    pub search: SearchOptions,
+    /// How dense query encoders load.
+    pub encoders: QueryEncoderOptions,
+    /// A second stage.
+    pub rerank: Option<RerankConfig>,
+}
+
+/// Searches `query` through the index of `config` (and its reranker): the top `k` documents
+/// with, for a fusion, each retriever's place ([`Explained`]).
+pub fn search_query(
+    config: &SearchConfig,
+    query: &str,
+    progress: &dyn Progress,
+) -> Result<Vec<Explained>> {
+    let mut engine = Engine::open(&config.index)?;
+    engine.load_query_encoders_for(&config.search.retriever, &config.encoders)?;
+    let reranker = config
+        .rerank
+        .as_ref()
+        .map(|rerank| LoadedRerank::load(rerank, &engine))
+        .transpose()?;
+    let pipeline = Pipeline {
+        retriever: engine.retriever(&config.search.retriever, &config.search)?,
+        rerank: reranker.as_ref().map(LoadedRerank::stage),
+    };
+    pipeline.explain(query, config.search.k, progress)
 }

@@ -21,6 +21,6 @@ pub use import::{
 pub use input::{Compression, detect_compression, with_posts_reader};
 pub use reader::{DEFAULT_MAX_EVENT_BYTES, Field, PostRow, ScanStats, scan_posts, scan_reader};
 pub use tags::{
-    DayRange, TagCount, TagFilter, TagMatch, TagReport, TopicCandidate, TopicReport, parse_day,
-    parse_tags, recent_topics, tag_cooccurrence,
+    Day, DayRange, TagCount, TagFilter, TagMatch, TagReport, TopicCandidate, TopicReport,
+    parse_day, parse_tags, recent_topics, tag_cooccurrence,
 };

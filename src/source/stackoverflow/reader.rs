@@ -250,8 +250,8 @@ pub fn scan_reader(
                     format!(
                         "one XML event (a tag with its attributes, a text node or a comment) \
                          starting here is longer than {max_event_bytes} bytes; a real post is \
-                         far smaller, so the dump is likely corrupt (raise the bound with \
-                         --max-event-bytes if it is not)"
+                         far smaller, so the dump is likely corrupt (raise the max event bytes if \
+                         it is not)"
                     ),
                 ));
             }

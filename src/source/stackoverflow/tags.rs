@@ -83,8 +83,52 @@ impl TagFilter {
     }
 }
 
-/// Checks a day (`YYYY-MM-DD`); errors name `setting` (`since`, `until`, or the caller's flag).
-pub fn parse_day(setting: &str, value: &str) -> Result<String> {
+/// A day, `YYYY-MM-DD`: four digits, a dash, two digits, a dash, two digits (the shape only, as
+/// the dumps write their dates; not checked against a calendar). Days compare as text, which
+/// orders ISO dates. Parsed once ([`FromStr`](std::str::FromStr), [`parse_day`]); serialised as
+/// the plain string.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Day(String);
+
+impl Day {
+    /// The day as written, `YYYY-MM-DD`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Day {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for Day {
+    type Err = Error;
+
+    /// Parses `YYYY-MM-DD`; an error names the setting `day`.
+    fn from_str(text: &str) -> Result<Self> {
+        parse_day("day", text)
+    }
+}
+
+impl TryFrom<String> for Day {
+    type Error = Error;
+
+    fn try_from(text: String) -> Result<Self> {
+        text.parse()
+    }
+}
+
+impl From<Day> for String {
+    fn from(day: Day) -> Self {
+        day.0
+    }
+}
+
+/// Checks a day (`YYYY-MM-DD`); errors name `setting` (`since`, `until`, or a config key).
+pub fn parse_day(setting: &str, value: &str) -> Result<Day> {
     let bytes = value.as_bytes();
     let ok = bytes.len() == 10
         && bytes.iter().enumerate().all(|(i, b)| match i {
@@ -92,7 +136,7 @@ pub fn parse_day(setting: &str, value: &str) -> Result<String> {
             _ => b.is_ascii_digit(),
         });
     if ok {
-        Ok(value.to_string())
+        Ok(Day(value.to_string()))
     } else {
         Err(Error::invalid(
             setting,
@@ -101,20 +145,31 @@ pub fn parse_day(setting: &str, value: &str) -> Result<String> {
     }
 }
 
-/// An inclusive range of days (`YYYY-MM-DD`, compared as strings, which orders ISO dates).
+/// An inclusive range of days.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DayRange {
     /// First day kept.
-    pub since: Option<String>,
+    pub since: Option<Day>,
     /// Last day kept.
-    pub until: Option<String>,
+    pub until: Option<Day>,
 }
 
 impl DayRange {
-    /// True when `day` is within the range.
+    /// The range from `since` to `until`; `since` after `until` is an error naming the setting
+    /// `day range`.
+    pub fn new(since: Option<Day>, until: Option<Day>) -> Result<Self> {
+        if let (Some(s), Some(u)) = (&since, &until)
+            && s > u
+        {
+            return Err(Error::invalid("day range", format!("{s} is after {u}")));
+        }
+        Ok(Self { since, until })
+    }
+
+    /// True when `day` (`YYYY-MM-DD`) is within the range.
     pub fn contains(&self, day: &str) -> bool {
-        self.since.as_deref().is_none_or(|s| day >= s)
-            && self.until.as_deref().is_none_or(|u| day <= u)
+        self.since.as_ref().is_none_or(|s| day >= s.as_str())
+            && self.until.as_ref().is_none_or(|u| day <= u.as_str())
     }
 }
 
@@ -254,12 +309,11 @@ pub struct TopicReport {
 /// grows with the number of distinct tags (about 65k on stackoverflow.com), not with the dump.
 pub fn recent_topics(
     posts: &Path,
-    since: &str,
+    since: &Day,
     min_questions: u64,
     top: usize,
     progress: &dyn Progress,
 ) -> Result<TopicReport> {
-    let since = parse_day("since", since)?;
     // Per tag: questions and the earliest day ([u8; 10] keeps it allocation-free).
     let mut stats: HashMap<String, (u64, [u8; 10])> = HashMap::new();
     let (mut questions_read, mut malformed) = (0u64, 0u64);
@@ -299,7 +353,9 @@ pub fn recent_topics(
     let tags_seen = stats.len() as u64;
     let mut topics: Vec<TopicCandidate> = stats
         .into_iter()
-        .filter(|(_, (n, first))| *n >= min_questions && first.as_slice() >= since.as_bytes())
+        .filter(|(_, (n, first))| {
+            *n >= min_questions && first.as_slice() >= since.as_str().as_bytes()
+        })
         .map(|(tag, (questions, first))| TopicCandidate {
             tag,
             questions,
@@ -313,7 +369,7 @@ pub fn recent_topics(
     });
     topics.truncate(top);
     Ok(TopicReport {
-        since,
+        since: since.to_string(),
         min_questions,
         questions_read,
         malformed_questions: malformed,
@@ -361,11 +417,12 @@ mod tests {
 
     #[test]
     fn day_range() {
-        assert!(parse_day("--since", "2023-1-1").is_err());
-        let r = DayRange {
-            since: Some("2023-01-01".into()),
-            until: Some("2024-10-31".into()),
-        };
+        assert!(parse_day("since", "2023-1-1").is_err());
+        assert!(Day::from_str("2023-01-0x").is_err());
+        let (since, until): (Day, Day) =
+            ("2023-01-01".parse().unwrap(), "2024-10-31".parse().unwrap());
+        assert!(DayRange::new(Some(until.clone()), Some(since.clone())).is_err());
+        let r = DayRange::new(Some(since), Some(until)).unwrap();
         assert!(r.contains("2023-01-01") && r.contains("2024-10-31"));
         assert!(!r.contains("2022-12-31") && !r.contains("2024-11-01"));
     }
