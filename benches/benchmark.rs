@@ -14,7 +14,7 @@ use std::sync::Arc;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use freshstack::NoProgress;
 use freshstack::benchmark::{BenchmarkConfig, TopicSpec, run_benchmark};
-use freshstack::dataset::{Document, load_corpus};
+use freshstack::dataset::{DatasetSpec, Document, load_corpus};
 use freshstack::embed::EncoderOptions;
 use freshstack::index::Bm25Settings;
 use parquet::basic::Compression;
@@ -173,7 +173,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("load_corpus_jsonl_20k", |b| {
         b.iter(|| load_corpus(std::slice::from_ref(&jsonl)).unwrap())
     });
-    let spec = topic.to_str().unwrap().to_string();
+    let spec = DatasetSpec::parse(topic.to_str().unwrap());
     let config = BenchmarkConfig {
         topics: TopicSpec::plan(
             std::slice::from_ref(&spec),

@@ -747,3 +747,83 @@ fn hnsw_graph_file_is_the_same_with_one_thread_and_two() {
     assert!(one.len() > 20_000 * 4 * 8, "{} bytes", one.len());
     assert!(one == two, "graph.bin differs between 1 and 2 threads");
 }
+
+#[test]
+fn typed_arguments_are_refused_while_parsing_in_one_line_with_exit_2() {
+    // Each value is parsed once, by its type's FromStr, before any file is opened.
+    let retrieve = [
+        "retrieve",
+        "--index",
+        "idx",
+        "--queries",
+        "q.jsonl",
+        "--out",
+        "r.trec",
+    ];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            [&retrieve[..], &["--retriever", "splade"]].concat(),
+            "error: invalid value 'splade' for '--retriever <RETRIEVER>': invalid retriever: \
+             unknown retriever \"splade\": expected bm25, dense, dense:NAME, fusion or \
+             fusion:R1,R2,...",
+        ),
+        (
+            [&retrieve[..], &["--model", "mini"]].concat(),
+            "error: invalid value 'mini' for '--model <NAME=MODEL>': invalid model override: \
+             \"mini\": expected NAME=MODEL",
+        ),
+        (
+            [&retrieve[..], &["--query-vectors", "q.npy"]].concat(),
+            "error: invalid value 'q.npy' for '--query-vectors <NAME=PATH.npy>': invalid query \
+             vectors: \"q.npy\": expected NAME=PATH.npy",
+        ),
+        (
+            vec![
+                "search",
+                "--index",
+                "idx",
+                "--retriever",
+                "fusion:fusion",
+                "q",
+            ],
+            "error: invalid value 'fusion:fusion' for '--retriever <RETRIEVER>': invalid \
+             retriever: \"fusion:fusion\": a fusion cannot contain a fusion",
+        ),
+        (
+            vec![
+                "stackoverflow",
+                "topics",
+                "--posts",
+                "Posts.xml",
+                "--since",
+                "2023-1-1",
+            ],
+            "error: invalid value '2023-1-1' for '--since <YYYY-MM-DD>': invalid day: \
+             \"2023-1-1\": expected YYYY-MM-DD",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = freshstack(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end(), expected, "{args:?}");
+    }
+    // Two valid days in the wrong order: the range's check, still naming both flags.
+    let out = freshstack(&[
+        "stackoverflow",
+        "tags",
+        "--posts",
+        "Posts.xml",
+        "--tag",
+        "laravel",
+        "--since",
+        "2024-01-02",
+        "--until",
+        "2024-01-01",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "error: invalid --since/--until: 2024-01-02 is after 2024-01-01"
+    );
+}

@@ -224,7 +224,7 @@ fn llm_stage_shards_merge_to_the_unsharded_bytes() {
     let err = merge_shards(std::slice::from_ref(&whole), &out("x.jsonl"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("--shard"), "{err}");
+    assert!(err.contains("was it written as a shard?"), "{err}");
     // A truncated shard file.
     let text = std::fs::read_to_string(&parts[1]).unwrap();
     let first_line_len = text.find('\n').unwrap() + 1;
