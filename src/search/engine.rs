@@ -328,7 +328,10 @@ impl Engine {
             Some(graph) => {
                 let mut top = TopK::new(k, &self.ids);
                 let mut buf = vec![0f32; model.info.dim];
-                for row in graph.search(vector, k, options.ef_search.max(k)) {
+                // The traversal ranks by f16 rows: the exact scores of twice the asked-for
+                // candidates settle near-ties at the k-th place that the rounding decided.
+                let ef = options.ef_search.max(k);
+                for row in graph.search(vector, k.saturating_mul(2).min(ef), ef) {
                     if (row as usize) < model.matrix.rows() {
                         let score = match model.matrix.row_f32(row as usize) {
                             Some(stored) => dot(stored, vector),

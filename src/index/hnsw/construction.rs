@@ -3,13 +3,15 @@
 //!
 //! The rows are inserted in row order, in batches whose size doubles (1, 1, 2, 4, ...) up to
 //! [`max_batch`]. Within a batch every point searches the graph *as it stood before the batch*
-//! (read-only, so the points run in parallel with no locks) and picks its neighbours on each of
-//! its layers with HNSW's pruning heuristic. Then the reverse edges are added: they are grouped
-//! by target node and sorted by source row, each target's list is extended, or, when that would
-//! exceed its capacity (`2M` on layer 0, `M` above), pruned again over the old and the new
-//! neighbours by the same heuristic. Every step reads a fixed state and writes in a fixed order,
-//! so one thread and sixteen give the same bytes (the scheme of ParlayANN's batch HNSW, Manohar
-//! et al., PPoPP 2024).
+//! (read-only, so the points run in parallel with no locks). The points of a batch cannot find
+//! each other that way, so each is also compared with its *peers*: the points of the batch whose
+//! searches found some of the same nearest nodes (see [`Growing::peers`]). From both, each point
+//! picks its neighbours on each of its layers with HNSW's pruning heuristic. Then the reverse
+//! edges are added: they are grouped by target node and sorted by source row, each target's list
+//! is extended, or, when that would exceed its capacity (`2M` on layer 0, `M` above), pruned
+//! again over the old and the new neighbours by the same heuristic. Every step reads a fixed
+//! state and writes in a fixed order, so one thread and sixteen give the same bytes (the scheme
+//! of ParlayANN's batch HNSW, Manohar et al., PPoPP 2024, plus the peers).
 //!
 //! Levels come from a seeded hash of the row index: level >= l with probability `M^-l`
 //! (HNSW's `mL = 1 / ln M`), by integer comparison, so no floating-point logarithm is involved.
@@ -26,6 +28,10 @@ use super::{
     traversal_score,
 };
 use crate::progress::Progress;
+
+/// How many of the best nodes a point's search found are compared with those of the other
+/// points of its batch to find its peers (see [`Growing::peers`]).
+const PEER_KEYS: usize = 16;
 
 /// Seed of the level hash (fixed: part of what makes the graph reproducible).
 const LEVEL_SEED: u64 = 0x6873_6e77_4c65_7631;
@@ -103,8 +109,11 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// What one point of a batch decided: its neighbours on layers `0..=level` (empty above the
-/// graph's top as it stood).
+/// What one point of a batch found on layers `0..=level` (best first; empty above the graph's
+/// top as it stood).
+type Found = Vec<Vec<Scored>>;
+
+/// What one point of a batch decided: its neighbours on layers `0..=level`.
 type Plan = Vec<Vec<u32>>;
 
 impl Growing<'_> {
@@ -223,25 +232,55 @@ impl Growing<'_> {
         kept
     }
 
-    /// Phase 1 for `point`: search the graph as it stands and pick its neighbours per layer.
+    /// Phase 1 for `point`: search the graph as it stands; per layer `0..=level` the nodes
+    /// found, best first (empty above the graph's top as it stood).
     #[inline(always)]
-    fn plan<const K: u8>(&self, scratch: &mut Scratch, point: u32) -> Plan {
+    fn search<const K: u8>(&self, scratch: &mut Scratch, point: u32) -> Found {
         let level = usize::from(self.levels[point as usize]);
         let top = usize::from(self.top);
         scratch.query.resize(self.dim, 0.0);
-        scratch.other.resize(self.dim, 0.0);
         half_to_f32(self.row(point), &mut scratch.query);
         let mut current = Scored::new(self.score::<K>(&scratch.query, self.entry), self.entry);
         for layer in (level + 1..=top).rev() {
             current = self.greedy::<K>(&scratch.query, layer, current);
         }
-        let mut plan: Plan = vec![Vec::new(); level + 1];
+        let mut found: Found = vec![Vec::new(); level + 1];
         for layer in (0..=level.min(top)).rev() {
-            let found = self.beam::<K>(scratch, layer, current);
-            plan[layer] = self.select::<K>(&mut scratch.other, &found, self.m);
-            current = found[0];
+            found[layer] = self.beam::<K>(scratch, layer, current);
+            current = found[layer][0];
         }
-        plan
+        found
+    }
+
+    /// Phase 2 for `point`: its neighbours per layer, picked by the heuristic from what its
+    /// search found and from `peers`, the points of its own batch it is compared with (rows,
+    /// ascending, per layer).
+    #[inline(always)]
+    fn choose<const K: u8>(
+        &self,
+        scratch: &mut Scratch,
+        point: u32,
+        mut found: Found,
+        peers: &[Vec<u32>],
+    ) -> Plan {
+        scratch.query.resize(self.dim, 0.0);
+        scratch.other.resize(self.dim, 0.0);
+        half_to_f32(self.row(point), &mut scratch.query);
+        found
+            .iter_mut()
+            .zip(peers.iter().chain(std::iter::repeat(&Vec::new())))
+            .map(|(candidates, peers)| {
+                if !peers.is_empty() {
+                    candidates.extend(
+                        peers
+                            .iter()
+                            .map(|&p| Scored::new(self.score::<K>(&scratch.query, p), p)),
+                    );
+                    candidates.sort_unstable_by(|a, b| b.cmp(a));
+                }
+                self.select::<K>(&mut scratch.other, candidates, self.m)
+            })
+            .collect()
     }
 
     /// Phase 2 for `target` on `layer`: its list with the new `sources` (ascending rows, none
@@ -289,16 +328,32 @@ impl Growing<'_> {
         kept.into_iter().map(|k| k.0).collect()
     }
 
-    fn plan_dispatch(&self, point: u32) -> Plan {
+    fn search_dispatch(&self, point: u32) -> Found {
         let mut scratch = SCRATCH.with(|slot| std::mem::take(&mut *slot.borrow_mut()));
+        let found = match self.kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `kernel` is never wider than what `super::kernel` found on this CPU.
+            Kernel::Avx512 => unsafe { self.search_avx512(&mut scratch, point) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Kernel::Avx2 => unsafe { self.search_avx2(&mut scratch, point) },
+            _ => self.search::<PORTABLE>(&mut scratch, point),
+        };
+        SCRATCH.with(|slot| *slot.borrow_mut() = scratch);
+        found
+    }
+
+    fn choose_dispatch(&self, point: u32, found: Found, peers: &[Vec<u32>]) -> Plan {
+        let mut scratch = SCRATCH.with(|slot| std::mem::take(&mut *slot.borrow_mut()));
+        let s = &mut scratch;
         let plan = match self.kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernel` is never wider than what `super::kernel` found on this CPU.
-            Kernel::Avx512 => unsafe { self.plan_avx512(&mut scratch, point) },
+            Kernel::Avx512 => unsafe { self.choose_avx512(s, point, found, peers) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Kernel::Avx2 => unsafe { self.plan_avx2(&mut scratch, point) },
-            _ => self.plan::<PORTABLE>(&mut scratch, point),
+            Kernel::Avx2 => unsafe { self.choose_avx2(s, point, found, peers) },
+            _ => self.choose::<PORTABLE>(s, point, found, peers),
         };
         SCRATCH.with(|slot| *slot.borrow_mut() = scratch);
         plan
@@ -322,14 +377,26 @@ impl Growing<'_> {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
-    fn plan_avx2(&self, scratch: &mut Scratch, point: u32) -> Plan {
-        self.plan::<AVX2>(scratch, point)
+    fn search_avx2(&self, scratch: &mut Scratch, point: u32) -> Found {
+        self.search::<AVX2>(scratch, point)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,f16c")]
-    fn plan_avx512(&self, scratch: &mut Scratch, point: u32) -> Plan {
-        self.plan::<AVX512>(scratch, point)
+    fn search_avx512(&self, scratch: &mut Scratch, point: u32) -> Found {
+        self.search::<AVX512>(scratch, point)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,f16c")]
+    fn choose_avx2(&self, s: &mut Scratch, point: u32, found: Found, peers: &[Vec<u32>]) -> Plan {
+        self.choose::<AVX2>(s, point, found, peers)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    fn choose_avx512(&self, s: &mut Scratch, point: u32, found: Found, peers: &[Vec<u32>]) -> Plan {
+        self.choose::<AVX512>(s, point, found, peers)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -358,16 +425,35 @@ impl Growing<'_> {
 
     /// Inserts rows `start..end` as one batch.
     fn insert_batch(&mut self, start: usize, end: usize) {
-        let plans: Vec<Plan> = (start..end)
+        let found: Vec<Found> = (start..end)
             .into_par_iter()
-            .map(|p| self.plan_dispatch(p as u32))
+            .map(|p| self.search_dispatch(p as u32))
             .collect();
-        // Reverse edges (layer, target, source), in a fixed order.
+        let peers = self.peers(start, &found);
+        let plans: Vec<Plan> = found
+            .into_par_iter()
+            .zip(peers.par_iter())
+            .enumerate()
+            .map(|(i, (found, peers))| self.choose_dispatch((start + i) as u32, found, peers))
+            .collect();
+        // The batch's own lists first: a point of the batch chosen by another gets that edge
+        // back below, over its own choice.
+        for (i, plan) in plans.iter().enumerate() {
+            let point = (start + i) as u32;
+            for (layer, list) in plan.iter().enumerate() {
+                self.set(layer, point, list);
+            }
+        }
+        // Reverse edges (layer, target, source), in a fixed order; none already present.
         let mut edges: Vec<(u8, u32, u32)> = Vec::new();
         for (i, plan) in plans.iter().enumerate() {
             let source = (start + i) as u32;
             for (layer, list) in plan.iter().enumerate() {
-                edges.extend(list.iter().map(|&t| (layer as u8, t, source)));
+                edges.extend(
+                    list.iter()
+                        .filter(|&&t| !self.neighbours(layer, t).contains(&source))
+                        .map(|&t| (layer as u8, t, source)),
+                );
             }
         }
         edges.sort_unstable();
@@ -383,12 +469,6 @@ impl Growing<'_> {
         for (group, list) in groups.iter().zip(&relinked) {
             self.set(usize::from(group[0].0), group[0].1, list);
         }
-        for (i, plan) in plans.iter().enumerate() {
-            let point = (start + i) as u32;
-            for (layer, list) in plan.iter().enumerate() {
-                self.set(layer, point, list);
-            }
-        }
         // A new top level: its first point becomes the entry.
         for point in start..end {
             if self.levels[point] > self.top {
@@ -397,14 +477,68 @@ impl Growing<'_> {
             }
         }
     }
+
+    /// Per point of the batch starting at `start` and per layer, the other points of the batch
+    /// it is compared with: those whose search found one of the same [`PEER_KEYS`] best nodes
+    /// on that layer, nearest shared node first, at most `ef` of them. Points of one batch never
+    /// see each other in the graph, so without this two near points (or exact duplicates, common
+    /// in real corpora) inserted together would link only through older nodes, whose pruning
+    /// keeps at most one of a group of duplicates: the others became unreachable.
+    fn peers(&self, start: usize, found: &[Found]) -> Vec<Vec<Vec<u32>>> {
+        let layers = found.iter().map(Vec::len).max().unwrap_or(0);
+        let mut peers: Vec<Vec<Vec<u32>>> =
+            found.iter().map(|f| vec![Vec::new(); f.len()]).collect();
+        for layer in 0..layers {
+            // (shared node, batch point), sorted: the batch points that found each node.
+            let mut by_node: Vec<(u32, u32)> = Vec::new();
+            for (i, f) in found.iter().enumerate() {
+                if let Some(list) = f.get(layer) {
+                    by_node.extend(list.iter().take(PEER_KEYS).map(|s| (s.row(), i as u32)));
+                }
+            }
+            if by_node.is_empty() {
+                continue;
+            }
+            by_node.sort_unstable();
+            let lists: Vec<(usize, Vec<u32>)> = (0..found.len())
+                .into_par_iter()
+                .filter(|&i| found[i].get(layer).is_some_and(|l| !l.is_empty()))
+                .map(|i| {
+                    let mut picked: Vec<u32> = Vec::new();
+                    for s in found[i][layer].iter().take(PEER_KEYS) {
+                        let from = by_node.partition_point(|e| e.0 < s.row());
+                        for e in by_node[from..].iter().take_while(|e| e.0 == s.row()) {
+                            let row = (start as u32) + e.1;
+                            if e.1 != i as u32 && !picked.contains(&row) {
+                                picked.push(row);
+                            }
+                            if picked.len() == self.ef {
+                                break;
+                            }
+                        }
+                        if picked.len() == self.ef {
+                            break;
+                        }
+                    }
+                    picked.sort_unstable();
+                    (i, picked)
+                })
+                .collect();
+            for (i, list) in lists {
+                peers[i][layer] = list;
+            }
+        }
+        peers
+    }
 }
 
-/// `row` (f16 bits) as f32 into `out` (exact).
+/// `row` (f16 bits) as f32 into `out` (exact; `half` converts 8 or 16 lanes at a time with
+/// F16C where the CPU has it, which element by element cost a third of the build).
 #[inline(always)]
 fn half_to_f32(row: &[u16], out: &mut [f32]) {
-    for (o, h) in out.iter_mut().zip(row) {
-        *o = half::f16::from_bits(*h).to_f32();
-    }
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    let row: &[half::f16] = row.reinterpret_cast();
+    row.convert_to_f32_slice(&mut out[..row.len()]);
 }
 
 /// The graph over every row of `vectors` (`dim` wide): entry point, layer 0 and the upper

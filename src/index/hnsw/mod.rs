@@ -882,4 +882,32 @@ mod tests {
         assert!(g.search(&rows[0], 0, 64).is_empty());
         assert!(g.search(&rows[0][..3], 10, 64).is_empty());
     }
+
+    /// Every vector three times in a row (rows `3i..3i + 3`), so copies land in one insertion
+    /// batch, as the chunks of several versions of one crate do in a real corpus: every copy
+    /// must be reachable and a search for the vector must return all three.
+    #[test]
+    fn copies_inserted_together_are_all_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let distinct = unit_rows(2000, 16, 8);
+        let rows: Vec<Vec<f32>> = distinct
+            .iter()
+            .flat_map(|r| std::iter::repeat_n(r.clone(), 3))
+            .collect();
+        let m = matrix(dir.path(), &rows);
+        let g = HnswGraph::build(&m, &HnswSettings::default(), &NoProgress).unwrap();
+        let mut linked = vec![false; rows.len()];
+        linked[g.entry as usize] = true;
+        for &n in &g.base.links {
+            linked[n as usize] = true;
+        }
+        let unlinked = linked.iter().filter(|&&l| !l).count();
+        let mut copies = 0;
+        for (i, q) in distinct.iter().enumerate() {
+            let got = g.search(q, 3, 64);
+            copies += got.iter().filter(|&&r| r as usize / 3 == i).count();
+        }
+        assert_eq!(unlinked, 0);
+        assert_eq!(copies, 3 * distinct.len());
+    }
 }
