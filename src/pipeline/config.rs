@@ -564,13 +564,13 @@ impl BuildConfig {
         if self.judge.docs_per_call == 0 {
             return bad("judge.docs_per_call", "must be at least 1".into());
         }
-        if let Some(day) = self.refresh.as_ref().and_then(|r| r.retire_before.as_ref()) {
-            if crate::source::stackoverflow::parse_day("refresh.retire_before", day).is_err() {
-                return bad(
-                    "refresh.retire_before",
-                    format!("{day:?}: expected YYYY-MM-DD"),
-                );
-            }
+        if let Some(day) = self.refresh.as_ref().and_then(|r| r.retire_before.as_ref())
+            && crate::source::stackoverflow::parse_day("refresh.retire_before", day).is_err()
+        {
+            return bad(
+                "refresh.retire_before",
+                format!("{day:?}: expected YYYY-MM-DD"),
+            );
         }
         Ok(())
     }

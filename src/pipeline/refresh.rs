@@ -137,16 +137,16 @@ fn check_directories(config: &BuildConfig, from: &Path, out: &Path) -> Result<()
             out.display()
         )));
     }
-    if let Some(cache) = &config.llm.cache {
-        if resolved(cache).starts_with(&from_real) {
-            return Err(refused(format!(
-                "[llm] cache {} is inside the old build {}, which a refresh leaves as it is: \
-                 point the cache elsewhere (or leave it out: NEW_OUT/{})",
-                cache.display(),
-                from.display(),
-                layout::LLM_CACHE
-            )));
-        }
+    if let Some(cache) = &config.llm.cache
+        && resolved(cache).starts_with(&from_real)
+    {
+        return Err(refused(format!(
+            "[llm] cache {} is inside the old build {}, which a refresh leaves as it is: point \
+             the cache elsewhere (or leave it out: NEW_OUT/{})",
+            cache.display(),
+            from.display(),
+            layout::LLM_CACHE
+        )));
     }
     Ok(())
 }
