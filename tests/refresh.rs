@@ -34,12 +34,37 @@ fn write_questions(dir: &Path, rows: &[Row<'_>]) {
     write(dir, "questions.jsonl", text);
 }
 
-const CACHE_MD: &str = "# Cache\n\nSet ALPHA in the cache config to enable the store.\n\n## \
-    Drivers\n\nThe BETA driver keeps entries in memory.\n";
-const ROUTES_PHP: &str =
-    "<?php\n// Routes map URLs to controllers.\nRoute::get('/cache', fn () => cache('x'));\n";
+/// The files both checkouts have, byte for byte.
+fn unchanged_files(repo: &Path) {
+    write(
+        repo,
+        "docs/cache.md",
+        "# Cache\n\nSet ALPHA in the cache config to enable the store.\n\n## Drivers\n\nThe \
+         BETA driver keeps entries in memory.\n",
+    );
+    write(
+        repo,
+        "src/routes.php",
+        "<?php\n// Routes map URLs to controllers.\nRoute::get('/cache', fn () => cache('x'));\n",
+    );
+    write(
+        repo,
+        "docs/events.md",
+        "# Events\n\nA cache hit fires the BETA event; listeners need ALPHA to be registered.\n",
+    );
+    write(
+        repo,
+        "docs/config.md",
+        "# Configuration\n\nThe cache and queue connections are set in config files.\n",
+    );
+    write(
+        repo,
+        "src/Listener.php",
+        "<?php\n// Logs cache hits.\nclass Listener { public function handle($event) {} }\n",
+    );
+}
 
-/// The old inputs: three questions of May 2024 (one from January), a repository of four files.
+/// The old inputs: four questions of 2024 (one from January), a repository of seven files.
 fn old_inputs(dir: &Path) {
     write_questions(
         dir,
@@ -65,16 +90,22 @@ fn old_inputs(dir: &Path) {
                 "What maps a URL to a controller?",
                 "Route::get.",
             ),
+            (
+                "16",
+                "2024-06-01",
+                "How do I listen to cache events",
+                "I want to log every cache hit.",
+                "Register a listener.",
+            ),
         ],
     );
     let repo = dir.join("repo");
-    write(&repo, "docs/cache.md", CACHE_MD);
+    unchanged_files(&repo);
     write(
         &repo,
         "docs/queue.md",
         "# Queue\n\nQueues need ALPHA workers and a BETA connection to run jobs.\n",
     );
-    write(&repo, "src/routes.php", ROUTES_PHP);
     write(
         &repo,
         "README.md",
@@ -82,8 +113,9 @@ fn old_inputs(dir: &Path) {
     );
 }
 
-/// The newer inputs: question 11 is before the window, 12 unchanged, 13 with a new body, 14
-/// and 15 new; in the repository one file changed, one added, one removed.
+/// The newer inputs: question 11 is before the window, 12 unchanged, 13 with a new body, 16
+/// with a new answer, 14 and 15 new; in the repository one file changed, one added, one
+/// removed.
 fn new_inputs(dir: &Path) {
     write_questions(
         dir,
@@ -110,6 +142,13 @@ fn new_inputs(dir: &Path) {
                 "Route::get.",
             ),
             (
+                "16",
+                "2024-06-01",
+                "How do I listen to cache events",
+                "I want to log every cache hit.",
+                "Register a listener for the BETA event with ALPHA.",
+            ),
+            (
                 "14",
                 "2024-08-20",
                 "How do I send mail from a queue job",
@@ -126,14 +165,13 @@ fn new_inputs(dir: &Path) {
         ],
     );
     let repo = dir.join("repo");
-    write(&repo, "docs/cache.md", CACHE_MD);
+    unchanged_files(&repo);
     write(
         &repo,
         "docs/queue.md",
         "# Queue\n\nQueues need ALPHA workers, a BETA connection and a retry policy to run \
          jobs.\n",
     );
-    write(&repo, "src/routes.php", ROUTES_PHP);
     write(
         &repo,
         "docs/mail.md",
@@ -302,10 +340,12 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
     assert!(queries.iter().any(|q| q.query_id == "12"), "{stderr}");
     assert!(queries.iter().all(|q| q.query_id != "11"), "11 is retired");
 
-    // The calls: nuggets and variants of the new (14, 15) and changed (13) questions, and the
-    // judge batches of the (question, document) pairs not judged before: question 12 is the
-    // only one whose title, body and nuggets are unchanged, and its documents whose text is
-    // unchanged were judged in the old build.
+    // The calls: nuggets of the new (14, 15) and changed (13, 16) questions, variants of the
+    // new ones and of 13 (16's title and body are unchanged), and the judge batches of the
+    // (question, document) pairs not judged before: questions 12 and 16 have the same title,
+    // body and nuggets as before (the mock's nuggets follow the title, so 16's new answer gives
+    // the same ones), and their pooled documents whose text is unchanged were judged in the
+    // old build.
     let (old_texts, new_texts) = (texts(&old), texts(&refreshed));
     let old_judgments: Vec<JudgmentRecord> = read_jsonl(old.join("work/judgments.jsonl")).unwrap();
     let pool: Vec<PoolRow> = read_jsonl(refreshed.join("work/pool.jsonl")).unwrap();
@@ -319,18 +359,58 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
         .collect();
     let carried: BTreeSet<(String, String)> = old_judgments
         .iter()
-        .filter(|j| j.query_id == "12")
+        .filter(|j| j.query_id == "12" || j.query_id == "16")
         .filter(|j| new_texts.get(&j.doc_id) == old_texts.get(&j.doc_id))
         .map(|j| (j.query_id.to_string(), j.doc_id.clone()))
         .filter(|pair| pooled.contains(pair))
         .collect();
-    assert!(!carried.is_empty(), "nothing of question 12 carried");
+    for q in ["12", "16"] {
+        assert!(
+            carried.iter().any(|(id, _)| id == q),
+            "nothing of {q} carried"
+        );
+    }
     let judge = judge_calls(&refreshed, &carried);
-    assert_eq!(server.requests(), 3 + 3 + judge, "{stderr}");
-    // A fresh build asks for all of it (four questions).
+    assert_eq!(server.requests(), 4 + 3 + judge, "{stderr}");
+    // Every judge batch sent holds only documents never judged for its question.
+    let titles: HashMap<String, String> = read_jsonl::<Question>(new_in.join("questions.jsonl"))
+        .unwrap()
+        .into_iter()
+        .map(|q| (q.query_title, q.query_id.to_string()))
+        .collect();
+    let mut judged = 0;
+    for body in server.bodies() {
+        let prompt = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let Some(documents) = prompt.split("\nDocuments:\n").nth(1) else {
+            continue;
+        };
+        let title = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("Question title: "))
+            .unwrap();
+        let qid = &titles[title];
+        for line in documents.lines().filter(|l| l.starts_with("[D")) {
+            let doc = line.split_once("] ").unwrap().1;
+            assert!(
+                !carried.contains(&(qid.clone(), doc.to_string())),
+                "{qid} {doc} re-judged"
+            );
+            judged += 1;
+        }
+    }
+    assert!(judged > 0);
+    // A fresh build asks for all of it (five questions).
     assert_eq!(
         fresh_server.requests(),
-        4 + 4 + judge_calls(&fresh, &BTreeSet::new())
+        5 + 5 + judge_calls(&fresh, &BTreeSet::new())
     );
     assert!(server.requests() < fresh_server.requests());
 
@@ -343,8 +423,11 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
         serde_json::json!(["14", "15"])
     );
     assert_eq!(changes["questions"]["retired"], serde_json::json!(["11"]));
-    assert_eq!(changes["questions"]["kept"], 2);
-    assert_eq!(changes["questions"]["changed"], serde_json::json!(["13"]));
+    assert_eq!(changes["questions"]["kept"], 3);
+    assert_eq!(
+        changes["questions"]["changed"],
+        serde_json::json!(["13", "16"])
+    );
     let files = &changes["repositories"]["acme/demo"]["files"];
     assert_eq!(
         (
@@ -353,13 +436,14 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
             &files["changed"],
             &files["unchanged"]
         ),
-        (&1.into(), &1.into(), &1.into(), &2.into()),
+        (&1.into(), &1.into(), &1.into(), &5.into()),
         "{changes}"
     );
     let llm = &changes["llm"];
-    assert_eq!(llm["nuggets"]["requests"], 3);
+    assert_eq!(llm["nuggets"]["requests"], 4);
     assert_eq!(llm["nuggets"]["carried"], 1);
     assert_eq!(llm["variants"]["requests"], 3);
+    assert_eq!(llm["variants"]["carried"], 2);
     assert_eq!(llm["judge"]["requests"], judge);
     assert_eq!(llm["judge"]["carried"], carried.len());
     // Two nuggets per question: two rows per carried pair.
