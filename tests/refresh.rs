@@ -531,6 +531,7 @@ fn a_refresh_refuses_what_would_make_old_results_invalid() {
     // Into itself, and from a directory that is not a finished build.
     let same = config(&new_in, "same.toml", &server.url, "mock-model", WINDOW);
     refused(&same, &old, &old, &["old build"]);
+    refused(&same, &old, &old.join("next"), &["inside it"]);
     refused(&same, &new_in, &out, &["not a finished build"]);
     assert!(!out.exists(), "a refused refresh wrote {}", out.display());
     assert!(all_files(&old) == old_files);

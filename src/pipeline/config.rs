@@ -638,6 +638,18 @@ model = "m"
         assert!(err.contains("not a directory"), "{err}");
         let deep_pool = MINIMAL.to_string() + "[retrieval]\npool_depth = 200\n";
         assert!(parse(&deep_pool).is_err());
+        let window = MINIMAL.to_string() + "[refresh]\nretire_before = \"2024-3-1\"\n";
+        let err = parse(&window).unwrap_err().to_string();
+        assert!(
+            err.contains("refresh.retire_before") && err.contains("YYYY-MM-DD"),
+            "{err}"
+        );
+        let window = MINIMAL.to_string() + "[refresh]\nretire_before = \"2024-03-01\"\n";
+        let config = parse(&window).unwrap();
+        assert_eq!(
+            config.refresh.unwrap().retire_before.as_deref(),
+            Some("2024-03-01")
+        );
     }
 
     #[test]

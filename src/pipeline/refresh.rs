@@ -13,8 +13,8 @@
 //! Failed items (an unusable answer) are not carried: they are asked again, as a fresh build
 //! would. Everything else is a plain build ([`super::build`]): the same stages, manifests and
 //! resumability, into a new directory; the old one is only read. A refresh is refused, before
-//! anything is written, when the old directory is not a finished build, when it is the new
-//! one, when the LLM cache lies in it, or when a setting the carried results depend on differs
+//! anything is written, when the old directory is not a finished build, when the new one is it
+//! or lies inside it, when the LLM cache lies in it, or when a setting the carried results depend on differs
 //! ([`result_settings`]): the model, sampling, repairs, structured output, prompts, the nugget,
 //! variant and judge settings, and the chunking. After the export the refresh writes
 //! `changes.json` ([`super::changes`]), which the report shows.
@@ -121,7 +121,8 @@ fn refused(message: String) -> Error {
     Error::invalid("refresh", message)
 }
 
-/// `out` is a new place: not `from`, and the response cache does not write into `from`.
+/// `out` is a new place: neither `from` nor inside it, and the response cache does not write
+/// into `from`.
 fn check_directories(config: &BuildConfig, from: &Path, out: &Path) -> Result<()> {
     if !from.is_dir() {
         return Err(refused(format!(
@@ -130,10 +131,10 @@ fn check_directories(config: &BuildConfig, from: &Path, out: &Path) -> Result<()
         )));
     }
     let from_real = std::fs::canonicalize(from).map_err(|e| Error::io(from, e))?;
-    if resolved(out) == from_real {
+    if resolved(out).starts_with(&from_real) {
         return Err(refused(format!(
-            "--out {} is the old build (--from): a refresh writes a new directory and leaves \
-             the old one as it is",
+            "--out {} is the old build (--from) or inside it: a refresh writes a new directory \
+             and leaves the old one as it is",
             out.display()
         )));
     }
