@@ -12,7 +12,7 @@ use freshstack::dataset::{Document, JudgmentRecord, PoolRow, Question, read_json
 use serde_json::Value;
 
 use crate::build::exported;
-use crate::support::MockServer;
+use crate::support::{MockServer, copy_dir};
 use crate::util::{freshstack, write};
 
 /// (id, date, title, body, answer).
@@ -533,6 +533,23 @@ fn a_refresh_refuses_what_would_make_old_results_invalid() {
     refused(&same, &old, &old, &["old build"]);
     refused(&same, &old, &old.join("next"), &["inside it"]);
     refused(&same, &new_in, &out, &["not a finished build"]);
+    // An old build whose work files changed after its export (a later build into it that did
+    // not finish).
+    let tampered = dir.path().join("tampered");
+    copy_dir(&old, &tampered);
+    let variants = tampered.join("work/variants.jsonl");
+    let mut text = std::fs::read_to_string(&variants).unwrap();
+    text.push('\n');
+    std::fs::write(&variants, text).unwrap();
+    refused(
+        &same,
+        &tampered,
+        &out,
+        &[
+            "not a finished build",
+            "work/variants.jsonl changed after its export",
+        ],
+    );
     assert!(!out.exists(), "a refused refresh wrote {}", out.display());
     assert!(all_files(&old) == old_files);
     assert_eq!(server.requests(), calls);

@@ -40,19 +40,6 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::source::TokenizerSpec;
 
-/// Every stage of a build, in order: a finished build has a manifest of each.
-const STAGES: [&str; 9] = [
-    "questions",
-    "corpus",
-    "index",
-    "nuggets",
-    "variants",
-    "pool",
-    "judge",
-    "export",
-    "report",
-];
-
 /// The work files the export manifest records the hashes of (`inputs`), by its names.
 const EXPORT_INPUTS: [(&str, &str); 5] = [
     ("questions.jsonl", layout::QUESTIONS),
@@ -174,8 +161,10 @@ fn resolved(path: &Path) -> PathBuf {
     }
 }
 
-/// Every stage finished, and the exported manifest's input hashes are the work files' (no
-/// later, unfinished build has changed them).
+/// The export finished, its outputs are as it left them, and its manifest's input hashes are
+/// the work files' (no later, unfinished build has changed them). That is all a refresh reads:
+/// the index, the pool and the report may be gone or rewritten (`freshstack report` with other
+/// options).
 fn check_finished(from: &Path) -> Result<()> {
     let not_finished = |why: String| {
         refused(format!(
@@ -184,11 +173,8 @@ fn check_finished(from: &Path) -> Result<()> {
             from.display()
         ))
     };
-    let book = StageBook::new(from);
-    for stage in STAGES {
-        if !book.finished(stage)? {
-            return Err(not_finished(format!("its {stage} stage has not finished")));
-        }
+    if !StageBook::new(from).finished("export")? {
+        return Err(not_finished("its export has not finished".into()));
     }
     let manifest = read_json(&from.join("manifest.json"))?;
     for (name, rel) in EXPORT_INPUTS {
