@@ -2,11 +2,14 @@
 //! are a function of each question / (nugget, document) alone, so batching does not matter:
 //! a refresh of an old build with newer inputs exports exactly the bytes of a fresh build of
 //! those inputs with an empty cache, while asking the LLM only for the new work (the number of
-//! calls asserted exactly), leaves the old build untouched, resumes without a call, and
-//! refuses what it cannot do.
+//! calls asserted exactly), leaves the old build untouched, resumes without a call (also after
+//! a SIGKILL), and refuses what it cannot do.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use freshstack::dataset::{Document, JudgmentRecord, PoolRow, Question, read_jsonl};
 use serde_json::Value;
@@ -479,6 +482,50 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
         .map(|(k, _)| k)
         .collect();
     assert!(changed.is_empty(), "{changed:?}");
+
+    // Killed (SIGKILL) in the middle of its LLM calls and rerun, a refresh ends with the same
+    // files as the uninterrupted one and answers no call twice.
+    let server = MockServer::start(false);
+    server.state.hold_after.store(5, Ordering::SeqCst);
+    let killed_config = config(&new_in, "killed.toml", &server.url, "mock-model", WINDOW);
+    let killed = dir.path().join("killed");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["refresh", "--from"])
+        .arg(&old)
+        .arg("--config")
+        .arg(&killed_config)
+        .arg("--out")
+        .arg(&killed)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while server.requests() <= 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never got there"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    server.state.hold_after.store(usize::MAX, Ordering::SeqCst);
+    let resumed = refresh(&old, &killed_config, &killed);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(
+        exported(&killed) == exported(&refreshed),
+        "the resumed refresh differs"
+    );
+    assert_eq!(
+        server.max_answers_per_request(),
+        1,
+        "a call was answered twice"
+    );
 }
 
 #[test]
