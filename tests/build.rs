@@ -107,7 +107,7 @@ docs_per_call = 2
 }
 
 /// Every exported file (not `work/`) with its bytes.
-fn exported(out: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn exported(out: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut files = BTreeMap::new();
     let mut stack = vec![out.to_path_buf()];
     while let Some(dir) = stack.pop() {

@@ -18,6 +18,7 @@ mod llama_server;
 mod llm;
 mod native_llm;
 mod native_parity;
+mod refresh;
 mod report;
 mod rerank;
 mod shard;

@@ -1,4 +1,5 @@
-//! `freshstack build` and `freshstack quickstart`: the whole pipeline in one command.
+//! `freshstack build`, `freshstack refresh` and `freshstack quickstart`: the whole pipeline in
+//! one command.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -6,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use freshstack::pipeline::quickstart::{QuickstartOptions, quickstart_config};
-use freshstack::pipeline::{BuildConfig, BuildSummary, StageOutcome, build};
+use freshstack::pipeline::{BuildConfig, BuildSummary, Refresh, StageOutcome, build};
 use freshstack::report::{PoolingResults, ReportOptions};
 
 use super::progress::Bars;
@@ -20,6 +21,21 @@ pub struct BuildArgs {
     /// Build directory (default: `build/TOPIC`). Rerunning into it resumes.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+}
+
+/// Arguments of `freshstack refresh`.
+#[derive(Debug, Args)]
+pub struct RefreshArgs {
+    /// The old build directory (a finished `freshstack build`); only read.
+    #[arg(long, value_name = "DIR")]
+    from: PathBuf,
+    /// The topic's configuration, pointing at the newer dump and checkouts (`[refresh]
+    /// retire_before` moves the question window).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The new build directory (not the old one). Rerunning into it resumes.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 /// Arguments of `freshstack quickstart`.
@@ -73,26 +89,54 @@ pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+pub fn run_refresh(args: RefreshArgs) -> anyhow::Result<()> {
+    let config = BuildConfig::load(&args.config)?;
+    // A refusal is one line of its own; a failure after the checks says the run can resume.
+    let refresh = Refresh::prepare(&config, &args.from, &args.out)?;
+    let start = Instant::now();
+    let bars = Bars::new();
+    let summary = refresh
+        .run(&ReportOptions::default(), &bars, &mut print_stage)
+        .with_context(|| {
+            format!(
+                "refresh into {} stopped (finished stages and LLM answers are kept: fix the \
+                 cause, then rerun)",
+                args.out.display()
+            )
+        })?;
+    eprintln!("done in {:.1}s", start.elapsed().as_secs_f64());
+    print_summary(&summary.build);
+    println!("changes:   {}/changes.json", summary.build.out.display());
+    Ok(())
+}
+
+fn print_stage(stage: &StageOutcome) {
+    eprintln!(
+        "{:>10} {:>8.1}s  {}{}",
+        stage.stage,
+        stage.elapsed.as_secs_f64(),
+        if stage.ran { "" } else { "skipped: " },
+        stage.detail
+    );
+}
+
 fn run(config: &BuildConfig, out: PathBuf) -> anyhow::Result<BuildSummary> {
     let start = Instant::now();
     let bars = Bars::new();
-    let mut report = |stage: &StageOutcome| {
-        eprintln!(
-            "{:>10} {:>8.1}s  {}{}",
-            stage.stage,
-            stage.elapsed.as_secs_f64(),
-            if stage.ran { "" } else { "skipped: " },
-            stage.detail
-        );
-    };
-    let summary =
-        build(config, &out, &ReportOptions::default(), &bars, &mut report).with_context(|| {
-            format!(
-                "build into {} stopped (finished stages and LLM answers are kept: fix the cause, \
+    let summary = build(
+        config,
+        &out,
+        &ReportOptions::default(),
+        &bars,
+        &mut print_stage,
+    )
+    .with_context(|| {
+        format!(
+            "build into {} stopped (finished stages and LLM answers are kept: fix the cause, \
                  then rerun)",
-                out.display()
-            )
-        })?;
+            out.display()
+        )
+    })?;
     eprintln!("done in {:.1}s", start.elapsed().as_secs_f64());
     Ok(summary)
 }

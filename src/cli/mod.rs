@@ -87,6 +87,9 @@ enum Command {
     /// The whole pipeline from a topic config: questions, corpus, index, nuggets, variants,
     /// pooling, judging, filtering, export. Resumable.
     Build(build::BuildArgs),
+    /// Refresh a built benchmark from newer inputs: carry over every result whose inputs are
+    /// unchanged, ask the LLM only for the new work, write changes.json.
+    Refresh(build::RefreshArgs),
     /// Build a small benchmark about freshstack itself with the local test models, no config.
     Quickstart(build::QuickstartArgs),
     /// Statistics, pooling results and a self-contained HTML report of an exported dataset.
@@ -119,6 +122,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge(args) => merge::run(args),
         Command::Benchmark(args) => benchmark::run(args),
         Command::Build(args) => build::run_build(args),
+        Command::Refresh(args) => build::run_refresh(args),
         Command::Quickstart(args) => build::run_quickstart(args),
         Command::Report(args) => report::run(args),
         Command::Calibrate(args) => calibrate::run(args),

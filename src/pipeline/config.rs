@@ -43,6 +43,19 @@ pub struct BuildConfig {
     /// An optional cross-encoder second stage over every pooled run (paper §6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank: Option<RerankSection>,
+    /// The question window of `freshstack refresh` (also applied by `build`, so that a fresh
+    /// build of the same config gives the same dataset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshSection>,
+}
+
+/// `[refresh]`: how a refresh moves the question window.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshSection {
+    /// Questions created before this day (`YYYY-MM-DD`) are retired: left out of the build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retire_before: Option<String>,
 }
 
 /// Reranking: every (technique, retriever) run of the pool also gets a `+rerank` run, its top
@@ -551,6 +564,14 @@ impl BuildConfig {
         if self.judge.docs_per_call == 0 {
             return bad("judge.docs_per_call", "must be at least 1".into());
         }
+        if let Some(day) = self.refresh.as_ref().and_then(|r| r.retire_before.as_ref())
+            && crate::source::stackoverflow::parse_day("refresh.retire_before", day).is_err()
+        {
+            return bad(
+                "refresh.retire_before",
+                format!("{day:?}: expected YYYY-MM-DD"),
+            );
+        }
         Ok(())
     }
 }
@@ -617,6 +638,18 @@ model = "m"
         assert!(err.contains("not a directory"), "{err}");
         let deep_pool = MINIMAL.to_string() + "[retrieval]\npool_depth = 200\n";
         assert!(parse(&deep_pool).is_err());
+        let window = MINIMAL.to_string() + "[refresh]\nretire_before = \"2024-3-1\"\n";
+        let err = parse(&window).unwrap_err().to_string();
+        assert!(
+            err.contains("refresh.retire_before") && err.contains("YYYY-MM-DD"),
+            "{err}"
+        );
+        let window = MINIMAL.to_string() + "[refresh]\nretire_before = \"2024-03-01\"\n";
+        let config = parse(&window).unwrap();
+        assert_eq!(
+            config.refresh.unwrap().retire_before.as_deref(),
+            Some("2024-03-01")
+        );
     }
 
     #[test]

@@ -183,6 +183,10 @@ impl Builder<'_> {
         if let Some(sha256) = &self.tokenizer_sha256 {
             manifest["corpus"]["tokenizer_sha256"] = sha256.as_str().into();
         }
+        // Only when set: manifests of builds without `[refresh]` keep their bytes.
+        if let Some(day) = c.refresh.as_ref().and_then(|r| r.retire_before.as_ref()) {
+            manifest["questions"]["retire_before"] = day.as_str().into();
+        }
         manifest
     }
 

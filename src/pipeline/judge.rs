@@ -15,15 +15,16 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::orchestrator::{Builder, StageOutcome, calls_line, layout};
+use super::orchestrator::{Builder, StageOutcome, calls_line, carried_note, layout};
+use super::refresh::{Carry, judge_topic};
 use super::workers::{
     AskCounts, ParseOutcome, ask, call_params, note_structured_output, run_items, select_shard,
     stage_settings, write_shard_info,
 };
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
 use crate::dataset::{
-    AtomicWriter, Document, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, QueryId, Question,
-    Shard, read_jsonl_lines, read_questions,
+    AtomicWriter, Document, Fingerprint, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow,
+    QueryId, Question, Shard, read_jsonl_lines, read_questions,
 };
 use crate::error::{Error, Result};
 use crate::llm::prompts::JUDGE;
@@ -86,6 +87,13 @@ pub struct JudgeSummary {
     pub unjudged: u64,
     /// Documents shortened to fit the context.
     pub documents_truncated: u64,
+    /// Rows carried over from an old build (`freshstack refresh`), not asked.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reused: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One call's worth of work.
@@ -471,6 +479,20 @@ pub fn judge(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<JudgeSummary> {
+    judge_carrying(llm, config, inputs, None, out, progress)
+}
+
+/// [`judge()`], taking the judgments `carry` has for a (question, nuggets, document) triple
+/// instead of asking (`freshstack refresh`): only the other documents of a question are
+/// batched and sent.
+pub(super) fn judge_carrying(
+    llm: &Llm,
+    config: &JudgeConfig,
+    inputs: &JudgeInputs<'_>,
+    carry: Option<&Carry>,
+    out: &Path,
+    progress: &dyn Progress,
+) -> Result<JudgeSummary> {
     let JudgeInputs {
         questions,
         nuggets,
@@ -567,6 +589,7 @@ pub fn judge(
         ..JudgeSummary::default()
     };
     let mut batches = Vec::new();
+    let mut carried_rows: Vec<JudgmentRecord> = Vec::new();
     for (qid, doc_ids) in &pool_rows {
         let nuggets = match nuggets_by_query.get(qid) {
             Some(n) if !n.is_empty() => n.as_slice(),
@@ -578,12 +601,26 @@ pub fn judge(
         let Some(question) = questions.get(qid) else {
             continue;
         };
-        for chunk in doc_ids.chunks(config.docs_per_call) {
-            let docs = chunk.iter().filter_map(|id| documents.get(id)).collect();
+        let topic = carry.map(|_| judge_topic(question, nuggets));
+        let mut asked: Vec<&Document> = Vec::with_capacity(doc_ids.len());
+        for doc in doc_ids.iter().filter_map(|id| documents.get(id)) {
+            let text = Fingerprint::of_bytes(doc.text.as_bytes());
+            match carry
+                .zip(topic.as_ref())
+                .and_then(|(c, topic)| c.judged(qid, topic, &doc.id, &text))
+            {
+                Some(rows) => {
+                    summary.reused += rows.len() as u64;
+                    carried_rows.extend_from_slice(rows);
+                }
+                None => asked.push(doc),
+            }
+        }
+        for docs in asked.chunks(config.docs_per_call) {
             batches.push(Batch {
                 question,
                 nuggets,
-                docs,
+                docs: docs.to_vec(),
             });
         }
     }
@@ -604,7 +641,7 @@ pub fn judge(
 
     summary.stage.prompt = JUDGE.id.to_string();
     summary.stage.items = results.len() as u64;
-    let mut rows = Vec::new();
+    let mut rows = carried_rows;
     for result in results {
         summary.stage.repairs += u64::from(result.counts.repairs);
         summary.stage.schema_mismatches += u64::from(result.counts.schema_mismatches);
@@ -677,6 +714,7 @@ impl Builder<'_> {
             let params = b.params(section.max_tokens);
             let max_repairs = b.config.llm.max_repairs;
             let structured_output = b.config.llm.structured_output;
+            let carry = b.carry;
             let opened = b.llm()?;
             let default = JudgeConfig::default();
             let config = JudgeConfig {
@@ -698,12 +736,13 @@ impl Builder<'_> {
                 pool: &pool,
             };
             let before = opened.llm.stats();
-            let summary = judge(&opened.llm, &config, &inputs, &out, progress)?;
+            let summary = judge_carrying(&opened.llm, &config, &inputs, carry, &out, progress)?;
             Ok(format!(
-                "{} judgments in {} batches ({} failed after repairs); {}{}",
+                "{} judgments in {} batches ({} failed after repairs{}); {}{}",
                 summary.judgments,
                 summary.stage.items,
                 summary.stage.failed,
+                carried_note(summary.reused, carry.is_some()),
                 calls_line(&before, &opened.llm.stats()),
                 Self::structured_note(&summary.stage)
             ))

@@ -90,6 +90,24 @@ impl StageBook {
         Ok(Some(manifest.outputs))
     }
 
+    /// Whether `stage` finished (whatever its fingerprint) and its outputs are still as it left
+    /// them.
+    pub fn finished(&self, stage: &str) -> Result<bool> {
+        let Ok(text) = std::fs::read_to_string(self.manifest_path(stage)) else {
+            return Ok(false);
+        };
+        let Ok(manifest) = serde_json::from_str::<StageManifest>(&text) else {
+            return Ok(false);
+        };
+        for (rel, hash) in &manifest.outputs {
+            let output = self.root.join(rel);
+            if !output.exists() || Fingerprint::of_path(&output)? != *hash {
+                return Ok(false);
+            }
+        }
+        Ok(manifest.format == STAGE_FORMAT)
+    }
+
     /// Forgets a stage (before it reruns), so a kill mid-stage never leaves a stale manifest.
     pub fn invalidate(&self, stage: &str) -> Result<()> {
         let path = self.manifest_path(stage);

@@ -3,6 +3,9 @@
 //! [`export`] -> `report` ([`ReportStage`]), run in that order by the orchestrator ([`build`],
 //! from a [`BuildConfig`]; [`manifest`] makes it resumable and incremental).
 //!
+//! `freshstack refresh` ([`Refresh`]) is a build that carries over an old build's results whose
+//! inputs are unchanged and records what changed ([`changes`]).
+//!
 //! The three LLM stages (paper §3.3-3.5) are also library calls of their own:
 //! [`generate_nuggets`] from question + answer, [`generate_query_variants`] from the question
 //! alone, and [`judge()`] (nugget-level support judgments on a pool), each over the
@@ -15,6 +18,7 @@
 //! unreachable after retries) stops the stage with an error and no output, and a rerun resumes
 //! from the response cache.
 
+pub mod changes;
 pub mod config;
 mod corpus;
 pub mod export;
@@ -27,6 +31,7 @@ mod orchestrator;
 pub mod pool;
 mod questions;
 pub mod quickstart;
+mod refresh;
 mod report;
 mod variants;
 mod workers;
@@ -36,10 +41,12 @@ use serde::Serialize;
 use crate::llm::LlmStats;
 pub use crate::llm::StructuredOutput;
 
+pub use changes::Changes;
 pub use config::BuildConfig;
 pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema, nugget_labels};
 pub use nuggets::{NuggetsConfig, generate_nuggets, nuggets_schema};
 pub use orchestrator::{BuildSummary, StageOutcome, build, layout};
+pub use refresh::{Refresh, RefreshSummary};
 pub use report::{REPORT_FILES, ReportStage, ReportWritten};
 pub use variants::{VariantsConfig, generate_query_variants, variants_schema};
 

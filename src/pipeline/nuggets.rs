@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::orchestrator::{Builder, StageOutcome, calls_line, layout};
+use super::orchestrator::{Builder, StageOutcome, calls_line, carried_note, layout};
 use super::workers::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
 };
@@ -161,6 +161,19 @@ pub fn generate_nuggets(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<StageSummary> {
+    generate_nuggets_carrying(llm, config, questions, out, progress, &|_| None)
+}
+
+/// [`generate_nuggets`], taking `carried`'s record of a question instead of asking when it has
+/// one (`freshstack refresh`).
+fn generate_nuggets_carrying(
+    llm: &Llm,
+    config: &NuggetsConfig,
+    questions: &Path,
+    out: &Path,
+    progress: &dyn Progress,
+    carried: &dyn Fn(&Question) -> Option<NuggetsRecord>,
+) -> Result<StageSummary> {
     let settings = stage_settings(
         llm,
         NUGGETS.id,
@@ -179,6 +192,7 @@ pub fn generate_nuggets(
         out,
         (config.shard, settings),
         progress,
+        carried,
         |q| nuggets_for(llm, config, q),
     )
 }
@@ -204,13 +218,17 @@ impl Builder<'_> {
             };
             let questions = b.path(layout::QUESTIONS);
             let out = b.path(layout::NUGGETS);
+            let carry = b.carry;
+            let carried = |q: &Question| carry.and_then(|c| c.nuggets(q));
             let llm = &b.llm()?.llm;
             let before = llm.stats();
-            let summary = generate_nuggets(llm, &config, &questions, &out, progress)?;
+            let summary =
+                generate_nuggets_carrying(llm, &config, &questions, &out, progress, &carried)?;
             Ok(format!(
-                "{} questions, {} failed after repairs; {}{}",
+                "{} questions, {} failed after repairs{}; {}{}",
                 summary.items,
                 summary.failed,
+                carried_note(summary.ok + summary.failed - summary.items, carry.is_some()),
                 calls_line(&before, &llm.stats()),
                 Self::structured_note(&summary)
             ))

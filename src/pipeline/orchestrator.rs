@@ -20,8 +20,11 @@ use serde::Serialize;
 use super::StageSummary;
 use super::config::BuildConfig;
 use super::manifest::{StageBook, stage_fingerprint};
+use super::refresh::{Carry, llm_identity, result_settings};
 use super::report::ReportStage;
-use crate::dataset::{Fingerprint, FingerprintBuilder, QueryId, read_jsonl_lines};
+use crate::dataset::{
+    Fingerprint, FingerprintBuilder, QueryId, read_jsonl_lines, write_json_atomic,
+};
 use crate::error::{Error, Result};
 use crate::llm::prompts::Prompt;
 use crate::llm::{ChatParams, Llm, LlmStats, ResponseCache};
@@ -49,6 +52,11 @@ pub mod layout {
     pub const JUDGMENTS: &str = "work/judgments.jsonl";
     /// The LLM response cache (default).
     pub const LLM_CACHE: &str = "work/llm-cache.sqlite";
+    /// The settings of the last finished build that its results depend on (what `refresh`
+    /// compares).
+    pub const SETTINGS: &str = "work/settings.json";
+    /// What `freshstack refresh` changed (in the build directory, next to the export).
+    pub const CHANGES: &str = "changes.json";
 }
 
 /// What the export stage writes into the build directory.
@@ -118,6 +126,19 @@ pub fn build(
     progress: &dyn Progress,
     on_stage: &mut dyn FnMut(&StageOutcome),
 ) -> Result<BuildSummary> {
+    run_build(config, out, None, report, progress, on_stage)
+}
+
+/// [`build`], carrying over the results of `carry`'s old build whose inputs are unchanged
+/// (`freshstack refresh`), which then also writes `changes.json` before the report.
+pub(super) fn run_build(
+    config: &BuildConfig,
+    out: &Path,
+    carry: Option<&Carry>,
+    report: &dyn ReportStage,
+    progress: &dyn Progress,
+    on_stage: &mut dyn FnMut(&StageOutcome),
+) -> Result<BuildSummary> {
     std::fs::create_dir_all(out.join(layout::WORK)).map_err(|e| Error::io(out, e))?;
     let mut run = Builder {
         config,
@@ -130,6 +151,7 @@ pub fn build(
         questions_out: 0,
         repositories: Vec::new(),
         tokenizer_sha256: None,
+        carry,
     };
     run.questions(progress, on_stage)?;
     run.corpus(progress, on_stage)?;
@@ -139,13 +161,27 @@ pub fn build(
     run.pool(progress, on_stage)?;
     run.judge(progress, on_stage)?;
     run.export(on_stage)?;
+    if let Some(carry) = carry {
+        run.changes(carry, progress, on_stage)?;
+    }
     run.report(report, progress, on_stage)?;
+    // Last, so that it describes the settings of the finished build (what `refresh` checks).
+    write_json_atomic(run.path(layout::SETTINGS), &result_settings(config)?)?;
     Ok(BuildSummary {
         out: run.out,
         stages: run.stages,
         questions: run.questions_out,
         documents: run.documents,
     })
+}
+
+/// The end of an LLM stage's detail line in a refresh: how many items were carried over.
+pub(super) fn carried_note(carried: u64, refreshing: bool) -> String {
+    if refreshing {
+        format!(", {carried} carried over from the old build")
+    } else {
+        String::new()
+    }
 }
 
 pub(super) struct Builder<'a> {
@@ -161,6 +197,8 @@ pub(super) struct Builder<'a> {
     pub(super) repositories: Vec<(String, Option<String>)>,
     /// SHA-256 of the corpus's `hf:` tokenizer file.
     pub(super) tokenizer_sha256: Option<String>,
+    /// The old build's results (`freshstack refresh`).
+    pub(super) carry: Option<&'a Carry>,
 }
 
 pub(super) struct OpenedLlm {
@@ -220,21 +258,7 @@ impl Builder<'_> {
     }
 
     pub(super) fn llm_identity(&self) -> String {
-        let llm = &self.config.llm;
-        match (&llm.gguf, &llm.base_url, &llm.model) {
-            (Some(path), _, _) => {
-                let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                format!("gguf:{name}:{size}")
-            }
-            // The server's address is where the model runs, not what it is: moving the server
-            // must not rerun the stages (the response cache is keyed the same way).
-            (None, _, Some(model)) => format!("openai:{model}"),
-            _ => String::new(),
-        }
+        llm_identity(self.config)
     }
 
     pub(super) fn llm(&mut self) -> Result<&OpenedLlm> {

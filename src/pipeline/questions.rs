@@ -34,10 +34,14 @@ impl Builder<'_> {
             (None, Some(file)) => format!("file:{}", Fingerprint::of_file(file)?),
             (None, None) => return Err(Error::invalid("questions", "no source")),
         };
-        let fingerprint = stage_fingerprint("questions")
+        let mut fingerprint = stage_fingerprint("questions")
             .json("questions", q)
-            .text("source", &source)
-            .finish();
+            .text("source", &source);
+        // Only when set, so that builds without `[refresh]` keep their fingerprints.
+        if let Some(refresh) = &self.config.refresh {
+            fingerprint = fingerprint.json("refresh", refresh);
+        }
+        let fingerprint = fingerprint.finish();
         self.stage(
             "questions",
             fingerprint,
@@ -94,6 +98,24 @@ impl Builder<'_> {
                 "no question matched (check tags, dates and the dump)",
             ));
         }
+        let retire_before = self
+            .config
+            .refresh
+            .as_ref()
+            .and_then(|r| r.retire_before.as_deref());
+        let retired = match retire_before {
+            Some(day) => retire(&mut questions, day)?,
+            None => 0,
+        };
+        if questions.is_empty() {
+            return Err(Error::invalid(
+                "refresh.retire_before",
+                format!(
+                    "every question was created before {}",
+                    retire_before.unwrap_or("")
+                ),
+            ));
+        }
         let total = questions.len();
         if let Some(max) = q.max_questions {
             questions.truncate(max);
@@ -103,6 +125,32 @@ impl Builder<'_> {
             writer.write_json_line(question)?;
         }
         writer.commit()?;
-        Ok(format!("{} questions ({total} matched)", questions.len()))
+        let retired = if retired > 0 {
+            format!(", {retired} retired")
+        } else {
+            String::new()
+        };
+        Ok(format!(
+            "{} questions ({total} matched{retired})",
+            questions.len()
+        ))
     }
+}
+
+/// Drops the questions created before `day` (`YYYY-MM-DD`, `[refresh] retire_before`) and
+/// says how many. A question without a creation date cannot be placed in the window: an error
+/// naming it.
+fn retire(questions: &mut Vec<Question>, day: &str) -> Result<usize> {
+    if let Some(undated) = questions.iter().find(|q| q.metadata.date.len() < 10) {
+        return Err(Error::invalid(
+            "refresh.retire_before",
+            format!(
+                "question {} has no metadata.date (YYYY-MM-DD...) to compare with {day}",
+                undated.query_id
+            ),
+        ));
+    }
+    let before = questions.len();
+    questions.retain(|q| q.metadata.date.get(..10).is_some_and(|d| d >= day));
+    Ok(before - questions.len())
 }

@@ -140,6 +140,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             require_all_nuggets_supported: true,
         },
         rerank: None,
+        refresh: None,
     })
 }
 

@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use super::manifest::stage_fingerprint;
-use super::orchestrator::{Builder, EXPORTED, StageOutcome};
+use super::orchestrator::{Builder, EXPORTED, StageOutcome, layout};
+use crate::dataset::Fingerprint;
 use crate::error::Result;
 use crate::progress::Progress;
 
@@ -38,6 +39,13 @@ impl Builder<'_> {
         let mut fingerprint = stage_fingerprint("report");
         for rel in EXPORTED {
             fingerprint = fingerprint.maybe_fingerprint(rel, self.hash(rel));
+        }
+        // A refresh's record of changes is on the page too (only when there is one, so that
+        // plain builds keep their fingerprints).
+        let changes = self.path(layout::CHANGES);
+        if changes.is_file() {
+            fingerprint =
+                fingerprint.fingerprint(layout::CHANGES, &Fingerprint::of_file(&changes)?);
         }
         self.stage(
             "report",

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::orchestrator::{Builder, StageOutcome, calls_line, layout};
+use super::orchestrator::{Builder, StageOutcome, calls_line, carried_note, layout};
 use super::workers::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
 };
@@ -194,6 +194,19 @@ pub fn generate_query_variants(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<StageSummary> {
+    generate_variants_carrying(llm, config, questions, out, progress, &|_| None)
+}
+
+/// [`generate_query_variants`], taking `carried`'s record of a question instead of asking
+/// when it has one (`freshstack refresh`).
+fn generate_variants_carrying(
+    llm: &Llm,
+    config: &VariantsConfig,
+    questions: &Path,
+    out: &Path,
+    progress: &dyn Progress,
+    carried: &dyn Fn(&Question) -> Option<VariantsRecord>,
+) -> Result<StageSummary> {
     let settings = stage_settings(
         llm,
         QUERY_VARIANTS.id,
@@ -212,6 +225,7 @@ pub fn generate_query_variants(
         out,
         (config.shard, settings),
         progress,
+        carried,
         |q| variants_for(llm, config, q),
     )
 }
@@ -242,13 +256,17 @@ impl Builder<'_> {
                 };
                 let questions = b.path(layout::QUESTIONS);
                 let out = b.path(layout::VARIANTS);
+                let carry = b.carry;
+                let carried = |q: &Question| carry.and_then(|c| c.variants(q));
                 let llm = &b.llm()?.llm;
                 let before = llm.stats();
-                let summary = generate_query_variants(llm, &config, &questions, &out, progress)?;
+                let summary =
+                    generate_variants_carrying(llm, &config, &questions, &out, progress, &carried)?;
                 Ok(format!(
-                    "{} questions, {} failed after repairs; {}{}",
+                    "{} questions, {} failed after repairs{}; {}{}",
                     summary.items,
                     summary.failed,
+                    carried_note(summary.ok + summary.failed - summary.items, carry.is_some()),
                     calls_line(&before, &llm.stats()),
                     Self::structured_note(&summary)
                 ))

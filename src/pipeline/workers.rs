@@ -253,7 +253,9 @@ pub(crate) fn write_shard_info(out: &Path, info: Option<ShardInfo>, rows: usize)
 /// The shape shared by the per-question stages (nuggets, query variants): read the questions,
 /// sort them by id, keep the shard's slice, run `per_question` over them on the backend's
 /// concurrency, write one row per question in id order (atomically, with the shard's sidecar)
-/// and count ok / failed / repairs.
+/// and count ok / failed / repairs. A question for which `carried` has a record (`freshstack
+/// refresh`: the old build's, for the same prompt inputs) takes it and asks nothing; `items`
+/// counts the questions asked.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_question_stage<R: StageRecord>(
     llm: &Llm,
@@ -263,6 +265,7 @@ pub(crate) fn run_question_stage<R: StageRecord>(
     out: &Path,
     (shard, settings): (Option<Shard>, String),
     progress: &dyn Progress,
+    carried: &dyn Fn(&Question) -> Option<R>,
     per_question: impl Fn(&Question) -> Result<(R, AskCounts)> + Sync,
 ) -> Result<StageSummary> {
     let mut questions = read_questions(questions)?;
@@ -277,19 +280,35 @@ pub(crate) fn run_question_stage<R: StageRecord>(
     // An unwritable output fails before any call, but no temporary file is held while the
     // calls run: Ctrl-C ends the process without destructors and would leave it behind.
     drop(AtomicWriter::create(out)?);
-    progress.begin(label, Some(questions.len() as u64));
+    let reused: Vec<Option<R>> = questions.iter().map(carried).collect();
+    let asked: Vec<Question> = questions
+        .iter()
+        .zip(&reused)
+        .filter(|(_, r)| r.is_none())
+        .map(|(q, _)| q.clone())
+        .collect();
+    progress.begin(label, Some(asked.len() as u64));
     let results = run_items(
-        &questions,
+        &asked,
         llm.chat_backend().max_concurrency(),
         progress,
         per_question,
     );
     progress.finish();
-    let results = results?;
+    let mut answered = results?.into_iter();
+    let asked_count = asked.len() as u64;
+    // Back into question-id order: carried records where there are, answers elsewhere.
+    let results: Vec<(R, AskCounts)> = reused
+        .into_iter()
+        .filter_map(|r| match r {
+            Some(record) => Some((record, AskCounts::default())),
+            None => answered.next(),
+        })
+        .collect();
     let mut writer = AtomicWriter::create(out)?;
     let mut summary = StageSummary {
         prompt: prompt_id.to_string(),
-        items: results.len() as u64,
+        items: asked_count,
         ..StageSummary::default()
     };
     for (record, counts) in &results {

@@ -10,6 +10,7 @@ use super::pooling::{MEASURE_LABELS, PoolingRow, SETTINGS, TECHNIQUES, retriever
 use super::svg::{BarChart, PALETTE, Series, render};
 use super::{FilteringCounts, Report};
 use crate::error::Result;
+use crate::pipeline::changes::{Changes, Counts, Scores, StageRequests};
 
 /// Escapes text for HTML element content and attribute values.
 pub fn escape(text: &str) -> String {
@@ -59,6 +60,9 @@ pub fn render_html(report: &Report, generated: Option<&str>) -> Result<String> {
     figures_section(&mut h, report)?;
     if let Some(scores) = &report.calibration {
         calibration_section(&mut h, scores);
+    }
+    if let Some(changes) = &report.changes {
+        changes_section(&mut h, changes);
     }
     h.push_str("</body>\n</html>\n");
     Ok(h)
@@ -395,6 +399,124 @@ fn calibration_section(h: &mut String, scores: &CalibrationScores) {
             &scores.agreement_rows(),
         );
     }
+}
+
+/// What a refresh changed (`DIR/changes.json`).
+fn changes_section(h: &mut String, changes: &Changes) {
+    h.push_str("<h2 id=\"changes-title\">Changes</h2>\n");
+    let window = match &changes.retire_before {
+        Some(day) => format!(" Questions created before {day} are retired."),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        h,
+        "<p class=\"note\">What <code>freshstack refresh</code> changed from the old build \
+         (changes.json): results whose inputs are unchanged were carried over, only the rest \
+         was asked of the LLM.{}</p>",
+        escape(&window)
+    );
+    let q = &changes.questions;
+    let llm = &changes.llm;
+    let rows: Vec<Row> = vec![
+        ("Questions added".into(), vec![q.added.len().to_string()]),
+        (
+            "Questions retired".into(),
+            vec![q.retired.len().to_string()],
+        ),
+        ("Questions kept".into(), vec![q.kept.to_string()]),
+        (
+            "Kept questions changed (redone)".into(),
+            vec![q.changed.len().to_string()],
+        ),
+        (
+            "Judgments reused".into(),
+            vec![changes.judgments.reused.to_string()],
+        ),
+        (
+            "Judgments new".into(),
+            vec![changes.judgments.new.to_string()],
+        ),
+    ];
+    html_table(h, "changes-summary", &["Change", "Count"], &rows);
+    let stage = |name: &str, unit: &str, s: &StageRequests| -> Row {
+        (
+            name.to_string(),
+            vec![format!("{} {unit}", s.carried), s.requests.to_string()],
+        )
+    };
+    html_table(
+        h,
+        "changes-llm",
+        &["Stage", "Carried over", "LLM requests"],
+        &[
+            stage("Nuggets", "questions", &llm.nuggets),
+            stage("Query variants", "questions", &llm.variants),
+            stage("Judging", "pairs", &llm.judge),
+        ],
+    );
+    let counts = |c: &Counts| {
+        [c.added, c.removed, c.changed, c.unchanged]
+            .into_iter()
+            .map(|n| n.to_string())
+    };
+    let repos: Vec<Row> = changes
+        .repositories
+        .iter()
+        .map(|(name, r)| {
+            (
+                name.clone(),
+                counts(&r.files).chain(counts(&r.documents)).collect(),
+            )
+        })
+        .collect();
+    html_table(
+        h,
+        "changes-repositories",
+        &[
+            "Repository",
+            "Files added",
+            "removed",
+            "changed",
+            "unchanged",
+            "Docs added",
+            "removed",
+            "changed",
+            "unchanged",
+        ],
+        &repos,
+    );
+    let _ = writeln!(
+        h,
+        "<p class=\"note\">Drift on the {} question(s) both exports kept: each run of the old \
+         build on the old qrels, then the new run on the new qrels (new - old).</p>",
+        changes.drift.questions
+    );
+    let show = |s: Option<&Scores>, i: usize| {
+        s.map_or("-".to_string(), |s| format!("{:.4}", s.values()[i]))
+    };
+    let drift: Vec<Row> = changes
+        .drift
+        .runs
+        .iter()
+        .map(|r| {
+            let mut cells = Vec::with_capacity(9);
+            for i in 0..MEASURE_LABELS.len() {
+                cells.push(show(r.old.as_ref(), i));
+                cells.push(show(r.new.as_ref(), i));
+                cells.push(match &r.delta {
+                    Some(d) => format!("{:+.4}", d.values()[i]),
+                    None => "-".to_string(),
+                });
+            }
+            (r.run.clone(), cells)
+        })
+        .collect();
+    let mut header = vec!["Run".to_string()];
+    for label in MEASURE_LABELS {
+        header.extend([format!("{label} old"), "new".into(), "change".into()]);
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    html_table(h, "changes-drift", &header, &drift);
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! DIR/filtering.json      filtering counts (optional)
 //! DIR/manifest.json       topic and repositories[].name are read (optional)
 //! DIR/calibration/*.json  expert annotations and their sample.json (optional, [`calibration`])
+//! DIR/changes.json        what `freshstack refresh` changed (optional)
 //! ```
 //!
 //! and writes `DIR/stats.json` ([`Statistics`] and [`FilteringCounts`]), `DIR/results.json`
@@ -36,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{AtomicWriter, NuggetQrels, Question, read_jsonl, write_json_atomic};
 use crate::error::{Error, Result};
 use crate::eval::Judgments;
-use crate::pipeline::{ReportStage, ReportWritten};
+use crate::pipeline::{Changes, ReportStage, ReportWritten};
 use crate::progress::Progress;
 use crate::source::TokenizerKind;
 
@@ -79,6 +80,9 @@ pub struct Report {
     /// Table 5, when `DIR/calibration/` holds annotation files (the page then has a
     /// "Calibration" section; without them it is the same bytes as before).
     pub calibration: Option<calibration::CalibrationScores>,
+    /// What `freshstack refresh` changed, when the directory has `changes.json` (the page then
+    /// has a "Changes" section; without it it is the same bytes as before).
+    pub changes: Option<Changes>,
 }
 
 /// How to compute a report.
@@ -153,9 +157,21 @@ fn read_filtering(path: &Path) -> Result<Option<FilteringCounts>> {
         .map_err(|e| Error::parse(path, e.line(), e.to_string()))
 }
 
+/// Reads `changes.json` (absent: `None`); a malformed one is an error naming it.
+fn read_changes(path: &Path) -> Result<Option<Changes>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::parse(path, e.line(), e.to_string()))
+}
+
 /// Computes the statistics, filtering counts and pooling results of the dataset in `dir`.
-/// `corpus.jsonl` and `queries.jsonl` must exist; `runs/`, `filtering.json`, `manifest.json`
-/// and `calibration/` are optional.
+/// `corpus.jsonl` and `queries.jsonl` must exist; `runs/`, `filtering.json`, `manifest.json`,
+/// `calibration/` and `changes.json` are optional.
 pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> Result<Report> {
     let (topic, repos) = read_manifest(&dir.join("manifest.json"))?;
     let filtering = read_filtering(&dir.join("filtering.json"))?;
@@ -166,11 +182,13 @@ pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> 
     drop(queries);
     let pooling = pooling::pooling_results(&dir.join("runs"), &judgments, progress)?;
     let calibration = calibration::read_calibration_dir(dir)?;
+    let changes = read_changes(&dir.join("changes.json"))?;
     Ok(Report {
         statistics,
         filtering,
         pooling,
         calibration,
+        changes,
     })
 }
 

@@ -248,3 +248,126 @@ fn filtering_json_as_the_build_writes_it() {
     assert!(page.contains("(rule not applied)"));
     assert!(page.contains("<td class=\"num\">50.0%</td>"));
 }
+
+/// `changes.json` adds a "Changes" section at the end of the page and changes nothing else.
+#[test]
+fn changes_json_adds_a_section_and_nothing_else() {
+    use crate::pipeline::changes::{
+        Changes, Counts, Drift, JudgmentChanges, LlmChanges, QuestionChanges, RepositoryChanges,
+        RunDrift, Scores, StageRequests,
+    };
+    let scores = |a, c, r| Scores {
+        alpha_ndcg_10: a,
+        coverage_20: c,
+        recall_50: r,
+    };
+    let changes = Changes {
+        format: 1,
+        retire_before: Some("2024-03-01".into()),
+        questions: QuestionChanges {
+            added: vec!["14".into(), "15".into()],
+            retired: vec!["11".into()],
+            kept: 3,
+            changed: vec!["13".into()],
+        },
+        repositories: [(
+            "acme/<demo>".to_string(),
+            RepositoryChanges {
+                documents: Counts {
+                    added: 2,
+                    removed: 2,
+                    changed: 0,
+                    unchanged: 5,
+                },
+                files: Counts {
+                    added: 1,
+                    removed: 1,
+                    changed: 1,
+                    unchanged: 5,
+                },
+            },
+        )]
+        .into_iter()
+        .collect(),
+        judgments: JudgmentChanges {
+            reused: 14,
+            new: 44,
+        },
+        llm: LlmChanges {
+            nuggets: StageRequests {
+                carried: 1,
+                requests: 4,
+            },
+            variants: StageRequests {
+                carried: 2,
+                requests: 3,
+            },
+            judge: StageRequests {
+                carried: 7,
+                requests: 12,
+            },
+        },
+        drift: Drift {
+            questions: 3,
+            runs: vec![
+                RunDrift {
+                    run: "inference.question.bm25".into(),
+                    old: Some(scores(0.438, 1.0, 0.3333)),
+                    new: Some(scores(0.5895, 1.0, 0.5)),
+                    delta: Some(scores(0.1515, 0.0, 0.1667)),
+                },
+                RunDrift {
+                    run: "oracle.nuggets.fusion".into(),
+                    old: None,
+                    new: Some(scores(0.9, 1.0, 1.0)),
+                    delta: None,
+                },
+            ],
+        },
+    };
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture(), dir.path());
+    let without = render_html(
+        &compute(dir.path(), &ReportOptions::default(), &NoProgress).unwrap(),
+        None,
+    )
+    .unwrap();
+    crate::dataset::write_json_atomic(dir.path().join("changes.json"), &changes).unwrap();
+    let report = compute(dir.path(), &ReportOptions::default(), &NoProgress).unwrap();
+    assert_eq!(report.changes.as_ref(), Some(&changes));
+    let with = render_html(&report, None).unwrap();
+    let start = with.find("<h2 id=\"changes-title\">").unwrap();
+    let end = with.rfind("</body>").unwrap();
+    assert_eq!(format!("{}{}", &with[..start], &with[end..]), without);
+    let section = &with[start..end];
+    for text in [
+        "before 2024-03-01",
+        "<td>Questions added</td><td class=\"num\">2</td>",
+        "<td>Judging</td><td class=\"num\">7 pairs</td><td class=\"num\">12</td>",
+        "<td>acme/&lt;demo&gt;</td><td class=\"num\">1</td>",
+        "the 3 question(s)",
+        "<td class=\"num\">0.4380</td><td class=\"num\">0.5895</td><td class=\"num\">+0.1515</td>",
+        "<td class=\"num\">-</td><td class=\"num\">0.9000</td><td class=\"num\">-</td>",
+    ] {
+        assert!(section.contains(text), "{text}\n{section}");
+    }
+    // A malformed record is an error naming the file.
+    std::fs::write(dir.path().join("changes.json"), "{\"format\": 1}").unwrap();
+    let err = compute(dir.path(), &ReportOptions::default(), &NoProgress)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("changes.json"), "{err}");
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

@@ -272,7 +272,8 @@ fn serve_connection(stream: TcpStream, state: &State) {
     }
 }
 
-/// The "model": answers each prompt deterministically. Question titles carry test markers:
+/// The "model": answers each prompt deterministically (a judge verdict and its reason depend on
+/// the nugget and document alone, not on the batch). Question titles carry test markers:
 /// `[messy]` answers in prose first and correctly after a repair request, `[hopeless]` never
 /// answers usably, `[omit]` leaves out the last document until repaired. `constrained`: the
 /// answer is one JSON value of the requested shape (see [`SchemaServer::Enforce`]).
@@ -316,7 +317,7 @@ pub(crate) fn model_answer(request: &Value, constrained: bool) -> String {
     let judgments: Vec<Value> = texts
         .iter()
         .enumerate()
-        .map(|(i, text)| json!({"doc": format!("D{}", i + 1), "reason": format!("doc {}", i + 1), "supported": supported_by(text)}))
+        .map(|(i, text)| json!({"doc": format!("D{}", i + 1), "reason": format!("doc {}", judged_id(text)), "supported": supported_by(text)}))
         .collect();
     format!(
         "D1 looks at {{the code}}. Verdicts:\n{}",
@@ -332,6 +333,16 @@ fn judge_documents(first_user: &str) -> Vec<&str> {
         .next()
         .unwrap();
     docs_part.split("[D").skip(1).collect()
+}
+
+/// The document id of a `[D<i>] <id>` block of a judge prompt: the reasons name it rather than
+/// the position, so that each row is a function of its (nugget, document) alone, whatever the
+/// batch (a refresh batches other documents together than a fresh build).
+fn judged_id(block: &str) -> &str {
+    block
+        .split_once("] ")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or("")
 }
 
 /// The verdicts of a judge document for the two nuggets every mock question has.
