@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
-use freshstack::benchmark::{BenchmarkConfig, TopicSpec, load_topic, run_benchmark};
+use freshstack::benchmark::{
+    BenchmarkConfig, BenchmarkRetriever, TopicSpec, load_topic, run_benchmark,
+};
 use freshstack::dataset::{DatasetSpec, NuggetQrels, Run};
 use freshstack::embed::EncoderOptions;
 use freshstack::eval::{EvalConfig, Judgments, evaluate};
@@ -33,7 +35,7 @@ fn tiny() -> Vec<TopicSpec> {
 fn config(out: &Path, retrievers: &[&str]) -> BenchmarkConfig {
     BenchmarkConfig {
         topics: tiny(),
-        retrievers: retrievers.iter().map(|r| r.to_string()).collect(),
+        retrievers: retrievers.iter().map(|r| r.parse().unwrap()).collect(),
         fusion: false,
         rerank: None,
         k: 10,
@@ -296,10 +298,13 @@ fn missing_reranker_and_bad_retrievers_are_refused() {
     cfg.rerank = Some("/no/such/reranker".into());
     let err = run_benchmark(&cfg, &NoProgress).unwrap_err().to_string();
     assert!(err.contains("reranker"), "{err}");
-    let err = run_benchmark(&config(out.path(), &["splade"]), &NoProgress)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("expected bm25 or dense:MODEL"), "{err}");
+    for bad in ["splade", "dense:", "dense"] {
+        let err = bad.parse::<BenchmarkRetriever>().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("invalid retriever: {bad:?}: expected bm25 or dense:MODEL")
+        );
+    }
     let mut cfg = config(out.path(), &["bm25"]);
     cfg.fusion = true;
     assert!(run_benchmark(&cfg, &NoProgress).is_err());
