@@ -797,6 +797,19 @@ fn typed_arguments_are_refused_while_parsing_in_one_line_with_exit_2() {
             "error: invalid value '2023-1-1' for '--since <YYYY-MM-DD>': invalid day: \
              \"2023-1-1\": expected YYYY-MM-DD",
         ),
+        (
+            vec![
+                "benchmark",
+                "--queries",
+                "q",
+                "--corpus",
+                "c",
+                "--retriever",
+                "splade",
+            ],
+            "error: invalid value 'splade' for '--retriever <NAME>': invalid retriever: \
+             \"splade\": expected bm25 or dense:MODEL",
+        ),
     ];
     for (args, expected) in cases {
         let out = freshstack(&args);
