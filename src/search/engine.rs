@@ -35,7 +35,7 @@ pub struct Engine {
 /// What an open index holds (for `freshstack search --info` and logs).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EngineInfo {
-    /// Documents.
+    /// Live documents (those a refresh removed are not counted).
     pub num_documents: usize,
     /// Retriever names available.
     pub retrievers: Vec<String>,

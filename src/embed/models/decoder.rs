@@ -42,7 +42,7 @@ pub struct DecoderSpec {
     pub hidden_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// Layers.
+    /// Transformer blocks (decoder layers) stacked.
     pub num_layers: usize,
     /// Query heads.
     pub num_heads: usize,

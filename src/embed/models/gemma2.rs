@@ -20,7 +20,7 @@ pub struct Gemma2Config {
     pub hidden_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// Layers.
+    /// Transformer blocks (decoder layers) stacked.
     pub num_hidden_layers: usize,
     /// Query heads.
     pub num_attention_heads: usize,

@@ -18,7 +18,7 @@ pub struct MistralConfig {
     pub hidden_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// Layers.
+    /// Transformer blocks (decoder layers) stacked.
     pub num_hidden_layers: usize,
     /// Query heads.
     pub num_attention_heads: usize,
