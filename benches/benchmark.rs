@@ -173,7 +173,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("load_corpus_jsonl_20k", |b| {
         b.iter(|| load_corpus(std::slice::from_ref(&jsonl)).unwrap())
     });
-    let spec = DatasetSpec::parse(topic.to_str().unwrap());
+    let spec = DatasetSpec::from(topic.to_str().unwrap());
     let config = BenchmarkConfig {
         topics: TopicSpec::plan(
             std::slice::from_ref(&spec),

@@ -25,8 +25,8 @@ fn hub() -> PathBuf {
 
 fn tiny() -> Vec<TopicSpec> {
     TopicSpec::plan(
-        &[DatasetSpec::parse("freshstack/queries-tiny")],
-        &[DatasetSpec::parse("freshstack/corpus-tiny")],
+        &[DatasetSpec::from("freshstack/queries-tiny")],
+        &[DatasetSpec::from("freshstack/corpus-tiny")],
         &["tiny".to_string()],
     )
     .unwrap()
@@ -145,7 +145,7 @@ fn local_jsonl_export_scores_like_the_parquet_files() {
         ),
     )
     .unwrap();
-    let spec = DatasetSpec::parse(local.to_str().unwrap());
+    let spec = DatasetSpec::from(local.to_str().unwrap());
     let mut cfg = config(&dir.path().join("out"), &["bm25"]);
     cfg.topics = TopicSpec::plan(
         std::slice::from_ref(&spec),
@@ -230,8 +230,8 @@ fn missing_config_and_split_are_clear_errors() {
     let out = tempfile::tempdir().unwrap();
     let mut cfg = config(out.path(), &["bm25"]);
     cfg.topics = TopicSpec::plan(
-        &[DatasetSpec::parse("freshstack/queries-tiny")],
-        &[DatasetSpec::parse("freshstack/corpus-tiny")],
+        &[DatasetSpec::from("freshstack/queries-tiny")],
+        &[DatasetSpec::from("freshstack/corpus-tiny")],
         &["godot".into()],
     )
     .unwrap();
@@ -252,12 +252,8 @@ fn parquet_without_a_column_names_file_and_column() {
     let mut cfg = config(out.path(), &["bm25"]);
     let queries = cfg.topics[0].queries.clone();
     let bad = fixtures().join("corpus-no-text.parquet");
-    cfg.topics = TopicSpec::plan(
-        &[queries],
-        &[DatasetSpec::parse(bad.to_str().unwrap())],
-        &[],
-    )
-    .unwrap();
+    cfg.topics =
+        TopicSpec::plan(&[queries], &[DatasetSpec::from(bad.to_str().unwrap())], &[]).unwrap();
     let err = run_benchmark(&cfg, &NoProgress).unwrap_err().to_string();
     assert!(
         err.contains("corpus-no-text.parquet") && err.contains("no column \"text\""),

@@ -86,7 +86,7 @@ impl Gemma2Config {
                 self.rope_scaling.as_ref(),
                 10_000.0,
             )?,
-            activation: Activation::parse(activation)?,
+            activation: activation.parse::<Activation>()?,
             qkv_bias: false,
             qk_norm: false,
             gemma: true,

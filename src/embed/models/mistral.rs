@@ -72,7 +72,7 @@ impl MistralConfig {
                 self.rope_scaling.as_ref(),
                 10_000.0,
             )?,
-            activation: Activation::parse(&self.hidden_act)?,
+            activation: self.hidden_act.parse::<Activation>()?,
             qkv_bias: false,
             qk_norm: false,
             gemma: false,

@@ -101,7 +101,7 @@ impl QwenConfig {
                 self.rope_scaling.as_ref(),
                 10_000.0,
             )?,
-            activation: Activation::parse(&self.hidden_act)?,
+            activation: self.hidden_act.parse::<Activation>()?,
             qkv_bias: match version {
                 QwenVersion::Qwen2 => true,
                 QwenVersion::Qwen3 => self.attention_bias,
