@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use freshstack::NoProgress;
-use freshstack::benchmark::{BenchmarkConfig, TopicSpec, run_benchmark};
+use freshstack::benchmark::{BenchmarkConfig, BenchmarkRetriever, TopicSpec, run_benchmark};
 use freshstack::dataset::{DatasetSpec, Document, load_corpus};
 use freshstack::embed::EncoderOptions;
 use freshstack::index::Bm25Settings;
@@ -173,7 +173,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("load_corpus_jsonl_20k", |b| {
         b.iter(|| load_corpus(std::slice::from_ref(&jsonl)).unwrap())
     });
-    let spec = DatasetSpec::parse(topic.to_str().unwrap());
+    let spec = DatasetSpec::from(topic.to_str().unwrap());
     let config = BenchmarkConfig {
         topics: TopicSpec::plan(
             std::slice::from_ref(&spec),
@@ -181,7 +181,7 @@ fn bench(c: &mut Criterion) {
             &[],
         )
         .unwrap(),
-        retrievers: vec!["bm25".to_string()],
+        retrievers: vec![BenchmarkRetriever::Bm25],
         fusion: false,
         rerank: None,
         k: 100,

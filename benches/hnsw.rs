@@ -216,7 +216,7 @@ fn bench_fusion(c: &mut Criterion) {
         .unwrap();
     let texts: Vec<&str> = queries.iter().map(String::as_str).collect();
     let options = SearchOptions {
-        retriever: "fusion".into(),
+        retriever: "fusion".parse().unwrap(),
         k: 100,
         ..SearchOptions::default()
     };

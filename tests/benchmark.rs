@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
-use freshstack::benchmark::{BenchmarkConfig, TopicSpec, load_topic, run_benchmark};
+use freshstack::benchmark::{
+    BenchmarkConfig, BenchmarkRetriever, TopicSpec, load_topic, run_benchmark,
+};
 use freshstack::dataset::{DatasetSpec, NuggetQrels, Run};
 use freshstack::embed::EncoderOptions;
 use freshstack::eval::{EvalConfig, Judgments, evaluate};
@@ -23,8 +25,8 @@ fn hub() -> PathBuf {
 
 fn tiny() -> Vec<TopicSpec> {
     TopicSpec::plan(
-        &[DatasetSpec::parse("freshstack/queries-tiny")],
-        &[DatasetSpec::parse("freshstack/corpus-tiny")],
+        &[DatasetSpec::from("freshstack/queries-tiny")],
+        &[DatasetSpec::from("freshstack/corpus-tiny")],
         &["tiny".to_string()],
     )
     .unwrap()
@@ -33,7 +35,7 @@ fn tiny() -> Vec<TopicSpec> {
 fn config(out: &Path, retrievers: &[&str]) -> BenchmarkConfig {
     BenchmarkConfig {
         topics: tiny(),
-        retrievers: retrievers.iter().map(|r| r.to_string()).collect(),
+        retrievers: retrievers.iter().map(|r| r.parse().unwrap()).collect(),
         fusion: false,
         rerank: None,
         k: 10,
@@ -143,7 +145,7 @@ fn local_jsonl_export_scores_like_the_parquet_files() {
         ),
     )
     .unwrap();
-    let spec = DatasetSpec::parse(local.to_str().unwrap());
+    let spec = DatasetSpec::from(local.to_str().unwrap());
     let mut cfg = config(&dir.path().join("out"), &["bm25"]);
     cfg.topics = TopicSpec::plan(
         std::slice::from_ref(&spec),
@@ -228,8 +230,8 @@ fn missing_config_and_split_are_clear_errors() {
     let out = tempfile::tempdir().unwrap();
     let mut cfg = config(out.path(), &["bm25"]);
     cfg.topics = TopicSpec::plan(
-        &[DatasetSpec::parse("freshstack/queries-tiny")],
-        &[DatasetSpec::parse("freshstack/corpus-tiny")],
+        &[DatasetSpec::from("freshstack/queries-tiny")],
+        &[DatasetSpec::from("freshstack/corpus-tiny")],
         &["godot".into()],
     )
     .unwrap();
@@ -250,12 +252,8 @@ fn parquet_without_a_column_names_file_and_column() {
     let mut cfg = config(out.path(), &["bm25"]);
     let queries = cfg.topics[0].queries.clone();
     let bad = fixtures().join("corpus-no-text.parquet");
-    cfg.topics = TopicSpec::plan(
-        &[queries],
-        &[DatasetSpec::parse(bad.to_str().unwrap())],
-        &[],
-    )
-    .unwrap();
+    cfg.topics =
+        TopicSpec::plan(&[queries], &[DatasetSpec::from(bad.to_str().unwrap())], &[]).unwrap();
     let err = run_benchmark(&cfg, &NoProgress).unwrap_err().to_string();
     assert!(
         err.contains("corpus-no-text.parquet") && err.contains("no column \"text\""),
@@ -296,10 +294,13 @@ fn missing_reranker_and_bad_retrievers_are_refused() {
     cfg.rerank = Some("/no/such/reranker".into());
     let err = run_benchmark(&cfg, &NoProgress).unwrap_err().to_string();
     assert!(err.contains("reranker"), "{err}");
-    let err = run_benchmark(&config(out.path(), &["splade"]), &NoProgress)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("expected bm25 or dense:MODEL"), "{err}");
+    for bad in ["splade", "dense:", "dense"] {
+        let err = bad.parse::<BenchmarkRetriever>().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("invalid retriever: {bad:?}: expected bm25 or dense:MODEL")
+        );
+    }
     let mut cfg = config(out.path(), &["bm25"]);
     cfg.fusion = true;
     assert!(run_benchmark(&cfg, &NoProgress).is_err());

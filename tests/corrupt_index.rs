@@ -70,7 +70,7 @@ fn answers(index: &Path) -> freshstack::Result<Vec<Vec<(String, f64)>>> {
     let mut out = vec![as_pairs(engine.search_bm25("queue worker cache", 6)?)];
     for ann in [Ann::Exact, Ann::Hnsw] {
         let options = SearchOptions {
-            retriever: "dense:v".into(),
+            retriever: "dense:v".parse().unwrap(),
             k: 6,
             ann,
             ..SearchOptions::default()

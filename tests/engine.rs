@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use freshstack::NoProgress;
 use freshstack::dataset::{VectorDtype, write_npy};
 use freshstack::index::{Bm25Settings, HnswSettings, IndexConfig, VectorSource, build_index};
-use freshstack::search::{Ann, Engine, SearchOptions};
+use freshstack::search::{Ann, Engine, RetrieverSpec, SearchOptions};
 
 use crate::util::{freshstack, write};
 
@@ -171,14 +171,10 @@ fn bad_queries_and_retrievers_are_clear_errors() {
     let huge = "word ".repeat(300_000);
     let err = engine.search_bm25(&huge, 5).unwrap_err().to_string();
     assert!(err.contains("limit"), "{err}");
-    let options = SearchOptions {
-        retriever: "splade".into(),
-        ..SearchOptions::default()
-    };
-    let err = engine.search("cache", &options).unwrap_err().to_string();
+    let err = "splade".parse::<RetrieverSpec>().unwrap_err().to_string();
     assert!(err.contains("unknown retriever \"splade\""), "{err}");
     let options = SearchOptions {
-        retriever: "dense".into(),
+        retriever: "dense".parse().unwrap(),
         ..SearchOptions::default()
     };
     let err = engine.search("cache", &options).unwrap_err().to_string();
@@ -318,7 +314,7 @@ fn dense_exact_and_hnsw_agree_on_small_data() {
         let engine = Engine::open(&index).unwrap();
         let query = &vectors[17];
         let exact = SearchOptions {
-            retriever: "dense".into(),
+            retriever: "dense".parse().unwrap(),
             k: 10,
             ann: Ann::Exact,
             ..SearchOptions::default()
@@ -800,6 +796,19 @@ fn typed_arguments_are_refused_while_parsing_in_one_line_with_exit_2() {
             ],
             "error: invalid value '2023-1-1' for '--since <YYYY-MM-DD>': invalid day: \
              \"2023-1-1\": expected YYYY-MM-DD",
+        ),
+        (
+            vec![
+                "benchmark",
+                "--queries",
+                "q",
+                "--corpus",
+                "c",
+                "--retriever",
+                "splade",
+            ],
+            "error: invalid value 'splade' for '--retriever <NAME>': invalid retriever: \
+             \"splade\": expected bm25 or dense:MODEL",
         ),
     ];
     for (args, expected) in cases {

@@ -157,7 +157,7 @@ fn gpu_engine_search_batch_equals_cpu() {
     };
     build_index(&config, &index, &NoProgress).unwrap();
     let options = SearchOptions {
-        retriever: "dense:rand".into(),
+        retriever: "dense:rand".parse().unwrap(),
         k: 25,
         ann: Ann::Exact,
         ..SearchOptions::default()

@@ -12,7 +12,9 @@ use freshstack::index::{
     Bm25Settings, DenseModelRef, DocumentModel, HnswSettings, IndexConfig, LoadedModel,
     build_index_with_encoders,
 };
-use freshstack::search::{Ann, Engine, FusionMethod, QueryEncoderOptions, SearchOptions};
+use freshstack::search::{
+    Ann, Engine, FusionMethod, QueryEncoderOptions, RetrieverSpec, SearchOptions,
+};
 
 use crate::util::write;
 
@@ -163,7 +165,7 @@ fn hash_engine(index: &Path) -> Engine {
 
 pub(crate) fn options(retriever: &str, k: usize) -> SearchOptions {
     SearchOptions {
-        retriever: retriever.into(),
+        retriever: retriever.parse().unwrap(),
         k,
         ..SearchOptions::default()
     }
@@ -331,9 +333,18 @@ fn bad_retrievers_and_missing_encoders_are_clear_errors() {
     };
     assert!(err("fusion:bm25,bm25").contains("names bm25 twice"));
     assert!(err("fusion:bm25,dense:nope").contains("no such model"));
-    assert!(err("fusion:bm25,fusion").contains("cannot contain a fusion"));
-    assert!(err("fusion:bm25,splade").contains("unknown retriever"));
-    assert!(err("fusionx").contains("unknown retriever"));
+    // Names that are no retriever fail while parsing, before any engine sees them.
+    let parse_err = |r: &str| r.parse::<RetrieverSpec>().unwrap_err().to_string();
+    assert!(parse_err("fusion:bm25,fusion").contains("cannot contain a fusion"));
+    assert!(parse_err("fusion:bm25,splade").contains("unknown retriever"));
+    assert!(parse_err("fusionx").contains("unknown retriever"));
+    // A nested fusion built by hand is still refused by the engine.
+    let nested = SearchOptions {
+        retriever: RetrieverSpec::Fusion(vec![RetrieverSpec::Bm25, RetrieverSpec::Fusion(vec![])]),
+        ..options("fusion", 3)
+    };
+    let e = engine.search("queue", &nested).unwrap_err().to_string();
+    assert!(e.contains("cannot contain a fusion"), "{e}");
     let weights = SearchOptions {
         fusion_weights: Some(vec![1.0]),
         ..options("fusion", 3)

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 pub use paper::{PaperResults, PaperRow};
 pub use results::{BenchmarkResults, NotesSummary, RunResult, TopicSummary};
+pub use retrieve::BenchmarkRetriever;
 pub use topic::{JudgedCheck, TopicData, TopicSpec, check_judged, load_topic};
 
 use crate::dataset::{NuggetQrels, Run, write_json_atomic};
@@ -44,7 +45,7 @@ pub struct BenchmarkConfig {
     /// Retrievers, in row order: `bm25` and/or `dense:[NAME=]MODEL` (a model directory or a
     /// Hugging Face model id in the local cache; the row is `dense:NAME`, NAME defaulting to
     /// the directory's or id's last component).
-    pub retrievers: Vec<String>,
+    pub retrievers: Vec<BenchmarkRetriever>,
     /// Also fuse all retrievers (normalized sum of each one's top 100), as row `fusion`.
     pub fusion: bool,
     /// A cross-encoder (model directory or cached id) reranking the top 50 of every run; each
@@ -102,16 +103,10 @@ pub fn run_benchmark(
     }
     // Resolve every retriever (and model) before loading any topic.
     let mut retrievers: Vec<RetrieverKind> = Vec::new();
-    for spec in &config.retrievers {
-        let kind = if spec == "bm25" {
-            RetrieverKind::Bm25(config.bm25)
-        } else if let Some(model) = spec.strip_prefix("dense:").filter(|m| !m.is_empty()) {
-            RetrieverKind::dense(model, &config.encoder)?
-        } else {
-            return Err(Error::invalid(
-                "retrievers",
-                format!("{spec:?}: expected bm25 or dense:MODEL"),
-            ));
+    for retriever in &config.retrievers {
+        let kind = match retriever {
+            BenchmarkRetriever::Bm25 => RetrieverKind::Bm25(config.bm25),
+            BenchmarkRetriever::Dense(spec) => RetrieverKind::dense(spec, &config.encoder)?,
         };
         if retrievers.iter().any(|r| r.name() == kind.name()) {
             return Err(Error::invalid(

@@ -17,7 +17,7 @@ pub struct PaperResults {
     pub measures: Vec<String>,
     /// Topic key (the hub config: `langchain`, ...) to the paper's column title.
     pub topics: BTreeMap<String, String>,
-    /// The rows.
+    /// One row per published retriever, in the file's order.
     pub rows: Vec<PaperRow>,
 }
 

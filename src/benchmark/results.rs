@@ -21,9 +21,9 @@ pub struct TopicSummary {
     pub queries: String,
     /// The corpus' dataset, as given.
     pub corpus: String,
-    /// Questions.
+    /// Questions loaded for the topic (with or without nuggets).
     pub num_queries: usize,
-    /// Documents.
+    /// Documents of the topic's corpus.
     pub num_documents: usize,
     /// Nuggets over all questions.
     pub num_nuggets: usize,

@@ -14,7 +14,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -27,8 +26,37 @@ use crate::index::{Bm25Settings, IndexConfig, Manifest, build_index};
 use crate::progress::Progress;
 use crate::search::{
     Ann, DenseModelSpec, Engine, HybridIndexConfig, Pipeline, QueryEncoderOptions, QueryItem,
-    SearchOptions, build_hybrid_index,
+    RetrieverSpec, SearchOptions, build_hybrid_index,
 };
+
+/// A retriever the benchmark scores, as given: `bm25` or `dense:[NAME=]MODEL`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BenchmarkRetriever {
+    /// BM25 (with [`BenchmarkConfig::bm25`](super::BenchmarkConfig::bm25)).
+    Bm25,
+    /// A dense model (a directory or a Hugging Face id in the local cache) that encodes each
+    /// topic's corpus; its row is `dense:NAME`.
+    Dense(DenseModelSpec),
+}
+
+impl std::str::FromStr for BenchmarkRetriever {
+    type Err = Error;
+
+    /// Parses `bm25` or `dense:[NAME=]MODEL` (errors name the setting `retriever`; a bad
+    /// `[NAME=]MODEL` is [`DenseModelSpec`]'s error).
+    fn from_str(spec: &str) -> Result<Self> {
+        if spec == "bm25" {
+            return Ok(Self::Bm25);
+        }
+        match spec.strip_prefix("dense:").filter(|m| !m.is_empty()) {
+            Some(model) => Ok(Self::Dense(model.parse()?)),
+            None => Err(Error::invalid(
+                "retriever",
+                format!("{spec:?}: expected bm25 or dense:MODEL"),
+            )),
+        }
+    }
+}
 
 /// A retriever of the benchmark, resolved.
 #[derive(Debug, Clone)]
@@ -43,19 +71,24 @@ pub(crate) enum RetrieverKind {
 }
 
 impl RetrieverKind {
-    /// The row name: `bm25` or `dense:NAME`.
-    pub fn name(&self) -> String {
+    /// The engine's retriever, whose name is the row name: `bm25` or `dense:NAME`.
+    pub fn spec(&self) -> RetrieverSpec {
         match self {
-            Self::Bm25(_) => "bm25".to_string(),
-            Self::Dense { spec, .. } => format!("dense:{}", spec.name),
+            Self::Bm25(_) => RetrieverSpec::Bm25,
+            Self::Dense { spec, .. } => RetrieverSpec::Dense(Some(spec.name.clone())),
         }
     }
 
-    /// Resolves `dense:MODEL` now (a typo fails before any topic is loaded) and records what
+    /// The row name: `bm25` or `dense:NAME`.
+    pub fn name(&self) -> String {
+        self.spec().to_string()
+    }
+
+    /// Resolves a dense model now (a typo fails before any topic is loaded) and records what
     /// the vectors depend on: the model as given, its config and tokenizer files and the
     /// encoder options that change vectors (weights are too big to hash).
-    pub fn dense(model: &str, options: &EncoderOptions) -> Result<Self> {
-        let spec = DenseModelSpec::from_str(model)?;
+    pub fn dense(spec: &DenseModelSpec, options: &EncoderOptions) -> Result<Self> {
+        let spec = spec.clone();
         let files = resolve_model(&spec.model)?;
         let identity = Fingerprint::builder("benchmark dense model")
             .text("model", &spec.model)
@@ -199,7 +232,7 @@ pub(crate) fn retrieve(
         ..SearchOptions::default()
     };
     let pipeline = Pipeline {
-        retriever: engine.retriever(&retriever.name(), &options)?,
+        retriever: engine.retriever(&retriever.spec(), &options)?,
         rerank: None,
     };
     let (run, _) = pipeline.first_stage(&items, depth)?;

@@ -218,7 +218,7 @@ mod tests {
     }
 
     fn d(v: &[&str]) -> Vec<DatasetSpec> {
-        v.iter().map(|x| DatasetSpec::parse(x)).collect()
+        v.iter().map(|x| DatasetSpec::from(*x)).collect()
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use freshstack::benchmark::{
-    BenchmarkConfig, PaperResults, TopicSpec, run_benchmark, write_results,
+    BenchmarkConfig, BenchmarkRetriever, PaperResults, TopicSpec, run_benchmark, write_results,
 };
 use freshstack::dataset::{DatasetSpec, hub_cache_dir};
 use freshstack::embed::{DeviceSpec, EncoderOptions, ModelDType};
@@ -42,7 +42,7 @@ pub struct BenchmarkArgs {
     topics: Vec<String>,
     /// Retrievers: bm25, dense:MODEL (a model directory or a cached Hugging Face id). Repeatable.
     #[arg(long = "retriever", default_value = "bm25", value_name = "NAME")]
-    retrievers: Vec<String>,
+    retrievers: Vec<BenchmarkRetriever>,
     /// Also fuse all retrievers (normalized sum of each one's top 100, as the paper).
     #[arg(long)]
     fusion: bool,

@@ -157,7 +157,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         out: args.out.clone(),
         k: args.k,
         search: SearchOptions {
-            retriever: args.retriever.to_string(),
+            retriever: args.retriever,
             ann,
             ef_search: args.ef_search,
             ..args.fusion.options()

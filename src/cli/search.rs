@@ -50,7 +50,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let config = SearchConfig {
         index: args.index.clone(),
         search: SearchOptions {
-            retriever: args.retriever.to_string(),
+            retriever: args.retriever,
             k: args.k,
             ann: args.ann,
             ef_search: args.ef_search,

@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 /// A corpus document: one chunk of one file of one repository, in the reference corpus schema
@@ -47,5 +49,22 @@ impl Document {
     /// The document id the reference uses: `{repo}/{path}_{start}_{end}`.
     pub fn make_id(repo: &str, path: &str, start_byte: usize, end_byte: usize) -> String {
         format!("{repo}/{path}_{start_byte}_{end_byte}")
+    }
+
+    /// What a model (dense encoder or cross-encoder) reads of this document: see
+    /// [`document_text`].
+    pub fn model_text(&self) -> Cow<'_, str> {
+        document_text(&self.title, &self.text)
+    }
+}
+
+/// The text of a corpus row that models read: `title + " " + text` when both are non-blank,
+/// else whichever is (FreshStack titles are empty, so the text itself). The one rule behind
+/// the index's dense encoding, `freshstack embed` of a corpus and the rerankers' document texts.
+pub fn document_text<'a>(title: &'a str, text: &'a str) -> Cow<'a, str> {
+    match (title.trim().is_empty(), text.trim().is_empty()) {
+        (true, _) => Cow::Borrowed(text),
+        (false, true) => Cow::Borrowed(title),
+        (false, false) => Cow::Owned(format!("{title} {text}")),
     }
 }

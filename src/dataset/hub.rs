@@ -36,10 +36,10 @@ pub enum DatasetSpec {
     },
 }
 
-impl DatasetSpec {
-    /// Parses `SPEC`: an existing path is local; otherwise `ORG/NAME[:CONFIG]` is a hub id;
+impl From<&str> for DatasetSpec {
+    /// Reads `SPEC`: an existing path is local; otherwise `ORG/NAME[:CONFIG]` is a hub id;
     /// anything else is a local path (that will be reported missing).
-    pub fn parse(spec: &str) -> Self {
+    fn from(spec: &str) -> Self {
         if Path::new(spec).exists() {
             return Self::Local(PathBuf::from(spec));
         }
@@ -65,7 +65,9 @@ impl DatasetSpec {
             Self::Local(PathBuf::from(spec))
         }
     }
+}
 
+impl DatasetSpec {
     /// The same hub dataset with `config` (a local spec is returned unchanged).
     pub fn with_config(&self, config: &str) -> Self {
         match self {
@@ -99,10 +101,10 @@ impl DatasetSpec {
 impl std::str::FromStr for DatasetSpec {
     type Err = std::convert::Infallible;
 
-    /// [`DatasetSpec::parse`]: every text names a dataset (a missing local one is reported when
-    /// it is read).
+    /// As `DatasetSpec::from`: every text names a dataset (a missing local one is reported
+    /// when it is read).
     fn from_str(spec: &str) -> std::result::Result<Self, Self::Err> {
-        Ok(Self::parse(spec))
+        Ok(Self::from(spec))
     }
 }
 
@@ -383,25 +385,25 @@ mod tests {
     #[test]
     fn specs_parse() {
         assert_eq!(
-            DatasetSpec::parse("freshstack/queries-oct-2024:langchain"),
+            DatasetSpec::from("freshstack/queries-oct-2024:langchain"),
             DatasetSpec::Hub {
                 repo: "freshstack/queries-oct-2024".into(),
                 config: Some("langchain".into())
             }
         );
         assert_eq!(
-            DatasetSpec::parse("freshstack/corpus-oct-2024"),
+            DatasetSpec::from("freshstack/corpus-oct-2024"),
             DatasetSpec::Hub {
                 repo: "freshstack/corpus-oct-2024".into(),
                 config: None
             }
         );
         assert!(matches!(
-            DatasetSpec::parse("/no/such/dir/x"),
+            DatasetSpec::from("/no/such/dir/x"),
             DatasetSpec::Local(_)
         ));
-        assert!(matches!(DatasetSpec::parse("a/b:"), DatasetSpec::Local(_)));
-        let spec = DatasetSpec::parse("o/n").with_config("yolo");
+        assert!(matches!(DatasetSpec::from("a/b:"), DatasetSpec::Local(_)));
+        let spec = DatasetSpec::from("o/n").with_config("yolo");
         assert_eq!(spec.to_string(), "o/n:yolo");
         assert_eq!(spec.topic_name(), "yolo");
     }
@@ -409,7 +411,7 @@ mod tests {
     #[test]
     fn missing_cache_lists_paths() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = DatasetSpec::parse("freshstack/queries-x:godot");
+        let spec = DatasetSpec::from("freshstack/queries-x:godot");
         let err = resolve_files(&spec, DatasetPart::Queries, "test", dir.path())
             .unwrap_err()
             .to_string();

@@ -33,7 +33,7 @@ pub(crate) mod tempfiles;
 mod vectors;
 
 pub use atomic::{AtomicWriter, write_json_atomic};
-pub use document::{Document, DocumentMetadata};
+pub use document::{Document, DocumentMetadata, document_text};
 pub use encoder::{Embeddings, Encoder, TextKind};
 pub use fingerprint::{
     FINGERPRINT_FORMAT, Fingerprint, FingerprintBuilder, Fnv1a64, ParseFingerprintError,

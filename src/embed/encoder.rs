@@ -68,7 +68,7 @@ impl std::str::FromStr for DeviceSpec {
 pub struct EncoderOptions {
     /// Manifest to use instead of the built-in lookup.
     pub manifest: Option<ModelManifest>,
-    /// Device.
+    /// Where the model runs: the CPU, or a CUDA device (feature `cuda`).
     pub device: DeviceSpec,
     /// Weight and compute dtype.
     pub dtype: Option<ModelDType>,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::dataset::{Question, RowIds};
+use crate::dataset::{Question, RowIds, document_text};
 use crate::error::{Error, Result};
 
 /// Which schema the input file uses.
@@ -80,13 +80,7 @@ pub fn read_embed_input(path: &Path) -> Result<EmbedInput> {
             InputKind::Documents => {
                 let doc: DocumentRow = serde_json::from_str(&line).map_err(bad)?;
                 let (title, body) = (doc.title.unwrap_or_default(), doc.text.unwrap_or_default());
-                let text = if title.trim().is_empty() {
-                    body
-                } else if body.trim().is_empty() {
-                    title
-                } else {
-                    format!("{title} {body}")
-                };
+                let text = document_text(&title, &body).into_owned();
                 (doc.id, text, "text")
             }
             InputKind::Queries => {

@@ -126,7 +126,7 @@ impl std::str::FromStr for Metric {
 /// A metric at a cutoff, displayed `name@k` (the output key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MetricAt {
-    /// The metric.
+    /// Which measure (alpha-nDCG, Coverage, Recall, ...).
     pub metric: Metric,
     /// The cutoff (>= 1).
     pub k: usize,

@@ -43,7 +43,7 @@ pub use manifest::{
 pub use refresh::{RefreshConfig, RefreshSummary, refresh_index, refresh_index_with_encoders};
 pub use write::{
     DocumentModel, IndexConfig, IndexSummary, LoadedModel, VectorSource, build_index,
-    build_index_with_encoders, document_text, read_corpus, validate_model_name,
+    build_index_with_encoders, read_corpus, validate_model_name,
 };
 
 /// File and directory names inside an index directory.

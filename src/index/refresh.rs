@@ -15,15 +15,13 @@ use std::str::FromStr;
 use rustc_hash::FxHashSet;
 
 use crate::dataset::tempfiles::StagingDir;
-use crate::dataset::{Fnv1a64, VectorDtype, VectorMatrix};
+use crate::dataset::{Document, Fnv1a64, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
 use crate::index::docids::DocIds;
 use crate::index::layout;
 use crate::index::manifest::Manifest;
-use crate::index::write::{
-    DocumentModel, StoredModel, checked_vectors, document_text, install, read_corpus,
-};
+use crate::index::write::{DocumentModel, StoredModel, checked_vectors, install, read_corpus};
 use crate::progress::Progress;
 
 /// What to change.
@@ -151,7 +149,8 @@ pub fn refresh_index_with_encoders(
             format!("{}+{}", manifest.corpus.fnv1a64, Fnv1a64::of_file(path)?);
     }
     if !added_docs.is_empty() {
-        let texts: Vec<std::borrow::Cow<'_, str>> = added_docs.iter().map(document_text).collect();
+        let texts: Vec<std::borrow::Cow<'_, str>> =
+            added_docs.iter().map(Document::model_text).collect();
         let texts: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
         for info in &manifest.dense {
             let Some(encoder) = encoders.iter().find(|e| e.name() == info.name) else {

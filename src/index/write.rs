@@ -82,7 +82,7 @@ pub trait DocumentModel: Sync {
 /// A loaded [`DocumentModel`]: the encoder and what the manifest records about it.
 pub struct LoadedModel {
     /// Embeds the documents' texts ([`TextKind::Document`], one per document in corpus order;
-    /// see [`document_text`]): one L2-normalised row per text, in input order.
+    /// see [`Document::model_text`]): one L2-normalised row per text, in input order.
     pub encoder: Box<dyn Encoder>,
     /// The model, recorded in the manifest so searches can encode queries alike.
     pub model: Option<DenseModelRef>,
@@ -100,16 +100,6 @@ pub(crate) struct EncodedVectors {
     pub(crate) model: Option<DenseModelRef>,
     /// [`LoadedModel::source`].
     pub(crate) source: String,
-}
-
-/// The text a dense encoder sees for `doc`: `title + " " + text` when the title is not blank
-/// (as `freshstack embed` reads a corpus), else `text`.
-pub fn document_text(doc: &Document) -> std::borrow::Cow<'_, str> {
-    match (doc.title.trim().is_empty(), doc.text.trim().is_empty()) {
-        (true, _) => std::borrow::Cow::Borrowed(doc.text.as_str()),
-        (false, true) => std::borrow::Cow::Borrowed(doc.title.as_str()),
-        (false, false) => std::borrow::Cow::Owned(format!("{} {}", doc.title, doc.text)),
-    }
 }
 
 /// What to build.
@@ -265,7 +255,7 @@ pub fn build_index_with_encoders(
         )?);
     }
     if !encoders.is_empty() {
-        let texts: Vec<std::borrow::Cow<'_, str>> = docs.iter().map(document_text).collect();
+        let texts: Vec<std::borrow::Cow<'_, str>> = docs.iter().map(Document::model_text).collect();
         let texts: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
         for encoder in encoders {
             dense.push(add_encoded(

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::source::TokenizerSpec;
+use crate::source::stackoverflow::{DayRange, parse_day};
 
 /// A whole build: which questions, which repositories, which retrievers, which LLM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,6 +113,25 @@ pub struct QuestionsConfig {
     /// Keep at most this many questions (the first by id) — for trial runs.
     #[serde(default)]
     pub max_questions: Option<usize>,
+}
+
+impl QuestionsConfig {
+    /// The days kept from the dump: `since` and `until` checked (`YYYY-MM-DD`, `since` not
+    /// after `until`); an error names the field, `questions.since` or `questions.until`.
+    pub fn day_range(&self) -> Result<DayRange> {
+        let day = |field: &str, value: &Option<String>| {
+            value.as_deref().map(|v| parse_day(field, v)).transpose()
+        };
+        let since = day("questions.since", &self.since)?;
+        let until = day("questions.until", &self.until)?;
+        match (&since, &until) {
+            (Some(s), Some(u)) if s > u => Err(Error::invalid(
+                "questions.since",
+                format!("{s} is after questions.until ({u}): no question could match"),
+            )),
+            _ => DayRange::new(since, until),
+        }
+    }
 }
 
 fn default_match() -> String {
@@ -471,6 +491,9 @@ impl BuildConfig {
                 format!("{:?}: expected any or all", self.questions.tag_match),
             );
         }
+        if let Err(Error::InvalidArgument { what, message }) = self.questions.day_range() {
+            return bad(&what, message);
+        }
         if self.questions.max_questions == Some(0) {
             return bad("questions.max_questions", "must be at least 1".into());
         }
@@ -649,6 +672,47 @@ model = "m"
         assert_eq!(
             config.refresh.unwrap().retire_before.as_deref(),
             Some("2024-03-01")
+        );
+    }
+
+    #[test]
+    fn a_day_range_that_keeps_no_day_names_the_field() {
+        let dump = |days: &str| {
+            MINIMAL.replace(
+                "file = \"Cargo.toml\"",
+                &format!("posts = \"Cargo.toml\"\ntags = [\"rust\"]\n{days}"),
+            )
+        };
+        let range = parse(&dump("since = \"2024-01-01\"\nuntil = \"2024-01-01\""))
+            .unwrap()
+            .questions
+            .day_range()
+            .unwrap();
+        assert!(range.contains("2024-01-01") && !range.contains("2024-01-02"));
+        // Before, the stage built the range as given and imported nothing, silently.
+        let err = parse(&dump("since = \"2024-05-01\"\nuntil = \"2024-01-01\""))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid topic.toml: questions.since: 2024-05-01 is after questions.until \
+             (2024-01-01): no question could match"
+        );
+        let err = parse(&dump("until = \"2024-1-1\""))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid topic.toml: questions.until: \"2024-1-1\": expected YYYY-MM-DD"
+        );
+        // A config built in code is checked where the stage reads it.
+        let mut config = parse(MINIMAL).unwrap();
+        config.questions.since = Some("2024-05-01".into());
+        config.questions.until = Some("2024-01-01".into());
+        let err = config.questions.day_range().unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid questions.since: 2024-05-01 is after questions.until"),
+            "{err}"
         );
     }
 

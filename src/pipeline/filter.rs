@@ -32,7 +32,7 @@ pub struct FilterCounts {
 pub struct Filtered {
     /// Kept questions (by id), nuggets filled in.
     pub questions: Vec<Question>,
-    /// The counts.
+    /// How many questions each filtering step dropped (`filtering.json`).
     pub counts: FilterCounts,
 }
 

@@ -21,7 +21,9 @@ use crate::error::Result;
 use crate::progress::Progress;
 use crate::rerank::{CrossEncoder, RerankerOptions};
 use crate::search::{DocumentTexts, QueryEncoderOptions};
-use crate::search::{Engine, FusionOptions, Pipeline, QueryItem, Rerank, SearchOptions, fuse};
+use crate::search::{
+    Engine, FusionOptions, Pipeline, QueryItem, Rerank, RetrieverSpec, SearchOptions, fuse,
+};
 
 /// A way of turning a question into a retrieval query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -115,8 +117,8 @@ pub fn technique_queries(
 /// A retriever as pooling uses it: the engine's name and the label in file names.
 #[derive(Debug, Clone)]
 pub struct PoolRetriever {
-    /// Engine retriever name (`bm25`, `dense:NAME`).
-    pub engine_name: String,
+    /// The engine's retriever (`bm25`, `dense:NAME`).
+    pub retriever: RetrieverSpec,
     /// Label in run names (`bm25`, the model name, or `fusion`).
     pub label: String,
 }
@@ -168,7 +170,7 @@ pub fn pool(
     for (technique, queries) in queries_by_technique {
         let mut runs: Vec<(String, Run)> = Vec::new();
         for retriever in &config.retrievers {
-            let run = retrieve_run(engine, &retriever.engine_name, queries, config.run_depth)?;
+            let run = retrieve_run(engine, &retriever.retriever, queries, config.run_depth)?;
             progress.advance(queries.len() as u64);
             runs.push((retriever.label.clone(), run));
         }
@@ -265,7 +267,7 @@ fn rerank_lists(
 /// without searchable terms gets no ranking. Rankings are in query order.
 fn retrieve_run(
     engine: &Engine,
-    retriever: &str,
+    retriever: &RetrieverSpec,
     queries: &[(String, String)],
     k: usize,
 ) -> Result<Run> {
@@ -288,13 +290,13 @@ impl Builder<'_> {
         let mut retrievers = Vec::new();
         if self.config.retrieval.bm25 {
             retrievers.push(PoolRetriever {
-                engine_name: "bm25".into(),
+                retriever: RetrieverSpec::Bm25,
                 label: "bm25".into(),
             });
         }
         for dense in &engine.manifest().dense {
             retrievers.push(PoolRetriever {
-                engine_name: format!("dense:{}", dense.name),
+                retriever: RetrieverSpec::Dense(Some(dense.name.clone())),
                 label: dense.name.clone(),
             });
         }

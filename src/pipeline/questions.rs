@@ -8,8 +8,7 @@ use crate::dataset::{AtomicWriter, Fingerprint, Question, read_jsonl, read_quest
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::source::stackoverflow::{
-    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, DayRange, ImportConfig, TagFilter, TagMatch,
-    import_questions, parse_day,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, ImportConfig, TagFilter, TagMatch, import_questions,
 };
 
 impl Builder<'_> {
@@ -56,23 +55,8 @@ impl Builder<'_> {
         let target = self.path(layout::QUESTIONS);
         let mut questions: Vec<Question> = match (&q.posts, &q.file) {
             (Some(posts), _) => {
-                let mode = if q.tag_match == "all" {
-                    TagMatch::All
-                } else {
-                    TagMatch::Any
-                };
-                let range = DayRange {
-                    since: q
-                        .since
-                        .as_deref()
-                        .map(|s| parse_day("questions.since", s))
-                        .transpose()?,
-                    until: q
-                        .until
-                        .as_deref()
-                        .map(|s| parse_day("questions.until", s))
-                        .transpose()?,
-                };
+                let mode: TagMatch = q.tag_match.parse()?;
+                let range = q.day_range()?;
                 let import = ImportConfig {
                     filter: TagFilter::new(&q.tags, mode)?,
                     range,

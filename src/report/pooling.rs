@@ -98,10 +98,10 @@ pub struct PoolingRow {
     /// alpha-nDCG@10 (4 decimals, as the reference).
     #[serde(rename = "alpha_ndcg@10")]
     pub alpha_ndcg_10: f64,
-    /// Coverage@20.
+    /// Coverage@20: the mean share of a question's nuggets supported by its top 20.
     #[serde(rename = "coverage@20")]
     pub coverage_20: f64,
-    /// Recall@50.
+    /// Recall@50: the mean share of a question's relevant documents in its top 50.
     #[serde(rename = "recall@50")]
     pub recall_50: f64,
     /// Judged questions the run has no ranking for (they score 0).
@@ -120,7 +120,7 @@ impl PoolingRow {
 pub struct PoolingResults {
     /// Questions with nuggets in `queries.jsonl`: the denominator of every mean.
     pub judged_queries: usize,
-    /// The rows.
+    /// One row per run file of the dataset, in [`RunName::display_cmp`] order.
     pub rows: Vec<PoolingRow>,
 }
 

@@ -50,7 +50,7 @@ pub struct PairScores {
 /// How to load a cross-encoder; `None` fields come from the manifest or the model's config.
 #[derive(Debug, Clone, Default)]
 pub struct RerankerOptions {
-    /// Device.
+    /// Where the model runs: the CPU, or a CUDA device (feature `cuda`).
     pub device: DeviceSpec,
     /// Weight and compute dtype.
     pub dtype: Option<ModelDType>,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::cross_encoder::{CrossEncoder, Reranker, RerankerOptions};
-use crate::dataset::{Run, ScoredDoc, score_key};
+use crate::dataset::{Run, ScoredDoc, document_text, score_key};
 use crate::embed::{read_embed_input, resolve_model};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
@@ -221,17 +221,18 @@ pub fn top_document_ids(run: &Run, k: usize) -> HashSet<&str> {
         .collect()
 }
 
+/// A corpus row as reranking reads it (ids and texts as `freshstack embed` reads them).
 #[derive(Deserialize)]
 struct CorpusRow {
-    #[serde(rename = "_id")]
-    id: serde_json::Value,
+    #[serde(rename = "_id", deserialize_with = "crate::dataset::string_id")]
+    id: String,
     #[serde(default)]
     title: Option<String>,
     #[serde(default)]
     text: Option<String>,
 }
 
-/// The texts (`title + " " + text`, or `text` when the title is empty, as `embed` reads them)
+/// The texts ([`document_text`]: `title + " " + text`, or the non-blank one, as `embed` reads them)
 /// of the corpus documents in `wanted`, streaming the corpus.
 pub fn read_documents(path: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, String>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
@@ -243,24 +244,12 @@ pub fn read_documents(path: &Path, wanted: &HashSet<&str>) -> Result<HashMap<Str
         }
         let row: CorpusRow =
             serde_json::from_str(&line).map_err(|e| Error::parse(path, i + 1, e.to_string()))?;
-        let id = match row.id {
-            serde_json::Value::String(s) => s,
-            serde_json::Value::Number(n) => n.to_string(),
-            _ => return Err(Error::parse(path, i + 1, "field _id: not a string")),
-        };
-        if !wanted.contains(id.as_str()) {
+        if !wanted.contains(row.id.as_str()) {
             continue;
         }
-        let title = row.title.unwrap_or_default();
-        let text = row.text.unwrap_or_default();
-        let joined = if title.trim().is_empty() {
-            text
-        } else if text.trim().is_empty() {
-            title
-        } else {
-            format!("{title} {text}")
-        };
-        out.insert(id, joined);
+        let (title, text) = (row.title.unwrap_or_default(), row.text.unwrap_or_default());
+        let joined = document_text(&title, &text).into_owned();
+        out.insert(row.id, joined);
     }
     Ok(out)
 }
@@ -332,5 +321,37 @@ mod tests {
         .to_string();
         assert!(err.contains("q1"), "{err}");
         assert!(rerank_run(&WordOverlap, &run, &queries, &documents, 0, &NoProgress).is_err());
+    }
+
+    #[test]
+    fn corpus_texts_and_ids_are_read_as_embed_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("corpus.jsonl");
+        std::fs::write(
+            &corpus,
+            "{\"_id\": \"a\", \"title\": \"\", \"text\": \"body a\"}\n\
+             {\"_id\": 7, \"title\": \"T\", \"text\": \"body 7\"}\n\
+             {\"_id\": \"b\", \"title\": \"only title\", \"text\": \" \"}\n\
+             {\"_id\": \"skipped\", \"text\": \"x\"}\n",
+        )
+        .unwrap();
+        let wanted: HashSet<&str> = ["a", "7", "b"].into_iter().collect();
+        let texts = read_documents(&corpus, &wanted).unwrap();
+        assert_eq!(texts.len(), 3);
+        assert_eq!(texts["a"], "body a");
+        assert_eq!(texts["7"], "T body 7");
+        assert_eq!(texts["b"], "only title");
+        // An id that is neither a string nor a number: the one id reader's message, with the line.
+        std::fs::write(
+            &corpus,
+            "{\"_id\": \"a\", \"text\": \"t\"}\n{\"_id\": true}\n",
+        )
+        .unwrap();
+        let err = read_documents(&corpus, &wanted).unwrap_err().to_string();
+        assert!(err.contains("corpus.jsonl:2: "), "{err}");
+        assert!(
+            err.contains("invalid type: boolean `true`, expected a string or a number"),
+            "{err}"
+        );
     }
 }

@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use crate::dataset::{Run, ScoredDoc};
 use crate::error::Result;
 use crate::search::fusion::{FusionOptions, fuse};
-use crate::search::{Engine, Explained, RetrieverScore, RetrieverSpec, SearchOptions};
+use crate::search::{Engine, Explained, RetrieverScore, SearchOptions};
 
 /// The query id used inside the one-query runs handed to [`fuse`].
 const QUERY: &str = "q";
@@ -34,10 +34,7 @@ impl Engine {
     /// [`Engine::search`] with, for fusion, each document's place in every fused retriever
     /// (empty places for a single retriever).
     pub fn search_explained(&self, query: &str, options: &SearchOptions) -> Result<Vec<Explained>> {
-        if matches!(
-            options.retriever.parse::<RetrieverSpec>()?,
-            RetrieverSpec::Fusion(_)
-        ) {
+        if options.retriever.is_fusion() {
             return Ok(self
                 .search_batch_explained(&[query], options, true)?
                 .pop()
@@ -61,10 +58,7 @@ impl Engine {
         explain: bool,
     ) -> Result<Vec<Vec<Explained>>> {
         let components = self.components(&options.retriever)?;
-        let fused = matches!(
-            options.retriever.parse::<RetrieverSpec>()?,
-            RetrieverSpec::Fusion(_)
-        );
+        let fused = options.retriever.is_fusion();
         if fused && options.fusion_depth == 0 {
             return Err(crate::error::Error::invalid(
                 "fusion depth",
@@ -79,7 +73,7 @@ impl Engine {
         // One encoder call per dense model for the whole batch.
         let mut vectors: Vec<Option<Vec<Vec<f32>>>> = Vec::with_capacity(components.len());
         for component in &components {
-            vectors.push(match component.strip_prefix("dense:") {
+            vectors.push(match component.dense_model() {
                 Some(model) => {
                     let encoded = self.query_encoder(model)?.embed_queries(queries)?;
                     if encoded.len() != queries.len() {
@@ -100,7 +94,7 @@ impl Engine {
         // Exact dense searches the GPU takes (feature `cuda`), all queries at once.
         let mut on_gpu: Vec<Option<Vec<Vec<ScoredDoc>>>> = Vec::with_capacity(components.len());
         for (component, vectors) in components.iter().zip(&vectors) {
-            on_gpu.push(match (component.strip_prefix("dense:"), vectors) {
+            on_gpu.push(match (component.dense_model(), vectors) {
                 (Some(model), Some(vectors)) => {
                     let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
                     self.search_vectors_gpu(model, &refs, &single)?
@@ -108,6 +102,7 @@ impl Engine {
                 _ => None,
             });
         }
+        let names: Vec<String> = components.iter().map(|c| c.to_string()).collect();
         let fusion = FusionOptions {
             method: options.fusion_method,
             depth,
@@ -122,7 +117,7 @@ impl Engine {
                     .zip(&vectors)
                     .zip(&on_gpu)
                     .map(|((component, vectors), on_gpu)| {
-                        match (component.strip_prefix("dense:"), vectors) {
+                        match (component.dense_model(), vectors) {
                             _ if on_gpu.is_some() => {
                                 Ok(on_gpu.as_ref().map(|l| l[q].clone()).unwrap_or_default())
                             }
@@ -140,7 +135,7 @@ impl Engine {
                     })
                     .collect::<Result<Vec<Vec<ScoredDoc>>>>()?;
                 if fused {
-                    fuse_lists(&components, &lists, &fusion, options.k, explain)
+                    fuse_lists(&names, &lists, &fusion, options.k, explain)
                 } else {
                     Ok(lists
                         .into_iter()

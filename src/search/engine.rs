@@ -35,7 +35,7 @@ pub struct Engine {
 /// What an open index holds (for `freshstack search --info` and logs).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EngineInfo {
-    /// Documents.
+    /// Live documents (those a refresh removed are not counted).
     pub num_documents: usize,
     /// Retriever names available.
     pub retrievers: Vec<String>,
@@ -109,16 +109,29 @@ impl Engine {
 
     /// Documents and retriever names.
     pub fn info(&self) -> EngineInfo {
-        let mut retrievers = Vec::new();
-        if self.bm25.is_some() {
-            retrievers.push("bm25".to_string());
-        }
-        retrievers.extend(self.dense.keys().map(|n| format!("dense:{n}")));
-        // `fusion` itself is not listed: it combines the listed retrievers.
         EngineInfo {
             num_documents: self.ids.num_live(),
-            retrievers,
+            retrievers: self
+                .single_retrievers()
+                .iter()
+                .map(|r| r.to_string())
+                .collect(),
         }
+    }
+
+    /// BM25 (when the index has it), then every dense model by name: what `fusion` alone
+    /// fuses. `fusion` itself is not one of them.
+    fn single_retrievers(&self) -> Vec<RetrieverSpec> {
+        let mut retrievers = Vec::new();
+        if self.bm25.is_some() {
+            retrievers.push(RetrieverSpec::Bm25);
+        }
+        retrievers.extend(
+            self.dense
+                .keys()
+                .map(|name| RetrieverSpec::Dense(Some(name.clone()))),
+        );
+        retrievers
     }
 
     /// Registers the query encoder of dense model `name`, so text queries can use it.
@@ -189,31 +202,29 @@ impl Engine {
         }
     }
 
-    /// The canonical name (`bm25`, `dense:NAME`, `fusion:R1,R2,...`) of `retriever`, checking
+    /// The canonical form (`bm25`, `dense:NAME`, `fusion:R1,R2,...`) of `retriever`, checking
     /// it exists here.
-    pub fn resolve(&self, retriever: &str) -> Result<String> {
-        match retriever.parse::<RetrieverSpec>()? {
-            RetrieverSpec::Fusion(_) => {
-                Ok(format!("fusion:{}", self.components(retriever)?.join(",")))
-            }
-            single => self.resolve_single(&single),
+    pub fn resolve(&self, retriever: &RetrieverSpec) -> Result<RetrieverSpec> {
+        match retriever {
+            RetrieverSpec::Fusion(_) => Ok(RetrieverSpec::Fusion(self.components(retriever)?)),
+            single => self.resolve_single(single),
         }
     }
 
     /// The canonical single retrievers `retriever` runs: itself, or the fused ones (`fusion`
     /// alone: BM25 then every dense model by name). A retriever named twice is an error.
-    pub fn components(&self, retriever: &str) -> Result<Vec<String>> {
-        match retriever.parse::<RetrieverSpec>()? {
+    pub fn components(&self, retriever: &RetrieverSpec) -> Result<Vec<RetrieverSpec>> {
+        match retriever {
             RetrieverSpec::Fusion(parts) => {
-                let names: Vec<String> = if parts.is_empty() {
-                    let all = self.info().retrievers;
+                let resolved: Vec<RetrieverSpec> = if parts.is_empty() {
+                    let all = self.single_retrievers();
                     if all.len() < 2 {
                         return Err(Error::invalid(
                             "retriever",
                             format!(
                                 "fusion: {} has only {}; fusion needs two retrievers or more",
                                 self.dir.display(),
-                                all.join(", ")
+                                self.info().retrievers.join(", ")
                             ),
                         ));
                     }
@@ -224,29 +235,29 @@ impl Engine {
                         .map(|part| self.resolve_single(part))
                         .collect::<Result<_>>()?
                 };
-                let mut sorted = names.clone();
+                let mut sorted: Vec<String> = resolved.iter().map(|r| r.to_string()).collect();
                 sorted.sort_unstable();
                 if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
                     return Err(Error::invalid(
                         "retriever",
-                        format!("{retriever:?} names {} twice", w[0]),
+                        format!("{:?} names {} twice", retriever.to_string(), w[0]),
                     ));
                 }
-                Ok(names)
+                Ok(resolved)
             }
-            single => Ok(vec![self.resolve_single(&single)?]),
+            single => Ok(vec![self.resolve_single(single)?]),
         }
     }
 
-    fn resolve_single(&self, spec: &RetrieverSpec) -> Result<String> {
+    fn resolve_single(&self, spec: &RetrieverSpec) -> Result<RetrieverSpec> {
         match spec {
             RetrieverSpec::Bm25 => {
                 self.bm25_index()?;
-                Ok("bm25".to_string())
+                Ok(RetrieverSpec::Bm25)
             }
             RetrieverSpec::Dense(name) => {
                 let model = self.dense_model(name.as_deref())?;
-                Ok(format!("dense:{}", model.info.name))
+                Ok(RetrieverSpec::Dense(Some(model.info.name.clone())))
             }
             RetrieverSpec::Fusion(_) => Err(Error::invalid(
                 "retriever",
@@ -268,7 +279,7 @@ impl Engine {
     /// A query without any searchable term (symbols only) is an error for BM25.
     /// For fusion, a query without BM25 terms still gets the other retrievers' results.
     pub fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<ScoredDoc>> {
-        match options.retriever.parse::<RetrieverSpec>()? {
+        match &options.retriever {
             RetrieverSpec::Bm25 => self.search_bm25(query, options.k),
             RetrieverSpec::Dense(name) => {
                 let model = self.dense_model(name.as_deref())?;
@@ -471,10 +482,10 @@ impl Engine {
     }
 
     /// A [`Retriever`] view of `retriever` (`bm25`, `dense`, `dense:NAME`, `fusion...`) on this
-    /// engine.
+    /// engine, resolved ([`Engine::resolve`]).
     pub fn retriever<'a>(
         &'a self,
-        retriever: &str,
+        retriever: &RetrieverSpec,
         options: &SearchOptions,
     ) -> Result<EngineRetriever<'a>> {
         let name = self.resolve(retriever)?;
@@ -516,7 +527,7 @@ pub struct EngineRetriever<'a> {
 
 impl Retriever for EngineRetriever<'_> {
     fn name(&self) -> String {
-        self.options.retriever.clone()
+        self.options.retriever.to_string()
     }
 
     fn retrieve(&self, query: &str, k: usize) -> Result<Vec<ScoredDoc>> {

@@ -107,8 +107,9 @@ pub const DEFAULT_FUSION_DEPTH: usize = 100;
 #[derive(Debug, Clone, PartialEq)]
 pub struct SearchOptions {
     /// `bm25`, `dense` (the only dense model), `dense:NAME`, `fusion` (every retriever of the
-    /// index) or `fusion:R1,R2,...`.
-    pub retriever: String,
+    /// index) or `fusion:R1,R2,...`; an [`EngineRetriever`]'s is resolved against its index
+    /// (`dense:NAME`, `fusion:bm25,dense:NAME`).
+    pub retriever: RetrieverSpec,
     /// Results wanted.
     pub k: usize,
     /// HNSW or exact, for dense retrievers.
@@ -126,7 +127,7 @@ pub struct SearchOptions {
 impl Default for SearchOptions {
     fn default() -> Self {
         Self {
-            retriever: "bm25".to_string(),
+            retriever: RetrieverSpec::Bm25,
             k: 10,
             ann: Ann::Hnsw,
             ef_search: DEFAULT_EF_SEARCH,
@@ -146,6 +147,22 @@ pub enum RetrieverSpec {
     Dense(Option<String>),
     /// A fusion of these retrievers (never nested); empty = every retriever of the index.
     Fusion(Vec<RetrieverSpec>),
+}
+
+impl RetrieverSpec {
+    /// The model a named dense retriever (`dense:NAME`) searches; `None` for `bm25`, `dense`
+    /// alone and fusions.
+    pub fn dense_model(&self) -> Option<&str> {
+        match self {
+            Self::Dense(Some(name)) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// True for `fusion` and `fusion:R1,R2,...`.
+    pub fn is_fusion(&self) -> bool {
+        matches!(self, Self::Fusion(_))
+    }
 }
 
 impl std::str::FromStr for RetrieverSpec {

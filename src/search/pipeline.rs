@@ -123,7 +123,7 @@ impl Pipeline<'_> {
         progress: &dyn Progress,
     ) -> Result<Retrieved> {
         let options = self.options(self.first_stage_k(k));
-        let mut run = Run::new(self.retriever.options.retriever.as_str());
+        let mut run = Run::new(self.retriever.options.retriever.to_string());
         let mut unsearchable = 0;
         for slice in queries.chunks(QUERIES_PER_SLICE) {
             let texts: Vec<&str> = slice.iter().map(|q| q.text.as_str()).collect();
@@ -154,7 +154,7 @@ impl Pipeline<'_> {
         progress: &dyn Progress,
     ) -> Result<Retrieved> {
         let name = &self.retriever.options.retriever;
-        let Some(model) = name.strip_prefix("dense:") else {
+        let Some(model) = name.dense_model() else {
             return Err(Error::invalid(
                 "query vectors",
                 format!("for a single dense retriever, not {name}"),
@@ -171,7 +171,7 @@ impl Pipeline<'_> {
             .retriever
             .engine
             .search_vectors(model, vectors, &options)?;
-        let mut run = Run::new(name.as_str());
+        let mut run = Run::new(name.to_string());
         for (query, docs) in queries.iter().zip(results) {
             if !docs.is_empty() {
                 run.push_ranking(&query.id, docs);
@@ -192,7 +192,7 @@ impl Pipeline<'_> {
             .retriever
             .engine
             .search_batch(&texts, &self.options(k))?;
-        let mut run = Run::new(self.retriever.options.retriever.as_str());
+        let mut run = Run::new(self.retriever.options.retriever.to_string());
         let mut unsearchable = 0;
         for (query, docs) in queries.iter().zip(results) {
             if docs.is_empty() {
@@ -249,7 +249,7 @@ impl Pipeline<'_> {
         if self.rerank.is_none() {
             return Ok(first);
         }
-        let first_stage = &self.retriever.options.retriever;
+        let first_stage = self.retriever.options.retriever.to_string();
         let mut run = Run::new(first_stage.as_str());
         run.push_ranking(QUERY, first.iter().map(|e| e.doc.clone()).collect());
         let item = QueryItem {

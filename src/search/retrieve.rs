@@ -18,7 +18,7 @@ use crate::progress::Progress;
 use crate::rerank::{CrossEncoder, RerankerOptions};
 use crate::search::{
     DocumentTexts, Engine, Explained, Pipeline, QueryEncoderOptions, QueryField, QueryItem, Rerank,
-    SearchOptions, read_queries,
+    RetrieverSpec, SearchOptions, read_queries,
 };
 
 /// Which precomputed query vectors to search with: `NAME=PATH.npy`, for the dense model `NAME`
@@ -165,13 +165,13 @@ impl Engine {
     /// `fusion...`) searches; nothing for BM25.
     pub fn load_query_encoders_for(
         &mut self,
-        retriever: &str,
+        retriever: &RetrieverSpec,
         options: &QueryEncoderOptions,
     ) -> Result<()> {
         let components = self.components(retriever)?;
         let names: Vec<&str> = components
             .iter()
-            .filter_map(|c| c.strip_prefix("dense:"))
+            .filter_map(RetrieverSpec::dense_model)
             .collect();
         if names.is_empty() {
             return Ok(());
@@ -238,7 +238,7 @@ pub fn retrieve(config: &RetrieveConfig, progress: &dyn Progress) -> Result<Retr
         .map(|rerank| LoadedRerank::load(rerank, &engine))
         .transpose()?;
     let started = std::time::Instant::now();
-    let vectors = match (&config.query_vectors, retriever.strip_prefix("dense:")) {
+    let vectors = match (&config.query_vectors, retriever.dense_model()) {
         (Some(QueryVectorsSpec { name, path }), Some(model)) => {
             if name != model {
                 return Err(Error::invalid(

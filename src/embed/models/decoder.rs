@@ -22,9 +22,11 @@ pub enum Activation {
     GeluTanh,
 }
 
-impl Activation {
+impl std::str::FromStr for Activation {
+    type Err = candle_core::Error;
+
     /// From a `hidden_act` / `hidden_activation` value.
-    pub fn parse(name: &str) -> candle_core::Result<Self> {
+    fn from_str(name: &str) -> candle_core::Result<Self> {
         match name {
             "silu" | "swish" => Ok(Self::Silu),
             "gelu_pytorch_tanh" | "gelu_new" | "gelu_fast" => Ok(Self::GeluTanh),
@@ -42,7 +44,7 @@ pub struct DecoderSpec {
     pub hidden_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// Layers.
+    /// Transformer blocks (decoder layers) stacked.
     pub num_layers: usize,
     /// Query heads.
     pub num_heads: usize,

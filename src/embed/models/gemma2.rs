@@ -20,7 +20,7 @@ pub struct Gemma2Config {
     pub hidden_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// Layers.
+    /// Transformer blocks (decoder layers) stacked.
     pub num_hidden_layers: usize,
     /// Query heads.
     pub num_attention_heads: usize,
@@ -86,7 +86,7 @@ impl Gemma2Config {
                 self.rope_scaling.as_ref(),
                 10_000.0,
             )?,
-            activation: Activation::parse(activation)?,
+            activation: activation.parse::<Activation>()?,
             qkv_bias: false,
             qk_norm: false,
             gemma: true,

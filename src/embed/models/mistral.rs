@@ -18,7 +18,7 @@ pub struct MistralConfig {
     pub hidden_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// Layers.
+    /// Transformer blocks (decoder layers) stacked.
     pub num_hidden_layers: usize,
     /// Query heads.
     pub num_attention_heads: usize,
@@ -72,7 +72,7 @@ impl MistralConfig {
                 self.rope_scaling.as_ref(),
                 10_000.0,
             )?,
-            activation: Activation::parse(&self.hidden_act)?,
+            activation: self.hidden_act.parse::<Activation>()?,
             qkv_bias: false,
             qk_norm: false,
             gemma: false,

@@ -28,7 +28,7 @@ pub struct QwenConfig {
     pub hidden_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// Layers.
+    /// Transformer blocks (decoder layers) stacked.
     pub num_hidden_layers: usize,
     /// Query heads.
     pub num_attention_heads: usize,
@@ -56,7 +56,7 @@ pub struct QwenConfig {
     /// Whether layers from `max_window_layers` on use a sliding window.
     #[serde(default)]
     pub use_sliding_window: bool,
-    /// The window.
+    /// Positions a sliding-window layer attends to (with `use_sliding_window`).
     pub sliding_window: Option<usize>,
     /// First layer with a sliding window.
     #[serde(default)]
@@ -101,7 +101,7 @@ impl QwenConfig {
                 self.rope_scaling.as_ref(),
                 10_000.0,
             )?,
-            activation: Activation::parse(&self.hidden_act)?,
+            activation: self.hidden_act.parse::<Activation>()?,
             qkv_bias: match version {
                 QwenVersion::Qwen2 => true,
                 QwenVersion::Qwen3 => self.attention_bias,

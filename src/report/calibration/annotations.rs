@@ -24,7 +24,7 @@ pub struct Annotations {
 /// The review of one question's nuggets (paper §5.2.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QuestionAnnotation {
-    /// The question.
+    /// The reviewed question's `query_id`.
     pub query_id: String,
     /// C: how many more nuggets the answer's key ideas need.
     pub missing_nuggets: u64,
@@ -35,7 +35,7 @@ pub struct QuestionAnnotation {
 /// The A and B flags of one nugget.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NuggetAnnotation {
-    /// The nugget.
+    /// The flagged nugget's id (`QUERYID_N`, as in `queries.jsonl`).
     pub nugget_id: String,
     /// A: the nugget says what the answer does not (hallucinated).
     pub hallucinated: bool,
@@ -46,9 +46,9 @@ pub struct NuggetAnnotation {
 /// The label of one (nugget, document) pair (paper §5.2.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PairAnnotation {
-    /// The question.
+    /// The `query_id` of the nugget's question.
     pub query_id: String,
-    /// The nugget.
+    /// The judged nugget's id (`QUERYID_N`).
     pub nugget_id: String,
     /// The document the LLM judged to support the nugget.
     pub doc_id: String,

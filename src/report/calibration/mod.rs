@@ -117,9 +117,9 @@ pub struct SampledNugget {
 /// A sampled positive pair: a nugget and a document judged to support it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SampledPair {
-    /// The question.
+    /// The `query_id` of the nugget's question.
     pub query_id: QueryId,
-    /// The nugget.
+    /// The sampled nugget's id (`QUERYID_N`).
     pub nugget_id: String,
     /// The nugget's text.
     pub nugget_text: String,

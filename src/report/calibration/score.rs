@@ -34,15 +34,15 @@ fn ratio(numerator: u64, denominator: u64) -> Option<f64> {
 /// One question's counts and nugget quality.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QuestionScore {
-    /// The question.
+    /// The scored question's `query_id`.
     pub query_id: String,
-    /// |N|.
+    /// |N|: the question's nuggets.
     pub nuggets: u64,
-    /// ΣA.
+    /// ΣA: nuggets flagged as saying what the answer does not.
     pub hallucinated: u64,
-    /// ΣB.
+    /// ΣB: nuggets flagged as minor or repeating another.
     pub minor_or_redundant: u64,
-    /// C.
+    /// C: nuggets the annotator says the answer's key ideas still need.
     pub missing_nuggets: u64,
     /// (|N| - ΣB) / |N|.
     #[serde(serialize_with = "round4")]
@@ -179,9 +179,10 @@ impl JudgmentQuality {
 /// Table 5 for one annotator or for several pooled.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Table5 {
-    /// Nugget quality.
+    /// Table 5's nugget half: precision, recall and groundedness of the nuggets (§5.2.1).
     pub nugget_quality: NuggetQuality,
-    /// Judgment quality.
+    /// Table 5's judgment half: the annotators' labels of pairs the LLM judged supporting
+    /// (§5.2.2).
     pub judgment_quality: JudgmentQuality,
 }
 

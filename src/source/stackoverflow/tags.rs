@@ -184,7 +184,7 @@ fn question_tags(row: &PostRow<'_>) -> Result<Option<String>> {
 /// One tag that co-occurs with the topic.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TagCount {
-    /// The tag.
+    /// The co-occurring tag, as the dump writes it.
     pub tag: String,
     /// Topic questions carrying it.
     pub questions: u64,
@@ -279,7 +279,7 @@ pub fn tag_cooccurrence(
 /// A candidate topic: a tag first used after the cut-off date.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicCandidate {
-    /// The tag.
+    /// The candidate topic's tag, as the dump writes it.
     pub tag: String,
     /// Questions carrying it (all of them are after the cut-off).
     pub questions: u64,
@@ -295,7 +295,7 @@ pub struct TopicReport {
     pub since: String,
     /// Minimum number of questions.
     pub min_questions: u64,
-    /// Questions read.
+    /// Question rows of the dump read (every tag, every day), malformed ones included.
     pub questions_read: u64,
     /// Question rows skipped for lack of Id, date or tags.
     pub malformed_questions: u64,
