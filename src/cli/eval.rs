@@ -3,12 +3,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use freshstack::dataset::RunFile;
 use freshstack::eval::{
-    EvalConfig, JudgmentsFormat, Metric, NDEVAL_MAX_DEPTH, SignificanceConfig, compare_runs,
-    load_judgments,
+    EvalConfig, EvalJob, JudgmentsFormat, Metric, SignificanceConfig, evaluate_files,
 };
 
 /// Arguments of `freshstack eval`.
@@ -54,77 +51,32 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    let config = EvalConfig::new(&args.metrics, &args.k)?;
-    let beyond: Vec<String> = config
-        .measures
-        .iter()
-        .filter(|m| m.metric == Metric::AlphaNdcg && m.k > NDEVAL_MAX_DEPTH)
-        .map(|m| m.to_string())
-        .collect();
-    if !beyond.is_empty() {
-        tracing::warn!(
-            "{}: the reference evaluator silently drops alpha-nDCG beyond k = {NDEVAL_MAX_DEPTH}; \
-             these values have no reference counterpart",
-            beyond.join(", ")
-        );
-    }
-    let (path, format) = match (&args.queries, &args.qrels) {
+    let (judgments, format) = match (args.queries, args.qrels) {
         (Some(p), _) => (p, JudgmentsFormat::QueriesJsonl),
         (None, Some(p)) => (p, JudgmentsFormat::NdevalQrels),
         (None, None) => anyhow::bail!("give the judgments with --queries or --qrels"),
     };
-    let judgments = load_judgments(path, format)?;
-    let mut runs = Vec::with_capacity(args.runs.len());
-    for path in &args.runs {
-        let mut run = RunFile::read(path)?;
-        if run.duplicates() > 0 {
-            tracing::warn!(
-                "{}: {} repeated (question, document) lines; the last score counts, at the first \
-                 position (as the reference)",
-                path.display(),
-                run.duplicates()
-            );
-        }
-        if runs.iter().any(|r: &RunFile| r.name() == run.name()) {
-            run.set_name(path.display().to_string());
-        }
-        runs.push(run);
-    }
-    let significance = SignificanceConfig {
-        permutations: args.permutations,
-        seed: args.seed,
+    let job = EvalJob {
+        judgments,
+        format,
+        runs: args.runs,
+        config: EvalConfig::new(&args.metrics, &args.k)?,
+        significance: SignificanceConfig {
+            permutations: args.permutations,
+            seed: args.seed,
+        },
+        per_query: args.per_query,
     };
-    let comparison = compare_runs(&judgments, &runs, &config, significance);
-    for eval in &comparison.evaluations {
-        let notes = &eval.notes;
-        if notes.unknown_queries > 0 || notes.missing_queries > 0 {
-            tracing::info!(
-                "run {}: {} question(s) without judgments ignored, {} judged question(s) missing \
-                 (scored 0)",
-                eval.run_name,
-                notes.unknown_queries,
-                notes.missing_queries
-            );
-        }
-    }
-    if let Some(path) = &args.per_query {
-        comparison
-            .write_per_query(path)
-            .with_context(|| format!("cannot write per-question values to {}", path.display()))?;
-    }
+    let report = evaluate_files(&job)?;
     let text = if args.json {
-        let mut s = comparison.to_json();
+        let mut s = report.comparison.to_json();
         s.push('\n');
         s
     } else {
-        comparison.to_table()
+        report.comparison.to_table()
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
-    // Many allocations: the process is about to exit, skip freeing them one by one.
-    std::mem::forget(comparison);
-    std::mem::forget(runs);
-    std::mem::forget(judgments);
     Ok(())
 }

@@ -13,6 +13,7 @@
 //!
 //! Imports only `dataset`.
 
+mod job;
 mod judgments;
 mod load;
 mod metrics;
@@ -24,6 +25,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
+pub use job::{EvalJob, EvalReport, evaluate_files};
 pub use judgments::{Judgments, JudgmentsFormat, load_judgments};
 pub use report::{Comparison, SignificanceConfig, compare_runs};
 pub use round::py_round;

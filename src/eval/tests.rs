@@ -305,3 +305,90 @@ mod properties {
         }
     }
 }
+
+/// `evaluate_files` reads what `compare_runs` is given in memory: the same values, runs named
+/// after their file stems (a repeated stem by its path), repeated lines counted, and the
+/// per-question file written.
+#[test]
+fn evaluate_files_reads_names_and_writes_per_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let qrels = dir.path().join("qrels.txt");
+    std::fs::write(
+        &qrels,
+        "q q_0 d1 1\nq q_0 d2 1\nq q_1 d1 1\nq q_1 d3 1\nq q_1 d4 0\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("other")).unwrap();
+    let first = dir.path().join("r.trec");
+    let second = dir.path().join("other").join("r.trec");
+    // The second run repeats (q, d3): its last score counts, at its first position.
+    std::fs::write(&first, "q Q0 d2 1 3 a\nq Q0 d3 2 2 a\nq Q0 d1 3 1 a\n").unwrap();
+    std::fs::write(&second, "q Q0 d3 1 3 b\nq Q0 d1 2 2 b\nq Q0 d3 3 4 b\n").unwrap();
+    let per_query = dir.path().join("per_query.jsonl");
+    let job = EvalJob {
+        judgments: qrels.clone(),
+        format: JudgmentsFormat::NdevalQrels,
+        runs: vec![first.clone(), second.clone()],
+        config: EvalConfig::new(&[Metric::AlphaNdcg, Metric::Coverage], &[1, 3]).unwrap(),
+        significance: SignificanceConfig {
+            permutations: 100,
+            seed: 7,
+        },
+        per_query: Some(per_query.clone()),
+    };
+    let report = evaluate_files(&job).unwrap();
+
+    let names: Vec<&str> = report
+        .comparison
+        .evaluations
+        .iter()
+        .map(|e| e.run_name.as_str())
+        .collect();
+    assert_eq!(names, ["r", second.display().to_string().as_str()]);
+    assert_eq!(report.duplicates, [0, 1]);
+
+    let judgments = load_judgments(&qrels, JudgmentsFormat::NdevalQrels).unwrap();
+    let a = run(&[("q", "d2", 3.0), ("q", "d3", 2.0), ("q", "d1", 1.0)]);
+    let b = run(&[("q", "d3", 4.0), ("q", "d1", 2.0)]);
+    let expected = compare_runs(&judgments, &[a, b], &job.config, job.significance);
+    for (got, want) in report
+        .comparison
+        .evaluations
+        .iter()
+        .zip(&expected.evaluations)
+    {
+        assert_eq!(got.means, want.means);
+        assert_eq!(got.per_query, want.per_query);
+    }
+    // Debug text: a p-value may be NaN (one question), which `==` never equals.
+    assert_eq!(
+        format!("{:?}", report.comparison.tests),
+        format!("{:?}", expected.tests)
+    );
+
+    let written = std::fs::read_to_string(&per_query).unwrap();
+    let lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(
+        lines[0].starts_with("{\"run\": \"r\", \"query_id\": \"q\", \"alpha_ndcg@1\": "),
+        "{written}"
+    );
+}
+
+#[test]
+fn evaluate_files_names_the_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let qrels = dir.path().join("qrels.txt");
+    std::fs::write(&qrels, "q q_0 d1 1\n").unwrap();
+    let missing = dir.path().join("missing.trec");
+    let job = EvalJob {
+        judgments: qrels,
+        format: JudgmentsFormat::NdevalQrels,
+        runs: vec![missing.clone()],
+        config: EvalConfig::paper(),
+        significance: SignificanceConfig::default(),
+        per_query: None,
+    };
+    let err = evaluate_files(&job).unwrap_err().to_string();
+    assert!(err.starts_with(&missing.display().to_string()), "{err}");
+}
