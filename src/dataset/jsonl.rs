@@ -10,18 +10,23 @@ use crate::error::{Error, Result};
 /// `path:line` and serde's reason (which names the field).
 pub fn read_jsonl<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<Vec<T>> {
     let mut out = Vec::new();
-    for_each_row(path.as_ref(), |_, row| out.push(row))?;
+    for_each_jsonl(path.as_ref(), |_, row| out.push(row))?;
     Ok(out)
 }
 
 /// [`read_jsonl`] with the 1-based line number of each row, for checks that name the line.
 pub fn read_jsonl_lines<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<Vec<(usize, T)>> {
     let mut out = Vec::new();
-    for_each_row(path.as_ref(), |line, row| out.push((line, row)))?;
+    for_each_jsonl(path.as_ref(), |line, row| out.push((line, row)))?;
     Ok(out)
 }
 
-fn for_each_row<T: DeserializeOwned>(path: &Path, mut each: impl FnMut(usize, T)) -> Result<()> {
+/// [`read_jsonl_lines`] without holding the rows: `each` gets every row with its 1-based line
+/// number as it is read (for files as large as a corpus).
+pub fn for_each_jsonl<T: DeserializeOwned>(
+    path: &Path,
+    mut each: impl FnMut(usize, T),
+) -> Result<()> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| Error::io(path, e))?;

@@ -8,8 +8,6 @@
 //! `max_doc_tokens`. Truncations are counted in the summary.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::Serialize;
@@ -24,7 +22,7 @@ use super::workers::{
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
 use crate::dataset::{
     AtomicWriter, Document, Fingerprint, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow,
-    QueryId, Question, Shard, read_jsonl_lines, read_questions,
+    QueryId, Question, Shard, for_each_jsonl, read_jsonl_lines, read_questions,
 };
 use crate::error::{Error, Result};
 use crate::llm::prompts::JUDGE;
@@ -439,20 +437,12 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
 
 /// Reads the corpus, keeping only the documents in `wanted`.
 fn read_pool_documents(corpus: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, Document>> {
-    let file = File::open(corpus).map_err(|e| Error::io(corpus, e))?;
     let mut docs = HashMap::with_capacity(wanted.len());
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| Error::io(corpus, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        // Cheap pre-filter: most corpus rows are not in the pool.
-        let doc: Document =
-            serde_json::from_str(&line).map_err(|e| Error::parse(corpus, i + 1, e.to_string()))?;
+    for_each_jsonl(corpus, |_, doc: Document| {
         if wanted.contains(doc.id.as_str()) {
             docs.insert(doc.id.clone(), doc);
         }
-    }
+    })?;
     Ok(docs)
 }
 

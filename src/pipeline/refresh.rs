@@ -20,8 +20,6 @@
 //! `changes.json` ([`super::changes`]), which the report shows.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -34,7 +32,7 @@ use super::orchestrator::{BuildSummary, StageOutcome, layout, read_by_query, run
 use super::report::ReportStage;
 use crate::dataset::{
     Document, Fingerprint, JudgmentRecord, NuggetText, NuggetsRecord, QueryId, Question,
-    VariantsRecord, read_jsonl,
+    VariantsRecord, for_each_jsonl, read_jsonl,
 };
 use crate::error::{Error, Result};
 use crate::progress::Progress;
@@ -319,22 +317,15 @@ pub(super) struct DocState {
 
 /// Reads a corpus file into id -> [`DocState`].
 pub(super) fn read_doc_states(corpus: &Path) -> Result<BTreeMap<String, DocState>> {
-    let file = File::open(corpus).map_err(|e| Error::io(corpus, e))?;
     let mut docs = BTreeMap::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| Error::io(corpus, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let doc: Document =
-            serde_json::from_str(&line).map_err(|e| Error::parse(corpus, i + 1, e.to_string()))?;
+    for_each_jsonl(corpus, |_, doc: Document| {
         let state = DocState {
             repo: doc.metadata.repo.clone().unwrap_or_default(),
             path: doc.metadata.path.clone().unwrap_or_else(|| doc.id.clone()),
             text: Fingerprint::of_bytes(doc.text.as_bytes()),
         };
         docs.insert(doc.id, state);
-    }
+    })?;
     Ok(docs)
 }
 

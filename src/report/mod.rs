@@ -145,20 +145,9 @@ fn read_manifest(path: &Path) -> Result<(Option<String>, Vec<String>)> {
     Ok((topic, repos))
 }
 
-/// Reads `filtering.json` (absent: `None`); a missing or mistyped field is an error naming it.
-fn read_filtering(path: &Path) -> Result<Option<FilteringCounts>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| Error::parse(path, e.line(), e.to_string()))
-}
-
-/// Reads `changes.json` (absent: `None`); a malformed one is an error naming it.
-fn read_changes(path: &Path) -> Result<Option<Changes>> {
+/// Reads an optional JSON file of the dataset (`filtering.json`, `changes.json`): absent is
+/// `None`; a malformed one is an error naming the file, line and field.
+fn read_optional_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -174,7 +163,7 @@ fn read_changes(path: &Path) -> Result<Option<Changes>> {
 /// `calibration/` and `changes.json` are optional.
 pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> Result<Report> {
     let (topic, repos) = read_manifest(&dir.join("manifest.json"))?;
-    let filtering = read_filtering(&dir.join("filtering.json"))?;
+    let filtering = read_optional_json::<FilteringCounts>(&dir.join("filtering.json"))?;
     let queries: Vec<Question> = read_jsonl(dir.join("queries.jsonl"))?;
     let docs_per_repo = stats::count_docs(&dir.join("corpus.jsonl"), &repos, progress)?;
     let statistics = stats::statistics(topic, &queries, docs_per_repo, options.tokenizer)?;
@@ -182,7 +171,7 @@ pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> 
     drop(queries);
     let pooling = pooling::pooling_results(&dir.join("runs"), &judgments, progress)?;
     let calibration = calibration::read_calibration_dir(dir)?;
-    let changes = read_changes(&dir.join("changes.json"))?;
+    let changes = read_optional_json::<Changes>(&dir.join("changes.json"))?;
     Ok(Report {
         statistics,
         filtering,

@@ -268,7 +268,7 @@ impl Growing<'_> {
         half_to_f32(self.row(point), &mut scratch.query);
         found
             .iter_mut()
-            .zip(peers.iter().chain(std::iter::repeat(&Vec::new())))
+            .zip(peers)
             .map(|(candidates, peers)| {
                 if !peers.is_empty() {
                     candidates.extend(
