@@ -19,12 +19,11 @@
 //! [`traversal_dot`] (or its AVX2 + F16C form, bit-identical), so every CPU builds the same graph.
 
 use std::cell::RefCell;
-use std::cmp::Reverse;
 
 use rayon::prelude::*;
 
 use super::{
-    AVX2, AVX512, Adjacency, Kernel, MAX_LAYERS, PORTABLE, Rows, Scored, UpperLayer, prefetch,
+    AVX2, AVX512, Adjacency, Kernel, MAX_LAYERS, PORTABLE, Rows, Scored, UpperLayer,
     traversal_score,
 };
 use crate::progress::Progress;
@@ -95,7 +94,7 @@ struct Growing<'a> {
 }
 
 /// Per-thread buffers of the construction, reused across points and batches: the search's own
-/// (visited stamps, heaps) and two f32 rows.
+/// (visited rows, heaps) and two f32 rows.
 #[derive(Default)]
 struct Scratch {
     search: super::Scratch,
@@ -158,50 +157,22 @@ impl Growing<'_> {
 
     /// The beam search of width `ef` on `layer` from `start`: the found nodes, best first.
     #[inline(always)]
-    fn beam<const K: u8>(&self, scratch: &mut Scratch, layer: usize, start: Scored) -> Vec<Scored> {
-        scratch.search.begin(self.levels.len());
-        let Scratch { search, query, .. } = scratch;
-        let super::Scratch {
-            visited,
-            stamp,
-            candidates,
-            results,
-            fresh,
-        } = search;
-        let stamp = *stamp;
-        visited[start.row() as usize] = stamp;
-        candidates.push(start);
-        results.push(Reverse(start));
-        while let Some(c) = candidates.pop() {
-            let worst = results.peek().map_or(0, |w| w.0.score());
-            if results.len() >= self.ef && c.score() < worst {
-                break;
-            }
-            fresh.clear();
-            for &n in self.neighbours(layer, c.row()) {
-                let seen = &mut visited[n as usize];
-                if *seen != stamp {
-                    *seen = stamp;
-                    fresh.push(n);
-                    prefetch(self.row(n));
-                }
-            }
-            for &n in fresh.iter() {
-                let s = Scored::new(self.score::<K>(query, n), n);
-                let worst = results.peek().map_or(0, |w| w.0.score());
-                if results.len() < self.ef || s.score() > worst {
-                    candidates.push(s);
-                    results.push(Reverse(s));
-                    if results.len() > self.ef {
-                        results.pop();
-                    }
-                }
-            }
-        }
-        candidates.clear();
-        let mut found: Vec<Scored> = results.drain().map(|r| r.0).collect();
-        found.sort_unstable_by(|a, b| b.cmp(a));
-        found
+    fn beam<const K: u8>(
+        &self,
+        search: &mut super::Scratch,
+        query: &[f32],
+        layer: usize,
+        start: Scored,
+    ) -> Vec<Scored> {
+        super::beam::<K>(
+            search,
+            self.levels.len(),
+            query,
+            start,
+            self.ef,
+            |row| self.neighbours(layer, row),
+            |row| self.row(row),
+        )
     }
 
     /// HNSW's neighbour heuristic: from `candidates` (best first, scored against the node being
@@ -236,17 +207,18 @@ impl Growing<'_> {
     /// found, best first (empty above the graph's top as it stood).
     #[inline(always)]
     fn search<const K: u8>(&self, scratch: &mut Scratch, point: u32) -> Found {
+        let Scratch { search, query, .. } = scratch;
         let level = usize::from(self.levels[point as usize]);
         let top = usize::from(self.top);
-        scratch.query.resize(self.dim, 0.0);
-        half_to_f32(self.row(point), &mut scratch.query);
-        let mut current = Scored::new(self.score::<K>(&scratch.query, self.entry), self.entry);
+        query.resize(self.dim, 0.0);
+        half_to_f32(self.row(point), query);
+        let mut current = Scored::new(self.score::<K>(query, self.entry), self.entry);
         for layer in (level + 1..=top).rev() {
-            current = self.greedy::<K>(&scratch.query, layer, current);
+            current = self.greedy::<K>(query, layer, current);
         }
         let mut found: Found = vec![Vec::new(); level + 1];
         for layer in (0..=level.min(top)).rev() {
-            found[layer] = self.beam::<K>(scratch, layer, current);
+            found[layer] = self.beam::<K>(search, query, layer, current);
             current = found[layer][0];
         }
         found
