@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::dataset::{Encoder, ScoredDoc, VectorMatrix};
+use crate::dataset::{Encoder, ScoredDoc, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::{
     Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, cache_key, dot, flat_search, layout,
@@ -341,11 +341,18 @@ impl Engine {
                 let mut buf = vec![0f32; model.info.dim];
                 // The traversal ranks by f16 rows: the exact scores of twice the asked-for
                 // candidates settle near-ties at the k-th place that the rounding decided.
+                // An f16 matrix's rows are read from the graph's copy (the same bits, and
+                // just traversed, so in the cache rather than in the memory map).
                 let ef = options.ef_search.max(k);
+                let half = model.matrix.dtype() == VectorDtype::F16;
                 for row in graph.search(vector, k.saturating_mul(2).min(ef), ef) {
                     if (row as usize) < model.matrix.rows() {
                         let score = match model.matrix.row_f32(row as usize) {
                             Some(stored) => dot(stored, vector),
+                            None if half => {
+                                graph.row_into(row, &mut buf);
+                                dot(&buf, vector)
+                            }
                             None => {
                                 model.matrix.row_into(row as usize, &mut buf);
                                 dot(&buf, vector)

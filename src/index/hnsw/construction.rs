@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::{
-    AVX2, AVX512, Adjacency, Kernel, MAX_LAYERS, PORTABLE, Rows, Scored, UpperLayer,
+    AVX2, AVX512, Adjacency, Kernel, MAX_LAYERS, PORTABLE, Rows, Scored, UpperLayer, half_to_f32,
     traversal_score,
 };
 use crate::progress::Progress;
@@ -502,15 +502,6 @@ impl Growing<'_> {
         }
         peers
     }
-}
-
-/// `row` (f16 bits) as f32 into `out` (exact; `half` converts 8 or 16 lanes at a time with
-/// F16C where the CPU has it, which element by element cost a third of the build).
-#[inline(always)]
-fn half_to_f32(row: &[u16], out: &mut [f32]) {
-    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-    let row: &[half::f16] = row.reinterpret_cast();
-    row.convert_to_f32_slice(&mut out[..row.len()]);
 }
 
 /// The graph over every row of `vectors` (`dim` wide): entry point, layer 0 and the upper
