@@ -13,6 +13,9 @@
 //! state and writes in a fixed order, so one thread and sixteen give the same bytes (the scheme
 //! of ParlayANN's batch HNSW, Manohar et al., PPoPP 2024, plus the peers).
 //!
+//! A row whose f16 vector equals an earlier row's is not inserted at all (see
+//! [`super::duplicates`]); the search returns it beside that row.
+//!
 //! Levels come from a seeded hash of the row index: level >= l with probability `M^-l`
 //! (HNSW's `mL = 1 / ln M`), by integer comparison, so no floating-point logarithm is involved.
 //! Distances are the search's own: the f32 form of a point's f16 row against f16 rows with
@@ -84,6 +87,9 @@ struct Growing<'a> {
     /// The traversal kernel (never wider than the CPU runs; all give the same bits).
     kernel: Kernel,
     levels: Vec<u8>,
+    /// Rows whose vector is the same as an earlier row's (see [`super::duplicates`]): never
+    /// inserted (no lists, no links to them); the search returns them with their first row.
+    copy: Vec<bool>,
     /// Layer-0 lists: node `r`'s are `base[r * m0..r * m0 + base_len[r]]`.
     base: Vec<u32>,
     base_len: Vec<u32>,
@@ -395,23 +401,26 @@ impl Growing<'_> {
         }
     }
 
-    /// Inserts rows `start..end` as one batch.
+    /// Inserts rows `start..end` as one batch (but for copies, which stay out of the graph).
     fn insert_batch(&mut self, start: usize, end: usize) {
-        let found: Vec<Found> = (start..end)
-            .into_par_iter()
-            .map(|p| self.search_dispatch(p as u32))
+        let points: Vec<u32> = (start as u32..end as u32)
+            .filter(|&p| !self.copy[p as usize])
             .collect();
-        let peers = self.peers(start, &found);
+        let found: Vec<Found> = points
+            .par_iter()
+            .map(|&p| self.search_dispatch(p))
+            .collect();
+        let peers = self.peers(&points, &found);
         let plans: Vec<Plan> = found
             .into_par_iter()
             .zip(peers.par_iter())
             .enumerate()
-            .map(|(i, (found, peers))| self.choose_dispatch((start + i) as u32, found, peers))
+            .map(|(i, (found, peers))| self.choose_dispatch(points[i], found, peers))
             .collect();
         // The batch's own lists first: a point of the batch chosen by another gets that edge
         // back below, over its own choice.
         for (i, plan) in plans.iter().enumerate() {
-            let point = (start + i) as u32;
+            let point = points[i];
             for (layer, list) in plan.iter().enumerate() {
                 self.set(layer, point, list);
             }
@@ -419,7 +428,7 @@ impl Growing<'_> {
         // Reverse edges (layer, target, source), in a fixed order; none already present.
         let mut edges: Vec<(u8, u32, u32)> = Vec::new();
         for (i, plan) in plans.iter().enumerate() {
-            let source = (start + i) as u32;
+            let source = points[i];
             for (layer, list) in plan.iter().enumerate() {
                 edges.extend(
                     list.iter()
@@ -450,13 +459,13 @@ impl Growing<'_> {
         }
     }
 
-    /// Per point of the batch starting at `start` and per layer, the other points of the batch
+    /// Per point of the batch (`points`, ascending) and per layer, the other points of the batch
     /// it is compared with: those whose search found one of the same [`PEER_KEYS`] best nodes
     /// on that layer, nearest shared node first, at most `ef` of them. Points of one batch never
     /// see each other in the graph, so without this two near points (or exact duplicates, common
     /// in real corpora) inserted together would link only through older nodes, whose pruning
     /// keeps at most one of a group of duplicates: the others became unreachable.
-    fn peers(&self, start: usize, found: &[Found]) -> Vec<Vec<Vec<u32>>> {
+    fn peers(&self, points: &[u32], found: &[Found]) -> Vec<Vec<Vec<u32>>> {
         let layers = found.iter().map(Vec::len).max().unwrap_or(0);
         let mut peers: Vec<Vec<Vec<u32>>> =
             found.iter().map(|f| vec![Vec::new(); f.len()]).collect();
@@ -480,7 +489,7 @@ impl Growing<'_> {
                     for s in found[i][layer].iter().take(PEER_KEYS) {
                         let from = by_node.partition_point(|e| e.0 < s.row());
                         for e in by_node[from..].iter().take_while(|e| e.0 == s.row()) {
-                            let row = (start as u32) + e.1;
+                            let row = points[e.1 as usize];
                             if e.1 != i as u32 && !picked.contains(&row) {
                                 picked.push(row);
                             }
@@ -504,18 +513,25 @@ impl Growing<'_> {
     }
 }
 
-/// The graph over every row of `vectors` (`dim` wide): entry point, layer 0 and the upper
-/// layers, as [`super::HnswGraph`] holds them. `m >= 2`, `ef_construction >= 1`.
+/// The graph over every row of `vectors` (`dim` wide) but the copies (`(first row, copy)`
+/// pairs, from [`super::duplicates`]): entry point, layer 0 and the upper layers, as
+/// [`super::HnswGraph`] holds them. `m >= 2`, `ef_construction >= 1`.
 pub(super) fn construct(
     vectors: &Rows,
     dim: usize,
     m: usize,
     ef_construction: usize,
     kernel: Kernel,
+    copies: &[(u32, u32)],
     progress: &dyn Progress,
 ) -> (u32, Adjacency, Vec<UpperLayer>) {
     let rows = vectors.len / dim.max(1);
-    let levels = levels(rows, m);
+    let mut levels = levels(rows, m);
+    let mut copy = vec![false; rows];
+    for &(_, c) in copies {
+        copy[c as usize] = true;
+        levels[c as usize] = 0;
+    }
     let m0 = 2 * m;
     let mut graph = Growing {
         dim,
@@ -529,6 +545,7 @@ pub(super) fn construct(
             .map(|&l| vec![Vec::new(); usize::from(l)])
             .collect(),
         levels,
+        copy,
         base: vec![0; rows * m0],
         base_len: vec![0; rows],
         entry: 0,
@@ -627,7 +644,17 @@ mod tests {
                 .num_threads(threads)
                 .build()
                 .unwrap()
-                .install(|| construct(&vectors, 40, 6, 40, kernel, &crate::progress::NoProgress))
+                .install(|| {
+                    construct(
+                        &vectors,
+                        40,
+                        6,
+                        40,
+                        kernel,
+                        &[],
+                        &crate::progress::NoProgress,
+                    )
+                })
         };
         let reference = build(1, Kernel::Portable);
         assert!(!reference.2.is_empty(), "no upper layer");

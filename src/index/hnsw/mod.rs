@@ -33,7 +33,7 @@ const GRAPH_FILE: &str = "graph.bin";
 /// File holding the key of the cached graph (its [`Fingerprint`] in hex).
 const KEY_FILE: &str = "key";
 /// Version of the construction: bumping it rebuilds every cached graph.
-const CONSTRUCTION_VERSION: u64 = 3;
+const CONSTRUCTION_VERSION: u64 = 4;
 /// First bytes of [`GRAPH_FILE`] (format version in the last byte). Version 2 ends with the
 /// CRC-32 of every byte before it (a graph is a cache outside the manifest's checksums).
 const MAGIC: &[u8; 8] = b"FSHNSW\x00\x02";
@@ -70,6 +70,9 @@ pub struct HnswGraph {
     base: Adjacency,
     /// Layers 1.. (index 0 is layer 1).
     upper: Vec<UpperLayer>,
+    /// `(first row, copy)` for every row whose f16 vector equals an earlier row's, sorted:
+    /// copies are not in the graph, a search returns them beside their first row.
+    copies: Vec<(u32, u32)>,
 }
 
 /// The cache key of a graph: changes whenever the vectors (the index's recorded corpus hash,
@@ -138,6 +141,27 @@ fn to_half(matrix: &VectorMatrix) -> Rows {
     Rows { data, start, len }
 }
 
+/// `(first row, copy)` for every row of `vectors` whose f16 vector is bit for bit that of an
+/// earlier row, sorted. Real corpora are full of them (several versions of a crate, licence
+/// files: 6,425 of 20,000 code chunks in one sample, 340 copies of one vector). In the graph,
+/// copies of one vector kept each other as neighbours (for the pruning heuristic, a copy is as
+/// close to the node as to any other copy) and so formed islands without an edge out: a search
+/// that entered one never left (recall@10 at ef 128 0.90 on that sample, 0.98 without them).
+fn duplicates(vectors: &Rows, dim: usize) -> Vec<(u32, u32)> {
+    let rows = vectors.len / dim.max(1);
+    let mut first: std::collections::HashMap<&[u16], u32> =
+        std::collections::HashMap::with_capacity(rows);
+    let mut copies = Vec::new();
+    for row in 0..rows as u32 {
+        let first_row = *first.entry(vectors.row(row, dim)).or_insert(row);
+        if first_row != row {
+            copies.push((first_row, row));
+        }
+    }
+    copies.sort_unstable();
+    copies
+}
+
 /// `row` (f16 bits) as f32 into `out` (exact; `half` converts 8 or 16 lanes at a time with
 /// F16C where the CPU has it, which element by element cost a third of the build).
 #[inline(always)]
@@ -173,12 +197,14 @@ impl HnswGraph {
             ));
         }
         let vectors = to_half(matrix);
+        let copies = duplicates(&vectors, dim);
         let (entry, base, upper) = construction::construct(
             &vectors,
             dim,
             settings.m,
             settings.ef_construction,
             kernel(),
+            &copies,
             progress,
         );
         Ok(Self {
@@ -187,6 +213,7 @@ impl HnswGraph {
             entry,
             base,
             upper,
+            copies,
         })
     }
 
@@ -247,13 +274,18 @@ impl HnswGraph {
             Err("checksum differs (damaged, or an older version)".to_string())
         };
         match parsed {
-            Ok((entry, base, upper)) => Ok(Some(Self {
-                dim: matrix.dim(),
-                vectors: to_half(matrix),
-                entry,
-                base,
-                upper,
-            })),
+            Ok((entry, base, upper)) => {
+                let vectors = to_half(matrix);
+                let copies = duplicates(&vectors, matrix.dim());
+                Ok(Some(Self {
+                    dim: matrix.dim(),
+                    vectors,
+                    entry,
+                    base,
+                    upper,
+                    copies,
+                }))
+            }
             Err(why) => {
                 tracing::warn!(
                     "{}: unreadable HNSW cache ({why}); rebuilding",
@@ -377,6 +409,22 @@ impl HnswGraph {
             |row| self.base.of(row as usize),
             |row| self.vector(row),
         );
+        if !self.copies.is_empty() {
+            // Each copy scores what its first row does; they are ranked together.
+            let mut with_copies = Vec::with_capacity(found.len());
+            for s in found {
+                with_copies.push(s);
+                let from = self.copies.partition_point(|c| c.0 < s.row());
+                with_copies.extend(
+                    self.copies[from..]
+                        .iter()
+                        .take_while(|c| c.0 == s.row())
+                        .map(|c| Scored::new(s.value(), c.1)),
+                );
+            }
+            with_copies.sort_unstable_by(|a, b| b.cmp(a));
+            found = with_copies;
+        }
         found.truncate(k);
         found.into_iter().map(Scored::row).collect()
     }
@@ -1061,11 +1109,12 @@ mod tests {
         }
     }
 
-    /// Every vector three times in a row (rows `3i..3i + 3`), so copies land in one insertion
-    /// batch, as the chunks of several versions of one crate do in a real corpus: every copy
-    /// must be reachable and a search for the vector must return all three.
+    /// Every vector three times in a row (rows `3i..3i + 3`), as the chunks of several versions
+    /// of one crate are in a real corpus: the first of each is in the graph and reachable, the
+    /// copies are not in it (no lists, no links to them), and a search for the vector returns
+    /// all three, first row first.
     #[test]
-    fn copies_inserted_together_are_all_found() {
+    fn copies_stay_out_of_the_graph_and_are_all_found() {
         let dir = tempfile::tempdir().unwrap();
         let distinct = unit_rows(2000, 16, 8);
         let rows: Vec<Vec<f32>> = distinct
@@ -1074,18 +1123,24 @@ mod tests {
             .collect();
         let m = matrix(dir.path(), &rows);
         let g = HnswGraph::build(&m, &HnswSettings::default(), &NoProgress).unwrap();
+        assert_eq!(g.copies.len(), 2 * distinct.len());
         let mut linked = vec![false; rows.len()];
         linked[g.entry as usize] = true;
         for &n in &g.base.links {
             linked[n as usize] = true;
         }
-        let unlinked = linked.iter().filter(|&&l| !l).count();
+        for (row, &is_linked) in linked.iter().enumerate() {
+            assert_eq!(is_linked, row % 3 == 0, "{row}");
+            assert_eq!(g.base.of(row).is_empty(), row % 3 != 0, "{row}");
+        }
         let mut copies = 0;
         for (i, q) in distinct.iter().enumerate() {
             let got = g.search(q, 3, 64);
             copies += got.iter().filter(|&&r| r as usize / 3 == i).count();
+            if got.iter().all(|&r| r as usize / 3 == i) {
+                assert_eq!(got, [3 * i as u32, 3 * i as u32 + 1, 3 * i as u32 + 2]);
+            }
         }
-        assert_eq!(unlinked, 0);
         assert_eq!(copies, 3 * distinct.len());
     }
 }
