@@ -118,11 +118,7 @@ fn each_call_carries_its_schema_and_enforced_answers_need_no_repair() {
     assert!(summary.structured_output_refusal.is_none());
     let sent = schemas_sent(&server);
     assert_eq!(sent.len(), 3);
-    assert!(
-        sent.iter()
-            .all(|s| *s == nuggets_schema(4, NuggetsConfig::default().params.max_tokens)),
-        "{sent:?}"
-    );
+    assert!(sent.iter().all(|s| *s == nuggets_schema(4)), "{sent:?}");
     let rows: Vec<NuggetsRecord> = read_lines(&out);
     assert_eq!(rows[0].nuggets[0].text, "Laravel queues needs ALPHA");
 

@@ -14,6 +14,7 @@ mod fuzz_corpus;
 mod hybrid;
 mod hybrid_minilm;
 mod interrupt;
+mod judge_protocols;
 mod llama_server;
 mod llm;
 mod native_llm;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use freshstack::report::calibration::{
-    self, CalibrationSample, SampleOptions, score_files, write_review,
+    self, AgreementInputs, CalibrationSample, SampleOptions, score_files, write_review,
 };
 
 use super::with_flags;
@@ -51,9 +51,37 @@ enum CalibrateCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A judge's judgments against reference labels on the pairs both have: support rates,
+    /// precision / recall / F1 of "supported", accuracy, Cohen's kappa with a bootstrap 95%
+    /// interval, split by question and by position in the judge call; Table 5 with --review.
+    Agreement {
+        /// The judge's output (JSONL judgments).
+        #[arg(long, value_name = "FILE")]
+        judgments: PathBuf,
+        /// Reference labels (JSONL: query_id, nugget_id, doc_id, supported).
+        #[arg(long, value_name = "FILE")]
+        labels: PathBuf,
+        /// The judged pool, for the split by position (with --docs-per-call).
+        #[arg(long, value_name = "FILE", requires = "docs_per_call")]
+        pool: Option<PathBuf>,
+        /// Documents per judge call, for the split by position (with --pool).
+        #[arg(long, value_name = "N", requires = "pool")]
+        docs_per_call: Option<usize>,
+        /// A Table 5 review of the nuggets (JSONL: query_id, missing_nuggets, nuggets with
+        /// hallucinated and minor_or_redundant).
+        #[arg(long, value_name = "FILE")]
+        review: Option<PathBuf>,
+        /// Print JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
-const FLAGS: &[(&str, &str)] = &[("questions", "--questions")];
+const FLAGS: &[(&str, &str)] = &[
+    ("questions", "--questions"),
+    ("docs per call", "--docs-per-call"),
+    ("pool", "--pool"),
+];
 
 pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     match args.command {
@@ -92,6 +120,31 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 writeln!(stdout)?;
             } else {
                 stdout.write_all(scores.to_markdown().as_bytes())?;
+            }
+            stdout.flush()?;
+        }
+        CalibrateCommand::Agreement {
+            judgments,
+            labels,
+            pool,
+            docs_per_call,
+            review,
+            json,
+        } => {
+            let report = calibration::agreement(&AgreementInputs {
+                judgments,
+                labels,
+                pool,
+                docs_per_call,
+                review,
+            })
+            .map_err(|e| with_flags(e, FLAGS))?;
+            let mut stdout = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer_pretty(&mut stdout, &report)?;
+                writeln!(stdout)?;
+            } else {
+                stdout.write_all(report.to_markdown().as_bytes())?;
             }
             stdout.flush()?;
         }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use freshstack::pipeline::{JudgeConfig, JudgeInputs, judge};
+use freshstack::pipeline::{JudgeConfig, JudgeInputs, Verdict, judge};
 
 use super::llm::{LlmArgs, stats_line};
 use super::progress::Bars;
@@ -35,6 +35,23 @@ pub struct JudgeArgs {
     /// Most tokens of one document shown to the model.
     #[arg(long, default_value_t = 2048)]
     max_doc_tokens: usize,
+    /// How the model gives its verdict: generate (the paper's batched protocol: reasoning,
+    /// then true/false per nugget) or probability (one document and nugget per call, the
+    /// probability of "yes", with the term coverage, against --threshold; native GGUF only) or
+    /// terms (no model: the share of the nugget's own terms in the document).
+    #[arg(long, default_value = "generate", value_name = "VERDICT")]
+    verdict: Verdict,
+    /// The score a supported pair reaches, in [0, 1]: probability verdict (1 - term weight) x
+    /// P(yes) + term weight x term coverage; terms verdict the term coverage.
+    #[arg(long, default_value_t = freshstack::pipeline::judge::DEFAULT_THRESHOLD)]
+    threshold: f64,
+    /// The weight of the term coverage in the probability verdict's score, in [0, 1].
+    #[arg(long, default_value_t = freshstack::pipeline::judge::DEFAULT_TERM_WEIGHT)]
+    term_weight: f64,
+    /// A supported verdict also needs this share of the nugget's own terms (those its
+    /// question lacks) in the document, in [0, 1]; 0 turns the gate off.
+    #[arg(long, default_value_t = 0.0, value_name = "SHARE")]
+    min_term_coverage: f64,
     /// Also write the stage summary (JSON) here.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
@@ -46,6 +63,9 @@ pub struct JudgeArgs {
 const FLAGS: &[(&str, &str)] = &[
     ("context tokens", "--llm-context-tokens"),
     ("docs per call", "--docs-per-call"),
+    ("judge threshold", "--threshold"),
+    ("judge term weight", "--term-weight"),
+    ("judge min term coverage", "--min-term-coverage"),
     ("pool", "--pool"),
 ];
 
@@ -59,8 +79,16 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         max_repairs: args.llm.max_repairs(),
         shard: args.llm.shard()?,
         structured_output: args.llm.structured_output(),
+        verdict: args.verdict,
+        threshold: args.threshold,
+        term_weight: args.term_weight,
+        min_term_coverage: args.min_term_coverage,
     };
-    let llm = args.llm.open(&args.out)?;
+    let llm = if args.verdict.asks_model() || args.llm.is_configured() {
+        args.llm.open(&args.out)?
+    } else {
+        freshstack::llm::Llm::new(Box::new(freshstack::llm::NoModel), None)
+    };
     let summary = judge(
         &llm,
         &config,

@@ -106,6 +106,11 @@ impl LlmArgs {
     }
 
     /// Builds the backend and opens the cache (next to `out` unless `--llm-cache`).
+    /// Whether a backend was given (a GGUF file or a server).
+    pub fn is_configured(&self) -> bool {
+        self.llm_gguf.is_some() || !self.llm_base_url.is_empty()
+    }
+
     pub fn open(&self, out: &Path) -> anyhow::Result<Llm> {
         let spec = BackendSpec {
             gguf: self.llm_gguf.clone(),

@@ -44,13 +44,15 @@ pub fn run(args: NuggetsArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.summary {
         freshstack::dataset::write_json_atomic(path, &summary)?;
     }
+    let dropped = freshstack::pipeline::DroppedCounts::of_file(&args.out)?;
     eprintln!(
         "wrote nuggets for {} questions to {} ({} failed after repairs, recorded with the raw \
-         answer; {} repairs); {}",
+         answer; {} repairs{}); {}",
         summary.ok,
         args.out.display(),
         summary.failed,
         summary.repairs,
+        dropped.note(),
         stats_line(&llm)
     );
     super::warn_if_schema_refused(&summary);

@@ -32,6 +32,28 @@ pub struct NuggetsRecord {
     /// The model's last raw answer, kept when `error` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<String>,
+    /// Nuggets the model wrote that were not kept, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedNugget>,
+}
+
+/// A generated nugget that was not kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedNugget {
+    /// What the model wrote.
+    pub text: String,
+    /// Why it was dropped.
+    pub reason: DropReason,
+}
+
+/// Why a generated nugget was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// The token budget ended inside it, or it stops mid-sentence.
+    Cut,
+    /// It asks or restates the question instead of stating a fact of the answer.
+    RestatesQuestion,
 }
 
 /// A row of `variants.jsonl`: inference-setting query variants of one question.
@@ -61,7 +83,7 @@ pub struct PoolRow {
 }
 
 /// A row of `judgments.jsonl`: does `doc_id` support nugget `nugget_id` of `query_id`?
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JudgmentRecord {
     /// The question.
     pub query_id: QueryId,
@@ -80,6 +102,14 @@ pub struct JudgmentRecord {
     /// The model's last raw answer for the failed call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<String>,
+    /// The model's probability that the document supports the nugget (the `probability`
+    /// verdict), before the threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f64>,
+    /// The share of the nugget's own terms found in the document (when the judge computed it:
+    /// the `probability` verdict, or a term-coverage gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term_coverage: Option<f64>,
 }
 
 #[cfg(test)]

@@ -31,6 +31,24 @@ pub fn cache_key(backend: &str, model: &str, messages: &[Message], params: &Chat
     Fingerprint::of_bytes(canonical.to_string().as_bytes()).to_string()
 }
 
+/// The key of a [`crate::llm::Llm::choice_probabilities`] request: never equal to a
+/// [`cache_key`] (its canonical JSON has a `choices` field and no `params`).
+pub fn probability_key(
+    backend: &str,
+    model: &str,
+    messages: &[Message],
+    choices: &[&[&str]],
+) -> String {
+    let canonical = serde_json::json!({
+        "v": KEY_VERSION,
+        "backend": backend,
+        "model": model,
+        "messages": messages,
+        "choices": choices,
+    });
+    Fingerprint::of_bytes(canonical.to_string().as_bytes()).to_string()
+}
+
 /// A persistent map from [`cache_key`] to the model's answer.
 pub struct ResponseCache {
     path: PathBuf,

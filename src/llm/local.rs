@@ -1230,6 +1230,68 @@ impl Chat for LocalChat {
         let prompt = self.format.render(messages);
         self.generate(&prompt, params).map(|(text, _)| text)
     }
+
+    fn gives_probabilities(&self) -> bool {
+        true
+    }
+
+    /// One prompt pass (its prefix shared with the previous call is reused, so asking about
+    /// several facts after one document computes the document once), then the softmax of the
+    /// next token's logits summed over each choice's first tokens.
+    fn choice_probabilities(&self, messages: &[Message], choices: &[&[&str]]) -> Result<Vec<f64>> {
+        let prompt = self.encode(&self.format.render(messages))?;
+        if prompt.len() >= self.context_tokens {
+            return Err(gguf_error(
+                &self.path,
+                format!(
+                    "context overflow: the prompt has {} tokens, the model's context {}",
+                    prompt.len(),
+                    self.context_tokens
+                ),
+            ));
+        }
+        let mut token_sets = Vec::with_capacity(choices.len());
+        for spellings in choices {
+            let mut ids: Vec<u32> = Vec::new();
+            for spelling in *spellings {
+                if let Some(&first) = self.encode(spelling)?.first()
+                    && !ids.contains(&first)
+                {
+                    ids.push(first);
+                }
+            }
+            token_sets.push(ids);
+        }
+        let logits = self.next_logits(&prompt)?;
+        Ok(choice_mass(&logits, &token_sets))
+    }
+}
+
+/// The probability mass of each token set under the softmax of `logits`, normalised over the
+/// sets (uniform when every set's mass underflows; a token id outside the vocabulary adds
+/// nothing).
+fn choice_mass(logits: &[f32], token_sets: &[Vec<u32>]) -> Vec<f64> {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mass: Vec<f64> = token_sets
+        .iter()
+        .map(|ids| {
+            ids.iter()
+                .filter_map(|&id| logits.get(id as usize))
+                .filter(|v| v.is_finite())
+                .map(|&v| f64::from(v - max).exp())
+                .sum()
+        })
+        .collect();
+    let total: f64 = mass.iter().sum();
+    if total > 0.0 && total.is_finite() {
+        mass.iter().map(|m| m / total).collect()
+    } else {
+        vec![1.0 / token_sets.len().max(1) as f64; token_sets.len()]
+    }
 }
 
 #[cfg(test)]
@@ -1287,6 +1349,18 @@ mod tests {
     fn gguf_head_size_must_match_the_query_projection() {
         let message = fuzz_regression("huge-key-length.gguf");
         assert!(message.contains("key_length 738197520"), "{message}");
+    }
+
+    #[test]
+    fn choice_mass_is_the_softmax_share_of_each_set() {
+        let logits = [0.0f32, 1.0, 2.0, f32::NEG_INFINITY];
+        let p = choice_mass(&logits, &[vec![2], vec![0, 1]]);
+        let e = |x: f64| x.exp();
+        let expect = e(0.0) / (e(0.0) + e(-1.0) + e(-2.0));
+        assert!((p[0] - expect).abs() < 1e-12, "{p:?}");
+        assert!((p[0] + p[1] - 1.0).abs() < 1e-12);
+        // Only out-of-vocabulary or impossible tokens: uniform, never NaN.
+        assert_eq!(choice_mass(&logits, &[vec![3], vec![99]]), vec![0.5, 0.5]);
     }
 
     #[test]

@@ -127,6 +127,53 @@ pub trait Chat: Send + Sync {
     fn json_schema_refusal(&self) -> Option<String> {
         None
     }
+    /// Whether [`Chat::choice_probabilities`] works on this backend (native GGUF always; a
+    /// server when it returns `logprobs`). Checked before a stage that needs it makes a call.
+    fn gives_probabilities(&self) -> bool {
+        false
+    }
+    /// The probability of each choice as the first token of the answer to `messages`,
+    /// normalised over the choices: `choices[i]` lists the spellings of choice `i` (`["yes",
+    /// "Yes"]`), whose first tokens' probabilities are summed. Backends without
+    /// log-probabilities refuse.
+    fn choice_probabilities(&self, messages: &[Message], choices: &[&[&str]]) -> Result<Vec<f64>> {
+        let _ = (messages, choices);
+        Err(crate::error::Error::invalid(
+            "judge verdict",
+            format!(
+                "the {} backend at {} gives no log-probabilities; use verdict = \"generate\"",
+                self.backend(),
+                self.location()
+            ),
+        ))
+    }
+}
+
+/// The backend of a stage that asks no model (the judge's `terms` verdict): every call is
+/// refused.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoModel;
+
+impl Chat for NoModel {
+    fn backend(&self) -> &str {
+        "none"
+    }
+    fn model(&self) -> &str {
+        "none"
+    }
+    fn location(&self) -> String {
+        "nowhere (no language model configured)".into()
+    }
+    fn max_concurrency(&self) -> usize {
+        1
+    }
+    fn chat(&self, _: &[Message], _: &ChatParams) -> Result<String> {
+        Err(crate::error::Error::invalid(
+            "language model",
+            "no language model is configured: give --llm-base-url URL and --llm-model NAME, or \
+             --llm-gguf PATH",
+        ))
+    }
 }
 
 /// Counters of one [`Llm`]: what reached the backend and what the cache answered.
@@ -208,6 +255,38 @@ impl Llm {
                     cache.put(&key, self.chat.backend(), self.chat.model(), &text)?;
                 }
                 Ok(text)
+            }
+            Err(err) => {
+                self.failed_calls.fetch_add(1, Ordering::Relaxed);
+                Err(err)
+            }
+        }
+    }
+
+    /// [`Chat::choice_probabilities`] through the cache: a stored answer is replayed, a new
+    /// one stored at once (as its JSON text, which gives back the same bits).
+    pub fn choice_probabilities(
+        &self,
+        messages: &[Message],
+        choices: &[&[&str]],
+    ) -> Result<Vec<f64>> {
+        let key = cache::probability_key(self.chat.backend(), self.chat.model(), messages, choices);
+        if let Some(cache) = &self.cache
+            && let Some(text) = cache.get(&key)?
+            && let Ok(stored) = serde_json::from_str::<Vec<f64>>(&text)
+            && stored.len() == choices.len()
+        {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(stored);
+        }
+        match self.chat.choice_probabilities(messages, choices) {
+            Ok(probabilities) => {
+                self.calls.fetch_add(1, Ordering::Relaxed);
+                if let Some(cache) = &self.cache {
+                    let text = serde_json::to_string(&probabilities).unwrap_or_default();
+                    cache.put(&key, self.chat.backend(), self.chat.model(), &text)?;
+                }
+                Ok(probabilities)
             }
             Err(err) => {
                 self.failed_calls.fetch_add(1, Ordering::Relaxed);

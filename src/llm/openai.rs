@@ -322,12 +322,12 @@ impl OpenAiChat {
     }
 
     /// One request to the least busy server; returns which one with the outcome.
-    fn attempt(&self, body: &str) -> (&Endpoint, Attempt) {
+    fn attempt(&self, body: &str, extract: Extract) -> (&Endpoint, Attempt) {
         let _permit = self.permits.acquire();
         let endpoint = self.pick();
         endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(endpoint);
-        let outcome = self.send(&endpoint.url, body);
+        let outcome = self.send(&endpoint.url, body, extract);
         if let Attempt::Transient {
             transport: true, ..
         } = outcome
@@ -340,7 +340,7 @@ impl OpenAiChat {
         (endpoint, outcome)
     }
 
-    fn send(&self, url: &str, body: &str) -> Attempt {
+    fn send(&self, url: &str, body: &str, extract: Extract) -> Attempt {
         let fatal = |message: String, status: Option<u16>| Attempt::Fatal { message, status };
         let mut request = self
             .agent
@@ -370,7 +370,7 @@ impl OpenAiChat {
             }
         };
         match status {
-            200..=299 => match extract_content(&text) {
+            200..=299 => match extract(&text) {
                 Ok(content) => Attempt::Done(content),
                 Err(reason) => Attempt::Transient {
                     reason,
@@ -458,7 +458,7 @@ impl Chat for OpenAiChat {
         // bounded (each one sets a server aside; the cap guards against flapping).
         let mut failovers = 0;
         loop {
-            let (endpoint, outcome) = self.attempt(&body);
+            let (endpoint, outcome) = self.attempt(&body, extract_content);
             match outcome {
                 Attempt::Done(text) => {
                     if let Some(refusal) = refused_with
@@ -501,37 +501,164 @@ impl Chat for OpenAiChat {
                     reason,
                     retry_after,
                     transport,
-                } => {
-                    if transport
-                        && failovers < 2 * self.endpoints.len()
-                        && self.another_is_up(&endpoint.url)
-                    {
-                        failovers += 1;
-                        tracing::debug!("{}: {reason}; moving to another server", endpoint.shown);
-                        continue;
-                    }
-                    if retry >= self.config.max_retries {
-                        return Err(Error::Llm {
-                            backend: format!("openai {}", endpoint.shown),
-                            message: format!(
-                                "giving up after {} attempts; last: {reason}",
-                                retry as usize + failovers + 1
-                            ),
-                        });
-                    }
-                    let wait = self.backoff(retry, retry_after);
-                    tracing::debug!(
-                        "{}: {reason}; retry {} in {:.2}s",
-                        endpoint.shown,
-                        retry + 1,
-                        wait.as_secs_f64()
-                    );
-                    std::thread::sleep(wait);
-                    retry += 1;
-                }
+                } => self.after_transient(
+                    endpoint,
+                    &reason,
+                    (retry_after, transport),
+                    &mut retry,
+                    &mut failovers,
+                )?,
             }
         }
     }
+
+    fn gives_probabilities(&self) -> bool {
+        true
+    }
+
+    /// One request for a single token with `logprobs` and the 20 most likely first tokens
+    /// (`top_logprobs`); each choice's spellings are matched to those tokens exactly. A server
+    /// that answers without log-probabilities is an error naming it.
+    fn choice_probabilities(&self, messages: &[Message], choices: &[&[&str]]) -> Result<Vec<f64>> {
+        let mut body: serde_json::Value = serde_json::from_str(&self.request_body(
+            messages,
+            &ChatParams {
+                max_tokens: 1,
+                ..ChatParams::default()
+            },
+            None,
+        ))
+        .map_err(|e| Error::invalid("LLM request", e.to_string()))?;
+        body["logprobs"] = true.into();
+        body["top_logprobs"] = TOP_LOGPROBS.into();
+        let body = body.to_string();
+        let (mut retry, mut failovers) = (0, 0);
+        loop {
+            let (endpoint, outcome) = self.attempt(&body, extract_top_logprobs);
+            match outcome {
+                Attempt::Done(text) => {
+                    let top: Vec<(String, f64)> = serde_json::from_str(&text).unwrap_or_default();
+                    if top.is_empty() {
+                        return Err(Error::Llm {
+                            backend: format!("openai {}", endpoint.shown),
+                            message: "the server answered without log-probabilities (logprobs, \
+                                      top_logprobs); use verdict = \"generate\" or \"terms\""
+                                .into(),
+                        });
+                    }
+                    return Ok(top_logprob_mass(&top, choices));
+                }
+                Attempt::Fatal { message, .. } => {
+                    return Err(Error::Llm {
+                        backend: format!("openai {}", endpoint.shown),
+                        message,
+                    });
+                }
+                Attempt::Transient {
+                    reason,
+                    retry_after,
+                    transport,
+                } => self.after_transient(
+                    endpoint,
+                    &reason,
+                    (retry_after, transport),
+                    &mut retry,
+                    &mut failovers,
+                )?,
+            }
+        }
+    }
+}
+
+/// How many first tokens a probability request asks the server for (OpenAI's limit is 20).
+const TOP_LOGPROBS: u32 = 20;
+
+/// What one successful answer body is read into (an error makes the attempt transient).
+type Extract = fn(&str) -> std::result::Result<String, String>;
+
+impl OpenAiChat {
+    /// After a transient failure: moves on to another server right away (transport failures,
+    /// bounded), or waits its backoff for the next retry; an error once the retries are spent.
+    fn after_transient(
+        &self,
+        endpoint: &Endpoint,
+        reason: &str,
+        (retry_after, transport): (Option<Duration>, bool),
+        retry: &mut u32,
+        failovers: &mut usize,
+    ) -> Result<()> {
+        if transport && *failovers < 2 * self.endpoints.len() && self.another_is_up(&endpoint.url) {
+            *failovers += 1;
+            tracing::debug!("{}: {reason}; moving to another server", endpoint.shown);
+            return Ok(());
+        }
+        if *retry >= self.config.max_retries {
+            return Err(Error::Llm {
+                backend: format!("openai {}", endpoint.shown),
+                message: format!(
+                    "giving up after {} attempts; last: {reason}",
+                    *retry as usize + *failovers + 1
+                ),
+            });
+        }
+        let wait = self.backoff(*retry, retry_after);
+        tracing::debug!(
+            "{}: {reason}; retry {} in {:.2}s",
+            endpoint.shown,
+            *retry + 1,
+            wait.as_secs_f64()
+        );
+        std::thread::sleep(wait);
+        *retry += 1;
+        Ok(())
+    }
+}
+
+/// Each choice's share of the probability of the listed first tokens (uniform when none of
+/// them is among the top tokens).
+fn top_logprob_mass(top: &[(String, f64)], choices: &[&[&str]]) -> Vec<f64> {
+    let mass: Vec<f64> = choices
+        .iter()
+        .map(|spellings| {
+            top.iter()
+                .filter(|(token, lp)| spellings.contains(&token.as_str()) && lp.is_finite())
+                .map(|(_, lp)| lp.exp())
+                .sum()
+        })
+        .collect();
+    let total: f64 = mass.iter().sum();
+    if total > 0.0 && total.is_finite() {
+        mass.iter().map(|m| m / total).collect()
+    } else {
+        vec![1.0 / choices.len().max(1) as f64; choices.len()]
+    }
+}
+
+/// `choices[0].logprobs.content[0].top_logprobs` as the JSON text of `[[token, logprob], ...]`
+/// (`[]` when the body has a choice but no log-probabilities); an error message when the body
+/// is not a completion.
+fn extract_top_logprobs(body: &str) -> std::result::Result<String, String> {
+    let value: serde_json::Value = serde_json::from_str(body)
+        .map_err(|e| format!("malformed completion body ({e}): {}", snippet(body)))?;
+    let choice = value
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| format!("completion without choices: {}", snippet(body)))?;
+    let top: Vec<(String, f64)> = choice
+        .pointer("/logprobs/content/0/top_logprobs")
+        .and_then(serde_json::Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|t| {
+                    Some((
+                        t.get("token")?.as_str()?.to_string(),
+                        t.get("logprob")?.as_f64()?,
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::to_string(&top).map_err(|e| e.to_string())
 }
 
 /// The `response_format` name of a schema: its `title` reduced to `[A-Za-z0-9_-]` (at most 64
@@ -625,6 +752,27 @@ fn snippet(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_logprobs_are_read_and_summed_per_choice() {
+        let body = r#"{"choices": [{"message": {"content": "Yes"}, "logprobs": {"content": [
+            {"token": "Yes", "logprob": -0.5, "top_logprobs": [
+                {"token": "Yes", "logprob": -0.5}, {"token": "No", "logprob": -1.5},
+                {"token": " yes", "logprob": -3.0}, {"token": "Maybe", "logprob": -4.0}]}]}}]}"#;
+        let top: Vec<(String, f64)> =
+            serde_json::from_str(&extract_top_logprobs(body).unwrap()).unwrap();
+        assert_eq!(top.len(), 4);
+        let p = top_logprob_mass(&top, &[&["yes", "Yes", " yes"], &["no", "No"]]);
+        let (yes, no) = ((-0.5f64).exp() + (-3.0f64).exp(), (-1.5f64).exp());
+        assert!((p[0] - yes / (yes + no)).abs() < 1e-12, "{p:?}");
+        // No log-probabilities: an empty list (the caller's error), not a transient failure.
+        assert_eq!(
+            extract_top_logprobs(r#"{"choices": [{"message": {"content": "Yes"}}]}"#).unwrap(),
+            "[]"
+        );
+        assert!(extract_top_logprobs("{}").is_err());
+        assert_eq!(top_logprob_mass(&top, &[&["si"], &["non"]]), vec![0.5, 0.5]);
+    }
 
     #[test]
     fn debug_redacts_key() {

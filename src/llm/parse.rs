@@ -317,6 +317,45 @@ pub fn extract_string_list(text: &str, preferred_key: &str) -> Option<Vec<String
     parse_python_list(text).or_else(|| parse_markdown_list(text))
 }
 
+/// The complete strings of a JSON list under `"key"` that the answer's end cut off
+/// (`{"key": ["a", "b", "c...`): `["a", "b"]`, and whether a last string was cut. `None` when
+/// there is no such list or it is closed (then [`extract_string_list`] reads it).
+pub fn strings_before_cut(text: &str, key: &str) -> Option<(Vec<String>, bool)> {
+    let quoted = format!("\"{key}\"");
+    let after_key = &text[text.find(&quoted)? + quoted.len()..];
+    let rest = after_key
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('[')?;
+    let mut strings = Vec::new();
+    let mut pos = 0;
+    let bytes = rest.as_bytes();
+    loop {
+        while pos < bytes.len() && (bytes[pos].is_ascii_whitespace() || bytes[pos] == b',') {
+            pos += 1;
+        }
+        match bytes.get(pos) {
+            None => return Some((strings, false)),
+            Some(b']') => return None,
+            Some(b'"') => {}
+            Some(_) => return None,
+        }
+        // The closing quote: the first `"` not escaped by an odd run of backslashes.
+        let mut end = pos + 1;
+        let mut escaped = false;
+        while end < bytes.len() && (escaped || bytes[end] != b'"') {
+            escaped = !escaped && bytes[end] == b'\\';
+            end += 1;
+        }
+        if end >= bytes.len() {
+            return Some((strings, true));
+        }
+        strings.push(serde_json::from_str::<String>(&rest[pos..=end]).ok()?);
+        pos = end + 1;
+    }
+}
+
 /// Reads a yes/no verdict: JSON booleans, 1/0, and the words yes/no, true/false, supported /
 /// not supported (case-insensitive).
 pub fn parse_verdict(value: &Value) -> Option<bool> {
@@ -361,6 +400,29 @@ pub fn parse_index(value: &Value) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strings_before_a_cut_are_kept_and_the_cut_one_flagged() {
+        let cut = r#"{"nuggets": ["Use \"x\".", "Set y, then", "Restart the ser"#;
+        assert_eq!(
+            strings_before_cut(cut, "nuggets"),
+            Some((
+                vec!["Use \"x\".".to_string(), "Set y, then".to_string()],
+                true
+            ))
+        );
+        assert_eq!(
+            strings_before_cut(r#"{"nuggets": ["a", "#, "nuggets"),
+            Some((vec!["a".to_string()], false))
+        );
+        assert_eq!(strings_before_cut(r#"{"nuggets": ["a"]}"#, "nuggets"), None);
+        assert_eq!(strings_before_cut(r#"{"other": ["a""#, "nuggets"), None);
+        assert_eq!(strings_before_cut(r#"{"nuggets": [1, "#, "nuggets"), None);
+        assert_eq!(
+            strings_before_cut(r#"{"nuggets": ["a\\", "b"#, "nuggets"),
+            Some((vec!["a\\".to_string()], true))
+        );
+    }
 
     #[test]
     fn json_in_prose_and_fences() {

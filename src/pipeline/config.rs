@@ -343,6 +343,29 @@ pub struct JudgeSection {
     /// Most tokens per answer.
     #[serde(default = "default_judge_tokens")]
     pub max_tokens: u32,
+    /// How the model gives its verdict: `generate` (the paper's batched protocol) or
+    /// `probability` (one pair per call, the probability of "yes" against `threshold`).
+    #[serde(default)]
+    pub verdict: crate::pipeline::judge::Verdict,
+    /// The score a supported pair reaches under the `probability` and `terms` verdicts, in
+    /// [0, 1].
+    #[serde(default = "default_threshold")]
+    pub threshold: f64,
+    /// The weight of the term coverage beside the model's probability in the `probability`
+    /// verdict's score, in [0, 1].
+    #[serde(default = "default_term_weight")]
+    pub term_weight: f64,
+    /// The least share of a nugget's own terms a supporting document must hold, in [0, 1]
+    /// (0: no gate).
+    #[serde(default)]
+    pub min_term_coverage: f64,
+}
+
+fn default_threshold() -> f64 {
+    crate::pipeline::judge::DEFAULT_THRESHOLD
+}
+fn default_term_weight() -> f64 {
+    crate::pipeline::judge::DEFAULT_TERM_WEIGHT
 }
 
 fn default_docs_per_call() -> usize {
@@ -362,6 +385,10 @@ impl Default for JudgeSection {
             context_tokens: None,
             max_doc_tokens: default_max_doc_tokens(),
             max_tokens: default_judge_tokens(),
+            verdict: crate::pipeline::judge::Verdict::default(),
+            threshold: default_threshold(),
+            term_weight: default_term_weight(),
+            min_term_coverage: 0.0,
         }
     }
 }
@@ -586,6 +613,15 @@ impl BuildConfig {
         }
         if self.judge.docs_per_call == 0 {
             return bad("judge.docs_per_call", "must be at least 1".into());
+        }
+        for (field, value) in [
+            ("judge.threshold", self.judge.threshold),
+            ("judge.term_weight", self.judge.term_weight),
+            ("judge.min_term_coverage", self.judge.min_term_coverage),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return bad(field, format!("{value} is outside [0, 1]"));
+            }
         }
         if let Some(day) = self.refresh.as_ref().and_then(|r| r.retire_before.as_ref())
             && crate::source::stackoverflow::parse_day("refresh.retire_before", day).is_err()

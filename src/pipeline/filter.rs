@@ -145,6 +145,8 @@ pub(crate) mod tests {
             rationale: String::new(),
             error: None,
             raw: None,
+            probability: None,
+            term_coverage: None,
         }
     }
 
@@ -159,6 +161,7 @@ pub(crate) mod tests {
                 .collect(),
             error: None,
             raw: None,
+            dropped: Vec::new(),
         }
     }
 

@@ -24,7 +24,7 @@ mod corpus;
 pub mod export;
 pub mod filter;
 mod index;
-mod judge;
+pub mod judge;
 pub mod manifest;
 mod nuggets;
 mod orchestrator;
@@ -43,8 +43,10 @@ pub use crate::llm::StructuredOutput;
 
 pub use changes::Changes;
 pub use config::BuildConfig;
-pub use judge::{JudgeConfig, JudgeInputs, JudgeSummary, judge, judge_schema, nugget_labels};
-pub use nuggets::{NuggetsConfig, generate_nuggets, nuggets_schema};
+pub use judge::{
+    JudgeConfig, JudgeInputs, JudgeSummary, Verdict, judge, judge_schema, nugget_labels,
+};
+pub use nuggets::{DroppedCounts, NuggetsConfig, generate_nuggets, nuggets_schema};
 pub use orchestrator::{BuildSummary, StageOutcome, build, layout};
 pub use refresh::{Refresh, RefreshSummary};
 pub use report::{REPORT_FILES, ReportStage, ReportWritten};

@@ -130,11 +130,17 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             max_sub_questions: 3,
             max_tokens: 384,
         },
+        // The best verdict measured on judge-dev that fits the quickstart's time: a 0.5B
+        // model's probability adds nothing to the term evidence there (docs/judging.md), and
+        // asking it for every pair would double the run.
         judge: JudgeSection {
             docs_per_call: 10,
             context_tokens: None,
             max_doc_tokens: 256,
             max_tokens: 768,
+            verdict: crate::pipeline::judge::Verdict::Terms,
+            threshold: crate::pipeline::judge::DEFAULT_THRESHOLD,
+            ..JudgeSection::default()
         },
         filter: FilterSection {
             require_all_nuggets_supported: true,

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use super::calibration::CalibrationScores;
 use super::calibration::score::Row;
+use super::judge_health::{JudgeHealth, LENIENT_SUPPORT_RATE, REFERENCE_SUPPORT_RATE};
 use super::pooling::{MEASURE_LABELS, PoolingRow, SETTINGS, TECHNIQUES, retriever_rank};
 use super::svg::{BarChart, PALETTE, Series, render};
 use super::{FilteringCounts, Report};
@@ -58,6 +59,9 @@ pub fn render_html(report: &Report, generated: Option<&str>) -> Result<String> {
     filtering_section(&mut h, report.filtering.as_ref());
     pooling_section(&mut h, report);
     figures_section(&mut h, report)?;
+    if let Some(health) = &report.judge_health {
+        judge_health_section(&mut h, health);
+    }
     if let Some(scores) = &report.calibration {
         calibration_section(&mut h, scores);
     }
@@ -347,6 +351,116 @@ fn html_table(h: &mut String, id: &str, header: &[&str], rows: &[Row]) {
         h.push_str("</tr>\n");
     }
     h.push_str("</tbody>\n</table>\n");
+}
+
+fn share_text(value: Option<f64>) -> String {
+    value.map_or("n/a".into(), |v| format!("{:.1}%", 100.0 * v))
+}
+
+fn three(value: Option<f64>) -> String {
+    value.map_or("n/a".into(), |v| format!("{v:.3}"))
+}
+
+/// How far the build's LLM labels look like labels (`work/`, `reference-labels.jsonl`).
+fn judge_health_section(h: &mut String, health: &JudgeHealth) {
+    h.push_str("<h2 id=\"judge-health-title\">Judge health</h2>\n");
+    let lenient = health
+        .support_rate
+        .is_some_and(|r| r > LENIENT_SUPPORT_RATE);
+    let _ = writeln!(
+        h,
+        "<p class=\"note\">The judge ({} verdict) called {} of {} judged (nugget, document) \
+         pairs supported, before filtering; expert-style reference labels of the quickstart's \
+         pools call {} supported.{}</p>",
+        escape(&health.verdict),
+        share_text(health.support_rate),
+        health.pairs,
+        share_text(Some(REFERENCE_SUPPORT_RATE)),
+        if lenient {
+            " A judge this lenient cannot tell retrievers apart: treat these labels as noise."
+        } else {
+            ""
+        }
+    );
+    let rows: Vec<Row> = vec![
+        ("Judged pairs".into(), vec![health.pairs.to_string()]),
+        (
+            "Without a verdict".into(),
+            vec![health.unjudged.to_string()],
+        ),
+        ("Supported".into(), vec![share_text(health.support_rate)]),
+        ("Nuggets kept".into(), vec![health.nuggets.to_string()]),
+        (
+            "Nuggets dropped: cut".into(),
+            vec![health.nuggets_dropped_cut.to_string()],
+        ),
+        (
+            "Nuggets dropped: restating the question".into(),
+            vec![health.nuggets_dropped_restating.to_string()],
+        ),
+    ];
+    html_table(h, "judge-health", &["Measure", "Value"], &rows);
+    if !health.by_position.is_empty() {
+        let rows: Vec<Row> = health
+            .by_position
+            .iter()
+            .map(|p| {
+                (
+                    p.position.to_string(),
+                    vec![p.pairs.to_string(), share_text(Some(p.support_rate))],
+                )
+            })
+            .collect();
+        html_table(
+            h,
+            "judge-position",
+            &["Position in the call", "Pairs", "Supported"],
+            &rows,
+        );
+    }
+    if let Some(a) = &health.agreement {
+        let c = &a.overall;
+        let interval = a.kappa_ci95.map_or(String::new(), |[lo, hi]| {
+            format!(" (95% interval {lo:.3} to {hi:.3})")
+        });
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">Against reference-labels.jsonl on {} shared pairs ({} only in \
+             the labels, {} only in the judgments): Cohen's kappa {}{}.</p>",
+            c.pairs,
+            a.only_in_labels.count,
+            a.only_in_judgments.count,
+            three(c.kappa),
+            escape(&interval)
+        );
+        let rows: Vec<Row> = vec![(
+            "all".into(),
+            vec![
+                c.pairs.to_string(),
+                share_text(c.judge_support_rate),
+                share_text(c.reference_support_rate),
+                three(c.precision),
+                three(c.recall),
+                three(c.f1),
+                three(c.kappa),
+            ],
+        )];
+        html_table(
+            h,
+            "judge-agreement",
+            &[
+                "Pairs",
+                "Count",
+                "Judge supported",
+                "Reference supported",
+                "Precision",
+                "Recall",
+                "F1",
+                "Kappa",
+            ],
+            &rows,
+        );
+    }
 }
 
 /// Table 5 of the annotations in `DIR/calibration/` (`freshstack calibrate`).

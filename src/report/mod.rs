@@ -11,6 +11,8 @@
 //! DIR/manifest.json       topic and repositories[].name are read (optional)
 //! DIR/calibration/*.json  expert annotations and their sample.json (optional, [`calibration`])
 //! DIR/changes.json        what `freshstack refresh` changed (optional)
+//! DIR/work/*              a build's stage outputs: the judge's health (optional, [`judge_health`])
+//! DIR/reference-labels.jsonl  reference labels of judged pairs: the judge's agreement (optional)
 //! ```
 //!
 //! and writes `DIR/stats.json` ([`Statistics`] and [`FilteringCounts`]), `DIR/results.json`
@@ -25,6 +27,7 @@
 
 pub mod calibration;
 mod html;
+pub mod judge_health;
 mod pooling;
 mod stats;
 pub mod svg;
@@ -83,6 +86,9 @@ pub struct Report {
     /// What `freshstack refresh` changed, when the directory has `changes.json` (the page then
     /// has a "Changes" section; without it it is the same bytes as before).
     pub changes: Option<Changes>,
+    /// The judge's health, when the directory is a build's (it has `work/judgments.jsonl`; the
+    /// page then has a "Judge health" section).
+    pub judge_health: Option<judge_health::JudgeHealth>,
 }
 
 /// How to compute a report.
@@ -172,12 +178,14 @@ pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> 
     let pooling = pooling::pooling_results(&dir.join("runs"), &judgments, progress)?;
     let calibration = calibration::read_calibration_dir(dir)?;
     let changes = read_optional_json::<Changes>(&dir.join("changes.json"))?;
+    let judge_health = judge_health::judge_health(dir)?;
     Ok(Report {
         statistics,
         filtering,
         pooling,
         calibration,
         changes,
+        judge_health,
     })
 }
 

@@ -53,6 +53,15 @@ pub const JUDGE: Prompt = Prompt {
     text: include_str!("judge.v4.txt"),
 };
 
+/// One document and one nugget -> `yes` or `no`, read as the probability of `yes` (the
+/// `probability` verdict). The document comes first, so that the calls for every nugget about
+/// one document share its tokens and a native model computes them once. Placeholders:
+/// `doc_id`, `document`, `nugget`.
+pub const JUDGE_POINTWISE: Prompt = Prompt {
+    id: "judge-pointwise.v1",
+    text: include_str!("judge-pointwise.v1.txt"),
+};
+
 /// Follow-up when an answer cannot be parsed. Placeholders: `problem`, `format`.
 pub const REPAIR: Prompt = Prompt {
     id: "repair.v1",

@@ -18,6 +18,7 @@
 //! The review page keeps the annotator's answers in the browser's `localStorage` (keyed by the
 //! sample, so two samples never mix) until they are exported.
 
+mod agreement;
 mod annotations;
 mod page;
 pub(super) mod score;
@@ -32,6 +33,10 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{AtomicWriter, Document, QueryId, read_questions, write_json_atomic};
 use crate::error::{Error, Result};
 
+pub use agreement::{
+    AgreementCell, AgreementInputs, AgreementReport, PositionCell, QuestionCell, Unmatched,
+    agreement,
+};
 pub use annotations::{
     Annotations, NuggetAnnotation, PairAnnotation, PairLabel, QuestionAnnotation,
 };

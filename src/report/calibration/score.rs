@@ -120,7 +120,7 @@ pub struct NuggetQuality {
 }
 
 impl NuggetQuality {
-    fn new(scores: &[&QuestionScore]) -> Self {
+    pub(super) fn new(scores: &[&QuestionScore]) -> Self {
         let sum = |f: &dyn Fn(&QuestionScore) -> u64| scores.iter().map(|s| f(s)).sum::<u64>();
         let nuggets = sum(&|s| s.nuggets);
         let kept = sum(&|s| s.kept());

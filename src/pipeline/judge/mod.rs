@@ -2,15 +2,23 @@
 //! documents with all the question's nuggets in one call; the model reasons briefly, then gives
 //! per document the nuggets it supports. One output row per (question, nugget, document).
 //!
+//! Two verdicts ([`Verdict`]): `generate`, the paper's protocol above, and `probability`
+//! ([`pointwise`]): one (document, nugget) pair per call, read as the model's probability of
+//! "yes" against a threshold. Either can be gated by the share of the nugget's own terms that
+//! the document holds ([`evidence`]).
+//!
 //! Documents are truncated to fit the model's context: the prompt without documents, the answer
 //! budget and the documents must fit in `context_tokens` (counted with cl100k_base, an
 //! approximation of the served model's tokenizer), and no document gets more than
 //! `max_doc_tokens`. Truncations are counted in the summary.
 
+pub mod evidence;
+mod pointwise;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::orchestrator::{Builder, StageOutcome, calls_line, carried_note, layout};
@@ -25,7 +33,7 @@ use crate::dataset::{
     QueryId, Question, Shard, for_each_jsonl, read_jsonl_lines, read_questions,
 };
 use crate::error::{Error, Result};
-use crate::llm::prompts::JUDGE;
+use crate::llm::prompts::{JUDGE, JUDGE_POINTWISE};
 use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
 use crate::progress::Progress;
@@ -48,6 +56,92 @@ pub struct JudgeConfig {
     pub shard: Option<Shard>,
     /// Whether each call carries its JSON Schema ([`judge_schema`]).
     pub structured_output: StructuredOutput,
+    /// How the model gives its verdict.
+    pub verdict: Verdict,
+    /// The score a supported pair reaches under the pointwise verdicts (in [0, 1]):
+    /// `probability` scores `(1 - term_weight) * P(yes) + term_weight * term coverage`,
+    /// `terms` the term coverage alone.
+    pub threshold: f64,
+    /// The weight of the term coverage beside the model's probability in the `probability`
+    /// verdict's score (in [0, 1]; 0: the probability alone).
+    pub term_weight: f64,
+    /// A supported verdict also needs at least this share of the nugget's own terms in the
+    /// document ([`evidence::term_coverage`]); 0 turns the gate off.
+    pub min_term_coverage: f64,
+}
+
+/// How the judge model gives its verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The paper's protocol: up to `docs_per_call` documents per call, a short reasoning then
+    /// a true/false per nugget, generated.
+    #[default]
+    Generate,
+    /// One (document, nugget) pair per call, the probability of "yes" read from the model's
+    /// next-token distribution (native GGUF; a server must return log-probabilities).
+    Probability,
+    /// No model: a pair is supported when the document holds at least `threshold` of the
+    /// nugget's own terms ([`evidence`]).
+    Terms,
+}
+
+impl Verdict {
+    /// The name in configs and flags.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Generate => "generate",
+            Self::Probability => "probability",
+            Self::Terms => "terms",
+        }
+    }
+
+    /// The prompt this verdict asks with (`terms` asks nothing; its stage records the pointwise
+    /// prompt's id, unused).
+    pub fn prompt(self) -> &'static crate::llm::prompts::Prompt {
+        match self {
+            Self::Generate => &JUDGE,
+            Self::Probability | Self::Terms => &JUDGE_POINTWISE,
+        }
+    }
+
+    /// Whether this verdict calls the model.
+    pub fn asks_model(self) -> bool {
+        self != Self::Terms
+    }
+}
+
+impl std::str::FromStr for Verdict {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "generate" => Ok(Self::Generate),
+            "probability" => Ok(Self::Probability),
+            "terms" => Ok(Self::Terms),
+            other => Err(format!(
+                "unknown verdict {other:?} (expected generate, probability or terms)"
+            )),
+        }
+    }
+}
+
+/// A judge that calls more than this share of its pairs supported is warned about (reference
+/// labels call about one in eight supported): it cannot tell retrievers apart.
+pub const LENIENT_SUPPORT_RATE: f64 = 0.5;
+
+/// The default threshold of the pointwise verdicts' score: chosen on judge-dev (docs/judging.md).
+pub const DEFAULT_THRESHOLD: f64 = 0.4;
+
+/// The default weight of the term coverage in the `probability` verdict's score.
+pub const DEFAULT_TERM_WEIGHT: f64 = 0.5;
+
+/// Checks a threshold or a share: a number in [0, 1].
+pub fn check_unit_interval(what: &str, value: f64) -> Result<()> {
+    if (0.0..=1.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::invalid(what, format!("{value} is outside [0, 1]")))
+    }
 }
 
 impl Default for JudgeConfig {
@@ -63,6 +157,10 @@ impl Default for JudgeConfig {
             max_repairs: DEFAULT_MAX_REPAIRS,
             shard: None,
             structured_output: StructuredOutput::default(),
+            verdict: Verdict::default(),
+            threshold: DEFAULT_THRESHOLD,
+            term_weight: DEFAULT_TERM_WEIGHT,
+            min_term_coverage: 0.0,
         }
     }
 }
@@ -308,7 +406,7 @@ pub(super) fn parse_judgments(
 
 /// `text` cut to at most `max_tokens` cl100k tokens, at a pre-token boundary; `None` when it
 /// already fits.
-fn truncate_to_tokens(text: &str, max_tokens: usize) -> Option<String> {
+pub(super) fn truncate_to_tokens(text: &str, max_tokens: usize) -> Option<String> {
     let tokenizer = bpe_openai::cl100k_base();
     let mut used = 0;
     let mut end = 0;
@@ -402,18 +500,41 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
         |text| parse_judgments(text, n_docs, n_nuggets),
     )?;
     let verdicts = answer.value.unwrap_or_else(|| vec![None; n_docs]);
+    // The term-coverage gate, when on: computed for every verdict and recorded with it.
+    let gate = (config.min_term_coverage > 0.0).then(|| {
+        let question = evidence::content_terms(&format!("{} {}", q.query_title, q.query_text));
+        let nuggets: Vec<_> = batch
+            .nuggets
+            .iter()
+            .map(|n| evidence::content_terms(&n.text))
+            .collect();
+        let docs: Vec<_> = batch
+            .docs
+            .iter()
+            .map(|d| evidence::document_terms(&d.text))
+            .collect();
+        (question, nuggets, docs)
+    });
     let mut rows = Vec::with_capacity(n_docs * n_nuggets);
     for (nugget_index, nugget) in batch.nuggets.iter().enumerate() {
-        for (doc, verdict) in batch.docs.iter().zip(&verdicts) {
+        for (doc_index, (doc, verdict)) in batch.docs.iter().zip(&verdicts).enumerate() {
+            let coverage = gate.as_ref().map(|(question, nuggets, docs)| {
+                evidence::term_coverage(&nuggets[nugget_index], question, &docs[doc_index]).share()
+            });
             rows.push(match verdict {
                 Some(v) => JudgmentRecord {
                     query_id: q.query_id.clone(),
                     nugget_id: nugget.id.clone(),
                     doc_id: doc.id.clone(),
-                    supported: Some(v.supported[nugget_index]),
+                    supported: Some(
+                        v.supported[nugget_index]
+                            && coverage.is_none_or(|c| c >= config.min_term_coverage),
+                    ),
                     rationale: v.reason.clone(),
                     error: None,
                     raw: None,
+                    probability: None,
+                    term_coverage: coverage,
                 },
                 None => JudgmentRecord {
                     query_id: q.query_id.clone(),
@@ -423,6 +544,8 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
                     rationale: String::new(),
                     error: answer.problem.clone(),
                     raw: Some(answer.raw.clone()),
+                    probability: None,
+                    term_coverage: None,
                 },
             });
         }
@@ -492,6 +615,13 @@ pub(super) fn judge_carrying(
     if config.docs_per_call == 0 {
         return Err(Error::invalid("docs per call", "must be at least 1"));
     }
+    check_unit_interval("judge threshold", config.threshold)?;
+    check_unit_interval("judge term weight", config.term_weight)?;
+    check_unit_interval("judge min term coverage", config.min_term_coverage)?;
+    if config.verdict == Verdict::Probability && !llm.chat_backend().gives_probabilities() {
+        // The backend's own refusal names it and says what to use instead.
+        llm.chat_backend().choice_probabilities(&[], &[])?;
+    }
     let questions: HashMap<QueryId, Question> = read_questions(questions)?
         .into_iter()
         .map(|q| (q.query_id.clone(), q))
@@ -527,15 +657,27 @@ pub(super) fn judge_carrying(
             }
         }
     }
+    let prompt = config.verdict.prompt();
+    let mut extra = format!(
+        "docs_per_call={} context_tokens={} max_doc_tokens={} max_repairs={}",
+        config.docs_per_call, config.context_tokens, config.max_doc_tokens, config.max_repairs
+    );
+    // Settings at their old defaults leave the line (and so shard sidecars) as it was.
+    if config.verdict != Verdict::Generate || config.min_term_coverage > 0.0 {
+        extra.push_str(&format!(
+            " verdict={} threshold={} term_weight={} min_term_coverage={}",
+            config.verdict.name(),
+            config.threshold,
+            config.term_weight,
+            config.min_term_coverage
+        ));
+    }
     let settings = stage_settings(
         llm,
-        JUDGE.id,
+        prompt.id,
         &config.params,
         config.structured_output,
-        &format!(
-            "docs_per_call={} context_tokens={} max_doc_tokens={} max_repairs={}",
-            config.docs_per_call, config.context_tokens, config.max_doc_tokens, config.max_repairs
-        ),
+        &extra,
     );
     let (pool_rows, shard_info) = select_shard(
         pool_rows.into_iter().collect::<Vec<_>>(),
@@ -579,6 +721,7 @@ pub(super) fn judge_carrying(
         ..JudgeSummary::default()
     };
     let mut batches = Vec::new();
+    let mut by_document: BTreeMap<&str, pointwise::DocumentItem<'_>> = BTreeMap::new();
     let mut carried_rows: Vec<JudgmentRecord> = Vec::new();
     for (qid, doc_ids) in &pool_rows {
         let nuggets = match nuggets_by_query.get(qid) {
@@ -606,43 +749,75 @@ pub(super) fn judge_carrying(
                 None => asked.push(doc),
             }
         }
-        for docs in asked.chunks(config.docs_per_call) {
-            batches.push(Batch {
-                question,
-                nuggets,
-                docs: docs.to_vec(),
-            });
+        match config.verdict {
+            Verdict::Generate => {
+                for docs in asked.chunks(config.docs_per_call) {
+                    batches.push(Batch {
+                        question,
+                        nuggets,
+                        docs: docs.to_vec(),
+                    });
+                }
+            }
+            Verdict::Probability | Verdict::Terms => {
+                for doc in asked {
+                    by_document
+                        .entry(doc.id.as_str())
+                        .or_insert_with(|| pointwise::DocumentItem {
+                            doc,
+                            questions: Vec::new(),
+                        })
+                        .questions
+                        .push((question, nuggets));
+                }
+            }
         }
     }
+    let documents_asked: Vec<pointwise::DocumentItem<'_>> = by_document.into_values().collect();
 
     // An unwritable output fails before any call, but no temporary file is held while the
     // calls run: Ctrl-C ends the process without destructors and would leave it behind.
     drop(AtomicWriter::create(out)?);
-    progress.begin("judging", Some(batches.len() as u64));
-    let results = run_items(
-        &batches,
-        llm.chat_backend().max_concurrency(),
-        progress,
-        |batch| judge_batch(llm, config, batch),
-    );
-    progress.finish();
-    let results = results?;
-    let mut writer = AtomicWriter::create(out)?;
-
-    summary.stage.prompt = JUDGE.id.to_string();
-    summary.stage.items = results.len() as u64;
+    let workers = llm.chat_backend().max_concurrency();
     let mut rows = carried_rows;
-    for result in results {
-        summary.stage.repairs += u64::from(result.counts.repairs);
-        summary.stage.schema_mismatches += u64::from(result.counts.schema_mismatches);
-        summary.documents_truncated += result.truncated;
-        if result.failed {
-            summary.stage.failed += 1;
-        } else {
-            summary.stage.ok += 1;
+    summary.stage.prompt = prompt.id.to_string();
+    match config.verdict {
+        Verdict::Generate => {
+            progress.begin("judging", Some(batches.len() as u64));
+            let results = run_items(&batches, workers, progress, |batch| {
+                judge_batch(llm, config, batch)
+            });
+            progress.finish();
+            let results = results?;
+            summary.stage.items = results.len() as u64;
+            for result in results {
+                summary.stage.repairs += u64::from(result.counts.repairs);
+                summary.stage.schema_mismatches += u64::from(result.counts.schema_mismatches);
+                summary.documents_truncated += result.truncated;
+                if result.failed {
+                    summary.stage.failed += 1;
+                } else {
+                    summary.stage.ok += 1;
+                }
+                rows.extend(result.rows);
+            }
         }
-        rows.extend(result.rows);
+        Verdict::Probability | Verdict::Terms => {
+            progress.begin("judging documents", Some(documents_asked.len() as u64));
+            let results = run_items(&documents_asked, workers, progress, |item| {
+                pointwise::judge_document(llm, config, item)
+            });
+            progress.finish();
+            let results = results?;
+            summary.stage.items = results.len() as u64;
+            summary.stage.ok = results.len() as u64;
+            for result in results {
+                summary.documents_truncated += u64::from(result.truncated);
+                rows.extend(result.rows);
+            }
+        }
     }
+    let mut writer = AtomicWriter::create(out)?;
     // Nugget order is the numeric suffix of the id (`q_10` after `q_9`).
     let nugget_rank = |id: &str| -> u64 {
         id.rsplit('_')
@@ -673,6 +848,15 @@ pub(super) fn judge_carrying(
         writer.write_json_line(row)?;
     }
     summary.judgments = rows.len() as u64;
+    let judged = summary.judgments - summary.unjudged;
+    if judged > 0 && summary.supported as f64 > LENIENT_SUPPORT_RATE * judged as f64 {
+        tracing::warn!(
+            "the judge called {} of {judged} pairs supported ({:.0}%; reference labels: about \
+             13%): labels this lenient cannot tell retrievers apart (docs/judging.md)",
+            summary.supported,
+            100.0 * summary.supported as f64 / judged as f64
+        );
+    }
     write_shard_info(out, shard_info, rows.len())?;
     writer.commit()?;
     summary.stage.llm = llm.stats();
@@ -687,7 +871,7 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint("judge", &JUDGE)
+            .llm_fingerprint("judge", self.config.judge.verdict.prompt())
             .json("judge", &self.config.judge)
             .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .maybe_fingerprint("nuggets", self.hash(layout::NUGGETS))
@@ -718,6 +902,10 @@ impl Builder<'_> {
                 max_repairs,
                 shard: None,
                 structured_output,
+                verdict: section.verdict,
+                threshold: section.threshold,
+                term_weight: section.term_weight,
+                min_term_coverage: section.min_term_coverage,
             };
             let inputs = JudgeInputs {
                 questions: &questions,

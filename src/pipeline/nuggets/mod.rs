@@ -1,5 +1,12 @@
 //! Nugget generation (paper §3.3): question + accepted answer -> atomic facts, most important
 //! first, with a grading-notes style prompt.
+//!
+//! The answer is bounded by the nugget count and the token budget, never by a string length
+//! that would close a sentence early: when the budget ends inside the list, the complete
+//! nuggets before the cut are kept. Nuggets that are cut or restate the question are dropped
+//! ([`quality`]) and recorded in the row's `dropped`.
+
+pub mod quality;
 
 use std::path::Path;
 
@@ -10,10 +17,13 @@ use super::workers::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
 };
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
-use crate::dataset::{NuggetText, NuggetsRecord, Question, Shard};
+use serde::Serialize;
+
+use crate::dataset::{
+    DropReason, DroppedNugget, NuggetText, NuggetsRecord, Question, Shard, for_each_jsonl,
+};
 use crate::error::Result;
 use crate::llm::prompts::NUGGETS;
-use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
 use crate::progress::Progress;
 
@@ -48,20 +58,10 @@ impl Default for NuggetsConfig {
     }
 }
 
-/// Longest nugget the schema allows, in characters (one sentence; v1 nuggets of real models
-/// stay well under it).
-pub const MAX_NUGGET_CHARS: usize = 300;
-
 /// The JSON Schema of a nuggets answer: `{"nuggets": [1 to max_nuggets strings]}`, no other
-/// field, each string at least 1 character and at most `MAX_NUGGET_CHARS`, or less when
-/// `max_tokens` shared among `max_nuggets` strings would not hold that many
-/// ([`chars_within_tokens`]).
-pub fn nuggets_schema(max_nuggets: usize, max_tokens: u32) -> Value {
-    let max_nuggets = max_nuggets.max(1);
-    // Per string: its share of the budget less the object's frame and its quotes, comma and
-    // indentation (models pretty-print).
-    let per_nugget = (max_tokens as usize).saturating_sub(16) / max_nuggets;
-    let max_chars = chars_within_tokens(per_nugget.saturating_sub(8), MAX_NUGGET_CHARS);
+/// field, each string non-empty. No `maxLength`: a grammar closes a string where its length
+/// bound ends, mid-sentence; the answer is bounded by the count and `max_tokens` instead.
+pub fn nuggets_schema(max_nuggets: usize) -> Value {
     json!({
         "title": "nuggets",
         "type": "object",
@@ -69,8 +69,8 @@ pub fn nuggets_schema(max_nuggets: usize, max_tokens: u32) -> Value {
             "nuggets": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": max_nuggets,
-                "items": {"type": "string", "minLength": 1, "maxLength": max_chars},
+                "maxItems": max_nuggets.max(1),
+                "items": {"type": "string", "minLength": 1},
             },
         },
         "required": ["nuggets"],
@@ -87,14 +87,24 @@ fn format_words(max_nuggets: usize) -> String {
     )
 }
 
-pub(super) fn parse_nuggets(text: &str) -> ParseOutcome<Vec<String>> {
-    parse::extract_string_list(text, "nuggets").ok_or_else(|| {
-        (
-            "no list of nuggets found (expected a JSON object with a \"nuggets\" array of strings)"
-                .to_string(),
-            None,
-        )
-    })
+/// The nuggets of an answer, and whether the answer's end cut a last one off (the complete
+/// ones before it are kept).
+pub(super) fn parse_nuggets(text: &str) -> ParseOutcome<(Vec<String>, bool)> {
+    if let Some((strings, cut)) = parse::strings_before_cut(text, "nuggets")
+        && !strings.is_empty()
+    {
+        return Ok((strings, cut));
+    }
+    parse::extract_string_list(text, "nuggets")
+        .map(|list| (list, false))
+        .ok_or_else(|| {
+            (
+                "no list of nuggets found (expected a JSON object with a \"nuggets\" array of \
+                 strings)"
+                    .to_string(),
+                None,
+            )
+        })
 }
 
 /// The nuggets record of one question.
@@ -111,7 +121,7 @@ pub(crate) fn nuggets_for(
         ("max_nuggets", &max),
     ])?;
     let params = call_params(&config.params, config.structured_output, || {
-        nuggets_schema(config.max_nuggets, config.params.max_tokens)
+        nuggets_schema(config.max_nuggets)
     });
     let answer = ask(
         llm,
@@ -122,25 +132,43 @@ pub(crate) fn nuggets_for(
         parse_nuggets,
     )?;
     let record = match (answer.value, answer.problem) {
-        (Some(texts), None) => NuggetsRecord {
-            query_id: question.query_id.clone(),
-            nuggets: texts
-                .into_iter()
-                .take(config.max_nuggets.max(1))
-                .enumerate()
-                .map(|(n, text)| NuggetText {
-                    id: format!("{}_{n}", question.query_id),
-                    text,
-                })
-                .collect(),
-            error: None,
-            raw: None,
-        },
+        (Some((mut texts, cut)), None) => {
+            texts.truncate(config.max_nuggets.max(1));
+            let (kept, mut dropped) = quality::keep_nuggets(
+                texts,
+                &format!("{}\n{}", question.query_title, question.query_text),
+                &question.answer_text,
+            );
+            if cut {
+                dropped.push(DroppedNugget {
+                    text: String::new(),
+                    reason: DropReason::Cut,
+                });
+            }
+            let error = kept
+                .is_empty()
+                .then(|| "every nugget was cut or restated the question (see dropped)".to_string());
+            NuggetsRecord {
+                query_id: question.query_id.clone(),
+                nuggets: kept
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, text)| NuggetText {
+                        id: format!("{}_{n}", question.query_id),
+                        text,
+                    })
+                    .collect(),
+                raw: error.as_ref().map(|_| answer.raw.clone()),
+                error,
+                dropped,
+            }
+        }
         (_, problem) => NuggetsRecord {
             query_id: question.query_id.clone(),
             nuggets: Vec::new(),
             error: Some(problem.unwrap_or_else(|| "no nuggets".into())),
             raw: Some(answer.raw),
+            dropped: Vec::new(),
         },
     };
     Ok((record, answer.counts))
@@ -197,6 +225,43 @@ fn generate_nuggets_carrying(
     )
 }
 
+/// Nuggets dropped in a nuggets file, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DroppedCounts {
+    /// Cut by the token budget or stopping mid-sentence.
+    pub cut: u64,
+    /// Restating the question.
+    pub restating: u64,
+}
+
+impl DroppedCounts {
+    /// Counts the `dropped` entries of every row of `path`.
+    pub fn of_file(path: &Path) -> Result<Self> {
+        let mut counts = Self::default();
+        for_each_jsonl(path, |_, record: NuggetsRecord| {
+            for dropped in &record.dropped {
+                match dropped.reason {
+                    DropReason::Cut => counts.cut += 1,
+                    DropReason::RestatesQuestion => counts.restating += 1,
+                }
+            }
+        })?;
+        Ok(counts)
+    }
+
+    /// `; dropped N cut, M restating the question` (empty when none was).
+    pub fn note(&self) -> String {
+        if self.cut + self.restating == 0 {
+            String::new()
+        } else {
+            format!(
+                "; dropped {} cut and {} restating the question",
+                self.cut, self.restating
+            )
+        }
+    }
+}
+
 impl Builder<'_> {
     pub(super) fn nuggets(
         &mut self,
@@ -224,11 +289,13 @@ impl Builder<'_> {
             let before = llm.stats();
             let summary =
                 generate_nuggets_carrying(llm, &config, &questions, &out, progress, &carried)?;
+            let dropped = DroppedCounts::of_file(&out)?;
             Ok(format!(
-                "{} questions, {} failed after repairs{}; {}{}",
+                "{} questions, {} failed after repairs{}{}; {}{}",
                 summary.items,
                 summary.failed,
                 carried_note(summary.ok + summary.failed - summary.items, carry.is_some()),
+                dropped.note(),
                 calls_line(&before, &llm.stats()),
                 Self::structured_note(&summary)
             ))
@@ -243,13 +310,14 @@ mod tests {
 
     #[test]
     fn schema_bounds_the_list_and_the_parser_reads_its_answers() {
-        let schema = nuggets_schema(3, 1024);
+        let schema = nuggets_schema(3);
         check_portable(&schema).unwrap();
         let answer = r#"{"nuggets": ["Use X.", "Set Y to 2."]}"#;
         check_answer(&schema, answer).unwrap();
+        let (list, cut) = parse_nuggets(answer).unwrap();
         assert_eq!(
-            parse_nuggets(answer).unwrap(),
-            vec!["Use X.", "Set Y to 2."]
+            (list, cut),
+            (vec!["Use X.".into(), "Set Y to 2.".into()], false)
         );
         let four = r#"{"nuggets": ["a", "b", "c", "d"]}"#;
         assert!(
@@ -258,19 +326,24 @@ mod tests {
                 .contains("more than 3")
         );
         assert!(check_answer(&schema, r#"{"nuggets": []}"#).is_err());
-        let long = json!({"nuggets": ["x".repeat(MAX_NUGGET_CHARS + 1)]}).to_string();
-        assert!(check_answer(&schema, &long).is_err());
         assert!(check_answer(&schema, r#"{"nuggets": ["a"], "note": "b"}"#).is_err());
+        // No length bound closes a sentence early.
+        assert!(!schema.to_string().contains("maxLength"));
+        let long = json!({"nuggets": ["x".repeat(2000)]}).to_string();
+        check_answer(&schema, &long).unwrap();
         // Today's (v1) answer shapes still parse: old caches stay readable.
         let v1 = "Here:\n```json\n{\"nuggets\": [\"a\", \"b\",]}\n```";
-        assert_eq!(parse_nuggets(v1).unwrap(), vec!["a", "b"]);
+        assert_eq!(parse_nuggets(v1).unwrap().0, vec!["a", "b"]);
         assert!(!format_words(3).contains("first"));
-        // A small budget shortens the strings so that the answer fits in it.
-        let small = nuggets_schema(5, 256);
-        assert_eq!(small["properties"]["nuggets"]["items"]["maxLength"], 60);
-        assert_eq!(
-            schema["properties"]["nuggets"]["items"]["maxLength"],
-            MAX_NUGGET_CHARS
-        );
+    }
+
+    /// Regression (issue 33): the budget ended inside the third nugget; the two before it are
+    /// kept whole and the cut is recorded, not closed into a half sentence.
+    #[test]
+    fn an_answer_cut_by_the_budget_keeps_its_complete_nuggets() {
+        let cut = r#"{"nuggets": ["Pass `--max-tokens N` to cap documents.", "Tokens are counted with cl100k_base.", "It switches to the GPT-"#;
+        let (list, was_cut) = parse_nuggets(cut).unwrap();
+        assert!(was_cut);
+        assert_eq!(list.len(), 2);
     }
 }

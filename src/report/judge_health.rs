@@ -1,0 +1,173 @@
+//! Judge health: whether a build's LLM labels look like labels, read from its work files
+//! (`DIR/work/judgments.jsonl`, `DIR/work/nuggets.jsonl`, `DIR/work/pool.jsonl`,
+//! `DIR/work/settings.json`) when the dataset directory is a build's. Shown in the report:
+//! the share of judged pairs called supported (before filtering) beside the reference labels'
+//! share, the same by the document's position in its judge call (a judge that favours early
+//! documents shows it here), the share of nuggets dropped as cut or restating the question,
+//! and, when `DIR/reference-labels.jsonl` holds reference labels for the build's pairs,
+//! the judge's agreement with them ([`calibration::agreement`]).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::calibration::{self, AgreementInputs, AgreementReport};
+use crate::dataset::{JudgmentRecord, NuggetsRecord, PoolRow, for_each_jsonl};
+use crate::error::Result;
+use crate::pipeline::layout;
+
+pub use crate::pipeline::judge::LENIENT_SUPPORT_RATE;
+
+/// The reference labels of judge-dev (expert-style, 1,155 pairs of the quickstart's pools) call
+/// this share supported: the point of comparison the report names.
+pub const REFERENCE_SUPPORT_RATE: f64 = 0.133;
+
+/// The judge's support rate at one position of its calls.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PositionRate {
+    /// 1-based position of the document in its call.
+    pub position: usize,
+    /// Judged pairs at that position.
+    pub pairs: u64,
+    /// Share called supported.
+    pub support_rate: f64,
+}
+
+/// What the report shows of the judge.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JudgeHealth {
+    /// The judge's verdict (`generate` or `probability`).
+    pub verdict: String,
+    /// Pairs with a verdict.
+    pub pairs: u64,
+    /// Pairs without one (unusable answers).
+    pub unjudged: u64,
+    /// Share of the judged pairs called supported.
+    pub support_rate: Option<f64>,
+    /// By position in the call (`generate` with more than one document per call).
+    pub by_position: Vec<PositionRate>,
+    /// Nuggets kept.
+    pub nuggets: u64,
+    /// Nuggets dropped because the budget cut them or they stop mid-sentence.
+    pub nuggets_dropped_cut: u64,
+    /// Nuggets dropped because they restate the question.
+    pub nuggets_dropped_restating: u64,
+    /// Agreement with `DIR/reference-labels.jsonl`, when present.
+    pub agreement: Option<AgreementReport>,
+}
+
+/// The judge health of the build in `dir`; `None` when `dir/work/judgments.jsonl` is absent
+/// (an exported dataset alone).
+pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
+    let judgments_path = dir.join(layout::JUDGMENTS);
+    if !judgments_path.is_file() {
+        return Ok(None);
+    }
+    let settings: Option<serde_json::Value> =
+        super::read_optional_json(&dir.join(layout::SETTINGS))?;
+    let judge = settings.as_ref().and_then(|s| s.get("judge"));
+    let verdict = judge
+        .and_then(|j| j.get("verdict"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("generate")
+        .to_string();
+    let docs_per_call = judge
+        .and_then(|j| j.get("docs_per_call"))
+        .and_then(|v| v.as_u64())
+        .map(|n| n as usize)
+        .filter(|&n| n > 1 && verdict == "generate");
+
+    let mut judgments: Vec<JudgmentRecord> = Vec::new();
+    for_each_jsonl(&judgments_path, |_, row: JudgmentRecord| {
+        judgments.push(row)
+    })?;
+    let judged: Vec<bool> = judgments.iter().filter_map(|j| j.supported).collect();
+    let pairs = judged.len() as u64;
+    let supported = judged.iter().filter(|&&s| s).count() as u64;
+
+    let pool_path = dir.join(layout::POOL);
+    let by_position = match docs_per_call {
+        Some(n) if pool_path.is_file() => position_rates(&pool_path, n, &judgments)?,
+        _ => Vec::new(),
+    };
+
+    let (mut nuggets, mut cut, mut restating) = (0, 0, 0);
+    let nuggets_path = dir.join(layout::NUGGETS);
+    if nuggets_path.is_file() {
+        for_each_jsonl(&nuggets_path, |_, row: NuggetsRecord| {
+            nuggets += row.nuggets.len() as u64;
+            for d in &row.dropped {
+                match d.reason {
+                    crate::dataset::DropReason::Cut => cut += 1,
+                    crate::dataset::DropReason::RestatesQuestion => restating += 1,
+                }
+            }
+        })?;
+    }
+
+    let labels = dir.join("reference-labels.jsonl");
+    let agreement = if labels.is_file() {
+        Some(calibration::agreement(&AgreementInputs {
+            judgments: judgments_path,
+            labels,
+            pool: docs_per_call.map(|_| pool_path.clone()),
+            docs_per_call,
+            review: None,
+        })?)
+    } else {
+        None
+    };
+    Ok(Some(JudgeHealth {
+        verdict,
+        pairs,
+        unjudged: judgments.len() as u64 - pairs,
+        support_rate: (pairs > 0).then(|| supported as f64 / pairs as f64),
+        by_position,
+        nuggets,
+        nuggets_dropped_cut: cut,
+        nuggets_dropped_restating: restating,
+        agreement,
+    }))
+}
+
+/// The judge's support rate by the document's position in its call: the pool's order per
+/// question cut into calls of `docs_per_call`, as the judge batches them.
+fn position_rates(
+    pool: &Path,
+    docs_per_call: usize,
+    judgments: &[JudgmentRecord],
+) -> Result<Vec<PositionRate>> {
+    let mut position = std::collections::HashMap::new();
+    for_each_jsonl(pool, |_, row: PoolRow| {
+        let mut seen: Vec<String> = Vec::new();
+        for id in row.doc_ids {
+            if !seen.contains(&id) {
+                position.insert(
+                    (row.query_id.to_string(), id.clone()),
+                    seen.len() % docs_per_call + 1,
+                );
+                seen.push(id);
+            }
+        }
+    })?;
+    let mut counts = vec![(0u64, 0u64); docs_per_call];
+    for j in judgments {
+        if let (Some(s), Some(&p)) = (
+            j.supported,
+            position.get(&(j.query_id.to_string(), j.doc_id.clone())),
+        ) {
+            counts[p - 1].0 += 1;
+            counts[p - 1].1 += u64::from(s);
+        }
+    }
+    Ok(counts
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (n, _))| *n > 0)
+        .map(|(i, (n, s))| PositionRate {
+            position: i + 1,
+            pairs: n,
+            support_rate: s as f64 / n as f64,
+        })
+        .collect())
+}
