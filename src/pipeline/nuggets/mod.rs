@@ -58,9 +58,15 @@ impl Default for NuggetsConfig {
     }
 }
 
+/// Longest nugget the schema allows, in characters: a guard against a model that never closes
+/// its string, far above a sentence. A nugget that reaches it was cut there and is dropped
+/// ([`quality`]), never kept half-written.
+pub const MAX_NUGGET_CHARS: usize = 600;
+
 /// The JSON Schema of a nuggets answer: `{"nuggets": [1 to max_nuggets strings]}`, no other
-/// field, each string non-empty. No `maxLength`: a grammar closes a string where its length
-/// bound ends, mid-sentence; the answer is bounded by the count and `max_tokens` instead.
+/// field, each string non-empty and under [`MAX_NUGGET_CHARS`]. The length bound is no budget
+/// share (a grammar closes a string where its bound ends, mid-sentence): the answer is bounded by
+/// the count and `max_tokens`, and a cut answer keeps its complete nuggets.
 pub fn nuggets_schema(max_nuggets: usize) -> Value {
     json!({
         "title": "nuggets",
@@ -70,7 +76,7 @@ pub fn nuggets_schema(max_nuggets: usize) -> Value {
                 "type": "array",
                 "minItems": 1,
                 "maxItems": max_nuggets.max(1),
-                "items": {"type": "string", "minLength": 1},
+                "items": {"type": "string", "minLength": 1, "maxLength": MAX_NUGGET_CHARS},
             },
         },
         "required": ["nuggets"],
@@ -137,7 +143,6 @@ pub(crate) fn nuggets_for(
             let (kept, mut dropped) = quality::keep_nuggets(
                 texts,
                 &format!("{}\n{}", question.query_title, question.query_text),
-                &question.answer_text,
             );
             if cut {
                 dropped.push(DroppedNugget {
@@ -147,7 +152,7 @@ pub(crate) fn nuggets_for(
             }
             let error = kept
                 .is_empty()
-                .then(|| "every nugget was cut or restated the question (see dropped)".to_string());
+                .then(|| "every nugget was cut (see dropped)".to_string());
             NuggetsRecord {
                 query_id: question.query_id.clone(),
                 nuggets: kept
@@ -327,10 +332,13 @@ mod tests {
         );
         assert!(check_answer(&schema, r#"{"nuggets": []}"#).is_err());
         assert!(check_answer(&schema, r#"{"nuggets": ["a"], "note": "b"}"#).is_err());
-        // No length bound closes a sentence early.
-        assert!(!schema.to_string().contains("maxLength"));
-        let long = json!({"nuggets": ["x".repeat(2000)]}).to_string();
-        check_answer(&schema, &long).unwrap();
+        // The length bound is a runaway guard, the same whatever the budget.
+        assert_eq!(
+            schema["properties"]["nuggets"]["items"]["maxLength"],
+            MAX_NUGGET_CHARS
+        );
+        let long = json!({"nuggets": ["x".repeat(MAX_NUGGET_CHARS + 1)]}).to_string();
+        assert!(check_answer(&schema, &long).is_err());
         // Today's (v1) answer shapes still parse: old caches stay readable.
         let v1 = "Here:\n```json\n{\"nuggets\": [\"a\", \"b\",]}\n```";
         assert_eq!(parse_nuggets(v1).unwrap().0, vec!["a", "b"]);

@@ -2,27 +2,30 @@
 //! with the reason in the question's row ([`DroppedNugget`]):
 //! - one the token budget cut (the answer ended inside it, or it stops on `:`, `,`, `;`, an
 //!   opening bracket or a dangling code span);
-//! - one that restates the question: it asks (ends with `?`), or none of its content terms
-//!   comes from the accepted answer alone while most of them are the question's.
+//! - one that restates the question: it asks (ends with `?`), describes the question ("The
+//!   user wants ..."), or every content term it has is the question's.
 
 use crate::dataset::{DropReason, DroppedNugget};
 
 use super::super::judge::evidence::content_terms;
 
 /// Why `text` is no nugget of this question and answer, if it is not.
-pub fn check_nugget(text: &str, question: &str, answer: &str) -> Option<DropReason> {
+pub fn check_nugget(text: &str, question: &str) -> Option<DropReason> {
     let trimmed = text.trim();
     if looks_cut(trimmed) {
         return Some(DropReason::Cut);
     }
-    if restates_question(trimmed, question, answer) {
+    if restates_question(trimmed, question) {
         return Some(DropReason::RestatesQuestion);
     }
     None
 }
 
-/// Whether a nugget ends where no sentence ends.
+/// Whether a nugget ends where no sentence ends, or at the schema's length bound.
 fn looks_cut(text: &str) -> bool {
+    if text.chars().count() >= super::MAX_NUGGET_CHARS {
+        return true;
+    }
     let dangling_code = text.matches("```").count() % 2 == 1
         || text.replace("```", "").matches('`').count() % 2 == 1;
     let open_brackets = ['(', '[', '{']
@@ -35,35 +38,49 @@ fn looks_cut(text: &str) -> bool {
         || text.ends_with([':', ',', ';', '(', '[', '{', '-', '/', '='])
 }
 
-/// Whether a nugget only asks or says again what the question says.
-fn restates_question(text: &str, question: &str, answer: &str) -> bool {
-    if text.ends_with('?') {
+/// Openings of a nugget that describes the question instead of answering it.
+const QUESTION_OPENINGS: &[&str] = &[
+    "the user ",
+    "the asker ",
+    "the question ",
+    "the op ",
+    "the poster ",
+    "you want ",
+    "how do ",
+    "how to ",
+    "how can ",
+];
+
+/// Whether a nugget only asks or says again what the question says: it asks (ends with `?`),
+/// it describes the question ("The user wants ..."), or every content term it has is the
+/// question's.
+fn restates_question(text: &str, question: &str) -> bool {
+    let lower = text.to_lowercase();
+    if text.ends_with('?') || QUESTION_OPENINGS.iter().any(|o| lower.starts_with(o)) {
         return true;
     }
     let nugget = content_terms(text);
-    if nugget.is_empty() {
-        return false;
-    }
     let question = content_terms(question);
-    let answer = content_terms(answer);
-    let from_answer_alone = nugget
-        .iter()
-        .filter(|t| answer.contains(*t) && !question.contains(*t))
-        .count();
-    let from_question = nugget.iter().filter(|t| question.contains(*t)).count();
-    from_answer_alone == 0 && 2 * from_question >= nugget.len()
+    !nugget.is_empty() && nugget.iter().all(|t| question.contains(t))
 }
 
-/// Splits `texts` into the nuggets kept and those dropped (in order).
-pub fn keep_nuggets(
-    texts: Vec<String>,
-    question: &str,
-    answer: &str,
-) -> (Vec<String>, Vec<DroppedNugget>) {
+/// Splits `texts` into the nuggets kept and those dropped (in order). When every nugget that
+/// is not cut restates the question, those are kept (the question keeps the model's best
+/// attempt; judging and the filters decide its fate) and only the cut ones are dropped.
+pub fn keep_nuggets(texts: Vec<String>, question: &str) -> (Vec<String>, Vec<DroppedNugget>) {
+    let checked: Vec<(String, Option<DropReason>)> = texts
+        .into_iter()
+        .map(|t| {
+            let reason = check_nugget(&t, question);
+            (t, reason)
+        })
+        .collect();
+    let only_restating = !checked.iter().any(|(_, r)| r.is_none());
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
-    for text in texts {
-        match check_nugget(&text, question, answer) {
+    for (text, reason) in checked {
+        match reason {
+            Some(DropReason::RestatesQuestion) if only_restating => kept.push(text),
             Some(reason) => dropped.push(DroppedNugget { text, reason }),
             None => kept.push(text),
         }
@@ -77,8 +94,6 @@ mod tests {
 
     const QUESTION: &str = "How do I evaluate a TREC run with alpha-nDCG, coverage and recall? \
         I have a run file and the exported queries.";
-    const ANSWER: &str = "Run `freshstack eval --queries queries.jsonl --run run.trec`; it prints \
-        alpha-nDCG@10, Coverage@20 and Recall@50, identical to the reference.";
 
     #[test]
     fn cut_nuggets_are_dropped() {
@@ -89,11 +104,7 @@ mod tests {
             "The flags (see the docs",
             "Set the value,",
         ] {
-            assert_eq!(
-                check_nugget(cut, QUESTION, ANSWER),
-                Some(DropReason::Cut),
-                "{cut}"
-            );
+            assert_eq!(check_nugget(cut, QUESTION), Some(DropReason::Cut), "{cut}");
         }
     }
 
@@ -102,9 +113,10 @@ mod tests {
         for restated in [
             "How do I evaluate a TREC run with alpha-nDCG, coverage and recall?",
             "The user wants to evaluate a TREC run with alpha-nDCG and recall.",
+            "Evaluate a TREC run with alpha-nDCG, coverage and recall.",
         ] {
             assert_eq!(
-                check_nugget(restated, QUESTION, ANSWER),
+                check_nugget(restated, QUESTION),
                 Some(DropReason::RestatesQuestion),
                 "{restated}"
             );
@@ -114,7 +126,7 @@ mod tests {
             "The scores are identical to the reference implementation.",
             "Chunks never overlap",
         ] {
-            assert_eq!(check_nugget(fact, QUESTION, ANSWER), None, "{fact}");
+            assert_eq!(check_nugget(fact, QUESTION), None, "{fact}");
         }
         let (kept, dropped) = keep_nuggets(
             vec![
@@ -122,9 +134,16 @@ mod tests {
                 "How do I evaluate a run?".into(),
             ],
             QUESTION,
-            ANSWER,
         );
         assert_eq!(kept, ["The scores match the reference."]);
         assert_eq!(dropped[0].reason, DropReason::RestatesQuestion);
+        // Only restatements (and a cut one): the restatements stay, the cut one goes.
+        let (kept, dropped) = keep_nuggets(
+            vec!["How do I evaluate a run?".into(), "Use the flag:".into()],
+            QUESTION,
+        );
+        assert_eq!(kept, ["How do I evaluate a run?"]);
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].reason, DropReason::Cut);
     }
 }
