@@ -63,24 +63,21 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
     if !judgments_path.is_file() {
         return Ok(None);
     }
-    let settings: Option<serde_json::Value> =
-        super::read_optional_json(&dir.join(layout::SETTINGS))?;
-    let judge = settings.as_ref().and_then(|s| s.get("judge"));
-    let verdict = judge
-        .and_then(|j| j.get("verdict"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("generate")
-        .to_string();
-    let docs_per_call = judge
-        .and_then(|j| j.get("docs_per_call"))
-        .and_then(|v| v.as_u64())
-        .map(|n| n as usize)
-        .filter(|&n| n > 1 && verdict == "generate");
-
     let mut judgments: Vec<JudgmentRecord> = Vec::new();
     for_each_jsonl(&judgments_path, |_, row: JudgmentRecord| {
         judgments.push(row)
     })?;
+    let verdict = verdict_of(&judgments).to_string();
+    // The batch size of the last finished build (`settings.json` is written after the report,
+    // so a first build has none yet: no split by position then).
+    let settings: Option<serde_json::Value> =
+        super::read_optional_json(&dir.join(layout::SETTINGS))?;
+    let docs_per_call = settings
+        .as_ref()
+        .and_then(|s| s.pointer("/judge/docs_per_call"))
+        .and_then(|v| v.as_u64())
+        .map(|n| n as usize)
+        .filter(|&n| n > 1 && verdict == "generate");
     let judged: Vec<bool> = judgments.iter().filter_map(|j| j.supported).collect();
     let pairs = judged.len() as u64;
     let supported = judged.iter().filter(|&&s| s).count() as u64;
@@ -128,6 +125,27 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
         nuggets_dropped_restating: restating,
         agreement,
     }))
+}
+
+/// The verdict the rows were written by: `probability` rows carry the model's probability,
+/// `terms` rows a term coverage and the rationale that verdict writes, the rest `generate`.
+fn verdict_of(judgments: &[JudgmentRecord]) -> &'static str {
+    let terms_rationale = |r: &JudgmentRecord| {
+        r.rationale
+            .split_once(" of ")
+            .is_some_and(|(n, rest)| n.parse::<u64>().is_ok() && rest.contains(" nugget terms "))
+    };
+    if judgments.iter().any(|r| r.probability.is_some()) {
+        "probability"
+    } else if !judgments.is_empty()
+        && judgments
+            .iter()
+            .all(|r| r.term_coverage.is_some() && terms_rationale(r))
+    {
+        "terms"
+    } else {
+        "generate"
+    }
 }
 
 /// The judge's support rate by the document's position in its call: the pool's order per
