@@ -3,7 +3,7 @@
 //! per document the nuggets it supports. One output row per (question, nugget, document).
 //!
 //! Two verdicts ([`Verdict`]): `generate`, the paper's protocol above, and `probability`
-//! ([`pointwise`]): one (document, nugget) pair per call, read as the model's probability of
+//! (`pointwise.rs`): one (document, nugget) pair per call, read as the model's probability of
 //! "yes" against a threshold. Either can be gated by the share of the nugget's own terms that
 //! the document holds ([`evidence`]).
 //!

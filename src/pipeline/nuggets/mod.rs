@@ -64,7 +64,7 @@ impl Default for NuggetsConfig {
 pub const MAX_NUGGET_CHARS: usize = 600;
 
 /// The JSON Schema of a nuggets answer: `{"nuggets": [1 to max_nuggets strings]}`, no other
-/// field, each string non-empty and under [`MAX_NUGGET_CHARS`]. The length bound is no budget
+/// field, each string non-empty and under `MAX_NUGGET_CHARS`. The length bound is no budget
 /// share (a grammar closes a string where its bound ends, mid-sentence): the answer is bounded by
 /// the count and `max_tokens`, and a cut answer keeps its complete nuggets.
 pub fn nuggets_schema(max_nuggets: usize) -> Value {

@@ -147,7 +147,7 @@ pub struct QuestionCell {
 pub struct Unmatched {
     /// How many.
     pub count: usize,
-    /// The first [`NAMED`] as `query_id nugget_id doc_id`, in sorted order.
+    /// The first ten as `query_id nugget_id doc_id`, in sorted order.
     pub first: Vec<String>,
 }
 
