@@ -1286,12 +1286,7 @@ fn choice_mass(logits: &[f32], token_sets: &[Vec<u32>]) -> Vec<f64> {
                 .sum()
         })
         .collect();
-    let total: f64 = mass.iter().sum();
-    if total > 0.0 && total.is_finite() {
-        mass.iter().map(|m| m / total).collect()
-    } else {
-        vec![1.0 / token_sets.len().max(1) as f64; token_sets.len()]
-    }
+    super::normalised_shares(mass)
 }
 
 #[cfg(test)]

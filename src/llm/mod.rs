@@ -149,6 +149,17 @@ pub trait Chat: Send + Sync {
     }
 }
 
+/// Each choice's probability mass as its share of their sum (uniform when the sum is 0 or not
+/// finite): what every backend's [`Chat::choice_probabilities`] returns.
+pub(crate) fn normalised_shares(mass: Vec<f64>) -> Vec<f64> {
+    let total: f64 = mass.iter().sum();
+    if total > 0.0 && total.is_finite() {
+        mass.iter().map(|m| m / total).collect()
+    } else {
+        vec![1.0 / mass.len().max(1) as f64; mass.len()]
+    }
+}
+
 /// The backend of a stage that asks no model (the judge's `terms` verdict): every call is
 /// refused.
 #[derive(Debug, Clone, Copy, Default)]

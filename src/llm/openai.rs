@@ -626,12 +626,7 @@ fn top_logprob_mass(top: &[(String, f64)], choices: &[&[&str]]) -> Vec<f64> {
                 .sum()
         })
         .collect();
-    let total: f64 = mass.iter().sum();
-    if total > 0.0 && total.is_finite() {
-        mass.iter().map(|m| m / total).collect()
-    } else {
-        vec![1.0 / choices.len().max(1) as f64; choices.len()]
-    }
+    super::normalised_shares(mass)
 }
 
 /// `choices[0].logprobs.content[0].top_logprobs` as the JSON text of `[[token, logprob], ...]`
