@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::calibration::{self, AgreementInputs, AgreementReport};
-use crate::dataset::{JudgmentRecord, NuggetsRecord, PoolRow, for_each_jsonl};
+use crate::dataset::{JudgmentRecord, NuggetsRecord, for_each_jsonl};
 use crate::error::Result;
 use crate::pipeline::layout;
 
@@ -148,26 +148,14 @@ fn verdict_of(judgments: &[JudgmentRecord]) -> &'static str {
     }
 }
 
-/// The judge's support rate by the document's position in its call: the pool's order per
-/// question cut into calls of `docs_per_call`, as the judge batches them.
+/// The judge's support rate by the document's position in its call, positions as
+/// [`calibration::read_positions`] reads them from the pool (as the judge batches it).
 fn position_rates(
     pool: &Path,
     docs_per_call: usize,
     judgments: &[JudgmentRecord],
 ) -> Result<Vec<PositionRate>> {
-    let mut position = std::collections::HashMap::new();
-    for_each_jsonl(pool, |_, row: PoolRow| {
-        let mut seen: Vec<String> = Vec::new();
-        for id in row.doc_ids {
-            if !seen.contains(&id) {
-                position.insert(
-                    (row.query_id.to_string(), id.clone()),
-                    seen.len() % docs_per_call + 1,
-                );
-                seen.push(id);
-            }
-        }
-    })?;
+    let position = calibration::read_positions(pool, docs_per_call)?;
     let mut counts = vec![(0u64, 0u64); docs_per_call];
     for j in judgments {
         if let (Some(s), Some(&p)) = (

@@ -240,7 +240,10 @@ fn read_judgments(path: &Path) -> Result<BTreeMap<PairKey, Option<bool>>> {
 
 /// Each (question, document)'s 1-based position in its judge call: the pool's order per
 /// question (repeats dropped, as the judge drops them), cut into calls of `docs_per_call`.
-fn read_positions(path: &Path, docs_per_call: usize) -> Result<HashMap<(String, String), usize>> {
+pub(crate) fn read_positions(
+    path: &Path,
+    docs_per_call: usize,
+) -> Result<HashMap<(String, String), usize>> {
     let mut order: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (_, row) in read_jsonl_lines::<PoolRow>(path)? {
         let docs = order.entry(row.query_id.to_string()).or_default();

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{AtomicWriter, Document, QueryId, read_questions, write_json_atomic};
 use crate::error::{Error, Result};
 
+pub(crate) use agreement::read_positions;
 pub use agreement::{
     AgreementCell, AgreementInputs, AgreementReport, PositionCell, QuestionCell, Unmatched,
     agreement,
