@@ -150,9 +150,11 @@ pub(crate) fn nuggets_for(
                     reason: DropReason::Cut,
                 });
             }
-            let error = kept
-                .is_empty()
-                .then(|| "every nugget was cut (see dropped)".to_string());
+            let error = match (kept.is_empty(), dropped.is_empty()) {
+                (false, _) => None,
+                (true, true) => Some("the answer held no nuggets".to_string()),
+                (true, false) => Some("every nugget was cut (see dropped)".to_string()),
+            };
             NuggetsRecord {
                 query_id: question.query_id.clone(),
                 nuggets: kept
