@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::{
-    AtomicWriter, NpyWriter, QueryId, SHARD_FORMAT, ShardInfo, VectorMatrix, ids_path,
-    shard_info_path, write_ids,
+    AtomicWriter, NpyWriter, QueryId, SHARD_FORMAT, ShardInfo, VectorMatrix,
+    check_output_is_not_an_input, ids_path, shard_info_path, write_ids,
 };
 use crate::error::{Error, Result};
 
@@ -120,6 +120,16 @@ fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
 
 /// Merges shard outputs into `out` (for `embed`, also `out` with extension `.ids`), atomically.
 pub fn merge_shards(shards: &[PathBuf], out: &Path) -> Result<MergeSummary> {
+    // A shard given as the output would hold everything, and every later merge would fail.
+    let mut inputs: Vec<PathBuf> = Vec::new();
+    for shard in shards {
+        inputs.push(shard.clone());
+        inputs.push(shard_info_path(shard));
+        inputs.push(ids_path(shard));
+    }
+    let input_refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    check_output_is_not_an_input("merge output", out, &input_refs)?;
+    check_output_is_not_an_input("merge output", &ids_path(out), &input_refs)?;
     let infos = read_infos(shards)?;
     let stage = infos[0].1.stage.clone();
     let rows = if stage == "embed" {

@@ -218,3 +218,44 @@ fn a_forged_manifest_never_reads_outside_the_index() {
     original.write(&index).unwrap();
     Manifest::read(&index).unwrap();
 }
+
+/// Issue 34: a dense model name is a directory of the index; a forged `../..` would have made
+/// `search` read vectors from outside and write its graph there.
+#[test]
+fn a_forged_dense_model_name_never_leaves_the_index() {
+    use freshstack::index::Manifest;
+    let dir = tempfile::tempdir().unwrap();
+    let index = small_index(dir.path());
+    let original = Manifest::read(&index).unwrap();
+    for name in ["../../somewhere", "..", "a/b", ""] {
+        let mut manifest = original.clone();
+        manifest.dense[0].name = name.to_string();
+        manifest.write(&index).unwrap();
+        let err = Manifest::read(&index).unwrap_err().to_string();
+        assert!(err.contains("is not a plain name"), "{name:?}: {err}");
+        assert!(!dir.path().join("somewhere").exists());
+    }
+    original.write(&index).unwrap();
+    Manifest::read(&index).unwrap();
+}
+
+/// Issue 34: a manifest with an entry removed opened, and that file was then never checked.
+#[test]
+fn a_manifest_that_leaves_out_a_file_the_index_reads_is_refused() {
+    use freshstack::index::Manifest;
+    let dir = tempfile::tempdir().unwrap();
+    let index = small_index(dir.path());
+    let original = Manifest::read(&index).unwrap();
+    for i in 0..original.files.len() {
+        let mut manifest = original.clone();
+        let left_out = manifest.files.remove(i).path;
+        manifest.write(&index).unwrap();
+        let err = Manifest::read(&index).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("it does not list {left_out}")),
+            "{left_out}: {err}"
+        );
+    }
+    original.write(&index).unwrap();
+    Manifest::read(&index).unwrap();
+}

@@ -401,6 +401,37 @@ fn nan_document_vector_is_rejected_at_index_time_naming_file_and_row() {
 }
 
 #[test]
+fn vectors_that_are_not_unit_length_are_rejected_naming_file_and_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path(), &[("a", "x y"), ("b", "y z"), ("c", "z w")]);
+    let ids: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+    for scale in [1e30f32, 0.0, 3.0] {
+        let npy = dir.path().join("v.npy");
+        let mut vectors = unit_vectors(3, 4, 5);
+        vectors[2].iter_mut().for_each(|v| *v *= scale);
+        write_vectors(&npy, &ids, &vectors, VectorDtype::F32);
+        let index = dir.path().join("index");
+        let out = freshstack(&[
+            "index",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--index",
+            index.to_str().unwrap(),
+            "--vectors",
+            &format!("m={}", npy.display()),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("row 2") && stderr.contains("\"c\"") && stderr.contains("not 1"),
+            "{stderr}"
+        );
+        assert!(!index.exists());
+    }
+}
+
+#[test]
 fn cli_index_search_retrieve() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = corpus(dir.path(), DOCS);
@@ -676,6 +707,32 @@ fn refresh_removes_and_adds_a_repository() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("already in the index"));
+    // Only a whole repository, named exactly, is removed: never an owner's every repository,
+    // a folder inside one, a path outside, or nothing for a typo.
+    let before = std::fs::read(index.join("manifest.json")).unwrap();
+    for (bad, says) in [
+        ("c", "not a repository name"),
+        ("c/d/docs", "not a repository name"),
+        ("../..", "not a repository name"),
+        ("c/", "not a repository name"),
+        ("c/e", "has no document in the index"),
+    ] {
+        let out = freshstack(&[
+            "index",
+            "--refresh",
+            "--index",
+            index.to_str().unwrap(),
+            "--remove-repo",
+            bad,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("invalid --remove-repo") && stderr.contains(says),
+            "{bad}: {stderr}"
+        );
+        assert_eq!(std::fs::read(index.join("manifest.json")).unwrap(), before);
+    }
     let out = freshstack(&[
         "index",
         "--refresh",

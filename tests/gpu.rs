@@ -140,8 +140,11 @@ fn gpu_engine_search_batch_equals_cpu() {
     std::fs::write(&corpus, lines.join("\n") + "\n").unwrap();
     let data = values(n * dim, 5);
     let npy = dir.path().join("vectors.npy");
+    // The index takes unit-length rows (its scores are cosines).
     write_npy(&npy, n, dim, VectorDtype::F16, |i, row| {
-        row.copy_from_slice(&data[i * dim..(i + 1) * dim])
+        row.copy_from_slice(&data[i * dim..(i + 1) * dim]);
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        row.iter_mut().for_each(|x| *x /= norm);
     })
     .unwrap();
     std::fs::write(npy.with_extension("ids"), ids.join("\n") + "\n").unwrap();

@@ -407,6 +407,29 @@ fn native_llm_tools_cli() {
     assert!(v["prompt_tokens_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["gen_tokens_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert_eq!(v["threads"], 1);
+
+    // Past the model's context: refused before anything is allocated or run.
+    let context = chat.context_tokens().to_string();
+    let huge = "4294967295";
+    for (prompt_tokens, gen_tokens) in [(huge, "4"), (context.as_str(), "1")] {
+        let args: Vec<&std::ffi::OsStr> = [
+            "llm",
+            "bench",
+            "--prompt-tokens",
+            prompt_tokens,
+            "--gen-tokens",
+            gen_tokens,
+            "--gguf",
+        ]
+        .into_iter()
+        .map(std::ffi::OsStr::new)
+        .chain([path.as_os_str()])
+        .collect();
+        let out = run(&args, "");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{prompt_tokens}: {stderr}");
+        assert!(stderr.contains("exceed the model's context"), "{stderr}");
+    }
 }
 
 /// A GGUF whose tensor has a type the backend cannot multiply fails at load, naming the

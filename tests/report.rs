@@ -79,6 +79,39 @@ fn out_flag_moves_only_the_page_and_reruns_are_identical() {
 }
 
 #[test]
+fn a_page_onto_an_input_is_refused_and_a_failing_report_replaces_nothing() {
+    let dir = dataset();
+    let queries = dir.path().join("queries.jsonl");
+    let before = std::fs::read(&queries).unwrap();
+    std::fs::write(dir.path().join("results.json"), "old results\n").unwrap();
+    std::fs::write(dir.path().join("stats.json"), "old stats\n").unwrap();
+    let unwritable = queries.join("page.html");
+    for page in [
+        &queries,
+        &dir.path().join("runs/oracle.nuggets.bm25.trec"),
+        &unwritable,
+    ] {
+        let out = freshstack(&[
+            "report",
+            dir.path().to_str().unwrap(),
+            "--out",
+            page.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: {err}", page.display());
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert_eq!(std::fs::read(&queries).unwrap(), before);
+        for (name, old) in [
+            ("results.json", "old results\n"),
+            ("stats.json", "old stats\n"),
+        ] {
+            let now = std::fs::read_to_string(dir.path().join(name)).unwrap();
+            assert_eq!(now, old, "{name} was replaced by a failing report");
+        }
+    }
+}
+
+#[test]
 fn bad_dataset_is_one_line_naming_the_file() {
     let dir = dataset();
     std::fs::write(dir.path().join("manifest.json"), "{\"topic\": \n").unwrap();

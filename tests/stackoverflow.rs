@@ -515,6 +515,27 @@ fn cli_import_writes_summary_and_fails_cleanly_on_bad_input() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(!out2.exists());
 
+    // A site URL that is not a web URL would become a link in every page: refused.
+    let failed = freshstack(&[
+        "stackoverflow",
+        "import",
+        "--posts",
+        posts.to_str().unwrap(),
+        "--tag",
+        "laravel",
+        "--site-url",
+        "javascript:alert(1)",
+        "--out",
+        out2.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success());
+    assert!(
+        stderr.contains("invalid --site-url") && stderr.contains("not an http"),
+        "{stderr}"
+    );
+    assert!(!out2.exists());
+
     // Missing file and unknown compression: errors before work.
     let missing = freshstack(&[
         "stackoverflow",

@@ -325,6 +325,8 @@ fn the_cli_warns_and_its_summary_says_structured_output_was_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("refused structured output"), "{stderr}");
+    // At the default verbosity the HTTP client's protocol log stays quiet.
+    assert!(!stderr.contains("DEBUG"), "{stderr}");
     let written: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
     assert_eq!(written["structured_output"], "refused", "{written}");
     assert!(

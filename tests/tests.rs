@@ -19,6 +19,7 @@ mod llama_server;
 mod llm;
 mod native_llm;
 mod native_parity;
+mod outputs;
 mod refresh;
 mod report;
 mod rerank;

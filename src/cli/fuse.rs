@@ -34,6 +34,7 @@ impl Method {
 const FLAGS: &[(&str, &str)] = &[
     ("fusion depth", "--depth"),
     ("fusion weights", "--weights"),
+    ("fusion output", "--out"),
     ("rrf k", "--rrf-k"),
 ];
 
@@ -67,6 +68,9 @@ pub struct FuseArgs {
 }
 
 pub fn run(args: FuseArgs) -> anyhow::Result<()> {
+    let inputs: Vec<&std::path::Path> = args.runs.iter().map(PathBuf::as_path).collect();
+    freshstack::dataset::check_output_is_not_an_input("fusion output", &args.out, &inputs)
+        .map_err(|e| with_flags(e, FLAGS))?;
     // Named by their paths, so that an error about a run names its file.
     let runs = args
         .runs

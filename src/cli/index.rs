@@ -93,7 +93,8 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             args.device,
             args.max_batch_tokens,
             &Bars::new(),
-        )?;
+        )
+        .map_err(|e| super::with_flags(e, &[("removed repository", "--remove-repo")]))?;
         eprintln!(
             "refreshed {}: removed {}, added {}, {} documents now",
             args.index.display(),

@@ -120,6 +120,9 @@ impl LlmArgs {
             timeout_seconds: self.llm_timeout,
             max_retries: self.llm_max_retries,
         };
+        if let Err(message) = freshstack::llm::check_temperature(self.llm_temperature) {
+            bail!("invalid --llm-temperature: {message}");
+        }
         if !spec.is_configured() {
             bail!(
                 "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"

@@ -144,13 +144,21 @@ fn set_threads(threads: usize) -> anyhow::Result<()> {
 }
 
 /// The HTTP client's protocol layer dumps every byte it sends at trace level, the
-/// `Authorization` header (the API key) included: capped at debug whatever `RUST_LOG` asks (a
-/// directive added last replaces the user's for the same target). Its debug output and the
-/// client's own logs redact headers and URL credentials.
-const REDACTING_DIRECTIVE: &str = "ureq_proto=debug";
+/// `Authorization` header (the API key) included: its target is capped at debug whatever
+/// `RUST_LOG` asks (a directive added last replaces the user's for the same target), and never
+/// raised above the most verbose level asked for anything (a plain `warn` keeps it quiet). Its
+/// debug output and the client's own logs redact headers and URL credentials.
+const REDACTED_TARGET: &str = "ureq_proto";
+
+/// The directive for [`REDACTED_TARGET`] under a filter whose most verbose level is `asked`.
+fn redacting_directive(asked: Option<tracing_subscriber::filter::LevelFilter>) -> String {
+    use tracing_subscriber::filter::LevelFilter;
+    let level = asked.unwrap_or(LevelFilter::OFF).min(LevelFilter::DEBUG);
+    format!("{REDACTED_TARGET}={}", level.to_string().to_lowercase())
+}
 
 /// Logs to stderr (plain, without colour codes, unless stderr is a terminal); level from
-/// RUST_LOG, else warnings (info with -v, debug with -vv); see [`REDACTING_DIRECTIVE`].
+/// RUST_LOG, else warnings (info with -v, debug with -vv); see [`REDACTED_TARGET`].
 pub fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -158,8 +166,9 @@ pub fn init_logging(verbose: u8) {
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
-        .add_directive(REDACTING_DIRECTIVE.parse().expect("a valid directive"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let cap = redacting_directive(filter.max_level_hint());
+    let filter = filter.add_directive(cap.parse().expect("a valid directive"));
     // Colour codes only on a terminal: a log written to a file or a pipe stays plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
@@ -219,4 +228,31 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::filter::LevelFilter;
+
+    #[test]
+    fn the_http_protocol_log_is_capped_at_debug_and_never_raised() {
+        assert_eq!(
+            redacting_directive(Some(LevelFilter::WARN)),
+            "ureq_proto=warn"
+        );
+        assert_eq!(
+            redacting_directive(Some(LevelFilter::INFO)),
+            "ureq_proto=info"
+        );
+        assert_eq!(
+            redacting_directive(Some(LevelFilter::DEBUG)),
+            "ureq_proto=debug"
+        );
+        assert_eq!(
+            redacting_directive(Some(LevelFilter::TRACE)),
+            "ureq_proto=debug"
+        );
+        assert_eq!(redacting_directive(None), "ureq_proto=off");
+    }
 }

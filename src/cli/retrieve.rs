@@ -145,6 +145,7 @@ pub const FLAGS: &[(&str, &str)] = &[
     ("fusion weights", "--fusion-weights"),
     ("rrf k", "--rrf-k"),
     ("query model", "--model"),
+    ("run output", "--out"),
 ];
 
 pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {

@@ -124,6 +124,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("tag", "--tag"),
     ("since", "--since"),
     ("day range", "--since/--until"),
+    ("site URL", "--site-url"),
 ];
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {

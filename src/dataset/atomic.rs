@@ -221,14 +221,85 @@ fn resolve_links(path: &Path) -> std::io::Result<PathBuf> {
 
 /// Writes `value` as pretty JSON to `path`, atomically.
 pub fn write_json_atomic<T: Serialize>(path: impl AsRef<Path>, value: &T) -> Result<()> {
-    let mut writer = AtomicWriter::create(path)?;
-    let path = writer.path().to_path_buf();
-    serde_json::to_writer_pretty(&mut writer, value).map_err(|e| Error::Json {
-        path: path.clone(),
-        source: e,
-    })?;
-    writer.write_all(b"\n").map_err(|e| Error::io(&path, e))?;
-    writer.commit()
+    AtomicWriter::json(path, value)?.commit()
+}
+
+impl AtomicWriter {
+    /// A writer for `path` holding `value` as pretty JSON, not yet committed: a command that
+    /// writes several files prepares them all, then commits, so that a failure before the
+    /// commits changes none of them.
+    pub fn json<T: Serialize>(path: impl AsRef<Path>, value: &T) -> Result<Self> {
+        let mut writer = AtomicWriter::create(path)?;
+        let path = writer.path().to_path_buf();
+        serde_json::to_writer_pretty(&mut writer, value).map_err(|e| Error::Json {
+            path: path.clone(),
+            source: e,
+        })?;
+        writer.write_all(b"\n").map_err(|e| Error::io(&path, e))?;
+        Ok(writer)
+    }
+}
+
+/// Refuses an output that would destroy or feed an input: `out` naming the same file as one of
+/// `inputs` (through any path or link), or lying inside an input that is a directory (the
+/// stage would read its own output back). `what` names the output setting in the error (`--out`).
+/// Inputs that do not exist are ignored (their readers report them); `-` (standard output) and
+/// outputs that are not regular files or new names (a FIFO, `/dev/null`) are never inputs.
+pub fn check_output_is_not_an_input(what: &str, out: &Path, inputs: &[&Path]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if out.as_os_str() == "-" {
+        return Ok(());
+    }
+    let out_meta = std::fs::metadata(out).ok();
+    if out_meta.as_ref().is_some_and(|m| !m.is_file()) {
+        return Ok(());
+    }
+    // Where `out` will be: its directory resolved, its own name kept.
+    let resolved_out = match (out.parent(), out.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            std::fs::canonicalize(parent).ok().map(|p| p.join(name))
+        }
+        _ => None,
+    };
+    for input in inputs {
+        let Ok(in_meta) = std::fs::metadata(input) else {
+            continue;
+        };
+        let same_file = out_meta
+            .as_ref()
+            .is_some_and(|o| o.dev() == in_meta.dev() && o.ino() == in_meta.ino());
+        let inside = in_meta.is_dir()
+            && match (&resolved_out, std::fs::canonicalize(input)) {
+                (Some(out), Ok(dir)) => out.starts_with(&dir),
+                _ => false,
+            };
+        if same_file || inside {
+            return Err(Error::invalid(
+                what,
+                format!(
+                    "{} is {} {}, which this command reads: writing it would {}",
+                    out.display(),
+                    if same_file {
+                        "the input"
+                    } else {
+                        "inside the input"
+                    },
+                    input.display(),
+                    if same_file {
+                        "destroy the input"
+                    } else {
+                        "feed the output back into the input"
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -335,5 +406,33 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = AtomicWriter::create(dir.path()).err().unwrap().to_string();
         assert!(err.contains("directory"), "{err}");
+    }
+
+    #[test]
+    fn an_output_may_not_be_an_input_nor_inside_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.jsonl");
+        std::fs::write(&input, "x\n").unwrap();
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let sub = dir.path().join("checkout");
+        std::fs::create_dir(&sub).unwrap();
+        let check =
+            |out: &Path, inputs: &[&Path]| check_output_is_not_an_input("--out", out, inputs);
+        for (out, inputs) in [
+            (input.clone(), vec![input.as_path()]),
+            (link.clone(), vec![input.as_path()]),
+            (dir.path().join("./in.jsonl"), vec![link.as_path()]),
+            (sub.join("corpus.jsonl"), vec![sub.as_path()]),
+            (sub.join("corpus.jsonl"), vec![dir.path()]),
+        ] {
+            let err = check(&out, &inputs).unwrap_err().to_string();
+            assert!(err.starts_with("invalid --out: "), "{err}");
+        }
+        let other = dir.path().join("out.jsonl");
+        assert!(check(&other, &[input.as_path(), sub.as_path()]).is_ok());
+        assert!(check(Path::new("-"), &[input.as_path()]).is_ok());
+        assert!(check(Path::new("/dev/null"), &[Path::new("/dev/null")]).is_ok());
+        assert_eq!(std::fs::read(&input).unwrap(), b"x\n");
     }
 }

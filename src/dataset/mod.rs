@@ -30,9 +30,10 @@ mod run;
 mod run_file;
 mod shard;
 pub(crate) mod tempfiles;
+mod url;
 mod vectors;
 
-pub use atomic::{AtomicWriter, write_json_atomic};
+pub use atomic::{AtomicWriter, check_output_is_not_an_input, write_json_atomic};
 pub use document::{Document, DocumentMetadata, document_text};
 pub use encoder::{Embeddings, Encoder, TextKind};
 pub use fingerprint::{
@@ -52,6 +53,7 @@ pub use run::{Ranking, Run, ScoreText, ScoredDoc, check_trec_tag, score_key, wri
 pub use run_file::{DocRef, Rankings, RunFile};
 pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
 pub use tempfiles::{STALE_AFTER, remove_temporaries_on_signals};
+pub use url::is_web_url;
 pub use vectors::{
     NpyWriter, VectorDtype, VectorMatrix, ids_path, read_ids, read_npy_f32, write_ids, write_npy,
     write_npy_matrix,

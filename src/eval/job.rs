@@ -1,13 +1,13 @@
 //! `freshstack eval` as one call: read the judgments and the run files, evaluate them side by
 //! side, log what the reference would have done differently, and write the per-question values.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{
     Comparison, EvalConfig, JudgmentsFormat, Metric, NDEVAL_MAX_DEPTH, SignificanceConfig,
     compare_runs, load_judgments,
 };
-use crate::dataset::RunFile;
+use crate::dataset::{RunFile, check_output_is_not_an_input};
 use crate::error::Result;
 
 /// Files to evaluate and how; see [`evaluate_files`].
@@ -44,6 +44,12 @@ pub struct EvalReport {
 /// [`NDEVAL_MAX_DEPTH`] and for a run with repeated lines, and per run, at info level, the
 /// questions ignored (not judged) and missing (scored 0).
 pub fn evaluate_files(job: &EvalJob) -> Result<EvalReport> {
+    if let Some(out) = &job.per_query {
+        let inputs: Vec<&Path> = std::iter::once(job.judgments.as_path())
+            .chain(job.runs.iter().map(PathBuf::as_path))
+            .collect();
+        check_output_is_not_an_input("per-query output", out, &inputs)?;
+    }
     let beyond: Vec<String> = job
         .config
         .measures

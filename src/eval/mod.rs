@@ -156,6 +156,10 @@ impl Default for EvalConfig {
     }
 }
 
+/// The deepest cutoff evaluated: far below it every run has ended, and the per-rank curves
+/// stay small.
+pub const MAX_CUTOFF: usize = 100_000;
+
 impl EvalConfig {
     /// alpha-nDCG@10, Coverage@20, Recall@50 (paper §4.3).
     pub fn paper() -> Self {
@@ -181,10 +185,10 @@ impl EvalConfig {
     /// Every metric of `metrics` at every k of `ks`; an empty `metrics` means the paper's three,
     /// an empty `ks` each metric's [`Metric::default_k`]. Duplicates are dropped.
     pub fn new(metrics: &[Metric], ks: &[usize]) -> Result<Self> {
-        if let Some(&k) = ks.iter().find(|&&k| k == 0) {
+        if let Some(&k) = ks.iter().find(|&&k| k == 0 || k > MAX_CUTOFF) {
             return Err(Error::invalid(
                 "k",
-                format!("cutoffs must be >= 1, got {k}"),
+                format!("cutoffs must be in [1, {MAX_CUTOFF}], got {k}"),
             ));
         }
         let metrics: Vec<Metric> = if metrics.is_empty() {

@@ -392,3 +392,14 @@ fn evaluate_files_names_the_missing_file() {
     let err = evaluate_files(&job).unwrap_err().to_string();
     assert!(err.starts_with(&missing.display().to_string()), "{err}");
 }
+
+#[test]
+fn cutoffs_beyond_the_deepest_are_refused_before_any_allocation() {
+    for k in [0, MAX_CUTOFF + 1, 100_000_000, usize::MAX] {
+        let err = EvalConfig::new(&[Metric::AlphaNdcg], &[k])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cutoffs must be in [1, 100000]"), "{k}: {err}");
+    }
+    assert!(EvalConfig::new(&[Metric::Recall], &[MAX_CUTOFF]).is_ok());
+}

@@ -193,6 +193,56 @@ fn index_file(dir: &Path, manifest: &Path, rel: &str) -> Result<PathBuf> {
     Ok(dir.join(relative))
 }
 
+/// The manifest is outside input, and its checksum can be forged: every dense model's name must
+/// be a plain name (it becomes a directory: `../x` would read and write outside the index), and
+/// every file the readers open must be listed, so that none is read unchecked: the document
+/// ids, each model's vectors, BM25's `meta.json` and (for a sealed manifest: older builds did
+/// not record tantivy's `.managed.json`) every file in `bm25/`.
+fn check_listing(dir: &Path, path: &Path, manifest: &Manifest, sealed: bool) -> Result<()> {
+    use super::layout;
+    use std::collections::BTreeSet;
+    for model in &manifest.dense {
+        if super::write::validate_model_name(&model.name).is_err() {
+            return Err(corrupt_manifest(
+                path,
+                format!("dense model name {:?} is not a plain name", model.name),
+            ));
+        }
+    }
+    let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    let mut required = vec![layout::IDS_FILE.to_string()];
+    if manifest.bm25.is_some() {
+        required.push(format!("{}/meta.json", layout::BM25_DIR));
+    }
+    if manifest.bm25.is_some() && sealed {
+        let bm25 = dir.join(layout::BM25_DIR);
+        let entries = std::fs::read_dir(&bm25).map_err(|e| Error::io(&bm25, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&bm25, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+            if is_file && is_recorded(&name) {
+                required.push(format!("{}/{name}", layout::BM25_DIR));
+            }
+        }
+    }
+    for model in &manifest.dense {
+        required.push(format!(
+            "{}/{}/{}",
+            layout::DENSE_DIR,
+            model.name,
+            layout::VECTORS_FILE
+        ));
+    }
+    match required.iter().find(|r| !listed.contains(r.as_str())) {
+        Some(missing) => Err(corrupt_manifest(
+            path,
+            format!("it does not list {missing}, which the index reads"),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn corrupt(path: &Path, why: impl std::fmt::Display) -> Error {
     Error::index(
         path,
@@ -275,6 +325,7 @@ impl Manifest {
                 }
             }
         }
+        check_listing(dir, &path, &manifest, sealed)?;
         Ok(manifest)
     }
 
@@ -314,6 +365,15 @@ impl Manifest {
     }
 }
 
+/// Whether a file called `name` is listed in the manifest. tantivy's lock files come and go
+/// with readers; the manifest is written last; other dot-files are temporaries, except
+/// tantivy's list of its files, which it reads.
+fn is_recorded(name: &str) -> bool {
+    !(name == MANIFEST_FILE
+        || name.ends_with(".lock")
+        || (name.starts_with('.') && name != ".managed.json"))
+}
+
 fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries {
@@ -327,12 +387,7 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()>
             }
             continue;
         }
-        // tantivy's lock files come and go with readers; the manifest is written last; other
-        // dot-files are temporaries, except tantivy's list of its files, which it reads.
-        if name == MANIFEST_FILE
-            || name.ends_with(".lock")
-            || (name.starts_with('.') && name != ".managed.json")
-        {
+        if !is_recorded(&name) {
             continue;
         }
         let rel = path

@@ -34,6 +34,25 @@ pub struct RefreshConfig {
     pub remove_repos: Vec<String>,
 }
 
+/// Checks a repository named for removal: exactly `OWNER/NAME`, two non-empty segments that
+/// are not `.` or `..`, so that it can never name a whole owner, a folder inside a repository
+/// or a path outside one.
+fn check_repo_name(repo: &str) -> Result<()> {
+    let segments: Vec<&str> = repo.split('/').collect();
+    let ok = segments.len() == 2
+        && segments
+            .iter()
+            .all(|s| !s.is_empty() && *s != "." && *s != ".." && !s.contains(char::is_whitespace));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "removed repository",
+            format!("{repo:?} is not a repository name (expected OWNER/NAME)"),
+        ))
+    }
+}
+
 /// What a refresh changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RefreshSummary {
@@ -63,6 +82,9 @@ pub fn refresh_index_with_encoders(
     dir: &Path,
     progress: &dyn Progress,
 ) -> Result<RefreshSummary> {
+    for repo in &config.remove_repos {
+        check_repo_name(repo)?;
+    }
     let mut manifest = Manifest::read(dir)?;
     let added_docs = match &config.add {
         Some(path) => read_corpus(path)?,
@@ -100,10 +122,16 @@ pub fn refresh_index_with_encoders(
     };
     let mut removed = 0;
     for repo in &config.remove_repos {
-        let prefix = format!("{}/", repo.trim_end_matches('/'));
+        let prefix = format!("{repo}/");
         let ords: Vec<u32> = (0..ids.len() as u32)
             .filter(|&ord| ids.id(ord).starts_with(&prefix))
             .collect();
+        if ords.is_empty() {
+            return Err(Error::invalid(
+                "removed repository",
+                format!("{repo:?} has no document in the index {}", dir.display()),
+            ));
+        }
         for ord in ords {
             if let Some(writer) = writer.as_mut() {
                 writer.delete(ord);

@@ -316,12 +316,14 @@ fn add_vectors(
         ));
     }
     // Query vectors are checked at search time; a document row with a NaN would score NaN and
-    // rank first for every query.
-    if let Some(row) = first_non_finite_row(&matrix) {
+    // rank first for every query, and scores are dot products of unit vectors (cosines): a row
+    // of another length would score out of [-1, 1] (a 1e30 row: infinity), a zero row 0 for
+    // every query.
+    if let Some((row, problem)) = first_bad_row(&matrix) {
         return Err(Error::invalid(
             "vectors",
             format!(
-                "{}: row {row} (0-based; id {:?}) has a NaN or infinite value",
+                "{}: row {row} (0-based; id {:?}) {problem}",
                 source.npy.display(),
                 row_ids[row]
             ),
@@ -381,12 +383,29 @@ fn add_vectors(
     })
 }
 
-/// The first row of `matrix` holding a NaN or an infinity.
-fn first_non_finite_row(matrix: &VectorMatrix) -> Option<usize> {
+/// How far a stored row's length may be from 1: bf16 rounding moves it by well under 1%.
+const UNIT_NORM_TOLERANCE: f64 = 0.02;
+
+/// The first row of `matrix` holding a NaN or an infinity, or whose length is not 1 (within
+/// [`UNIT_NORM_TOLERANCE`]), and what is wrong with it.
+fn first_bad_row(matrix: &VectorMatrix) -> Option<(usize, String)> {
     let mut values = vec![0f32; matrix.dim()];
-    (0..matrix.rows()).find(|&row| {
+    (0..matrix.rows()).find_map(|row| {
         matrix.row_into(row, &mut values);
-        values.iter().any(|v| !v.is_finite())
+        if values.iter().any(|v| !v.is_finite()) {
+            return Some((row, "has a NaN or infinite value".to_string()));
+        }
+        let norm = values
+            .iter()
+            .map(|&v| f64::from(v) * f64::from(v))
+            .sum::<f64>()
+            .sqrt();
+        ((norm - 1.0).abs() > UNIT_NORM_TOLERANCE).then(|| {
+            (
+                row,
+                format!("has length {norm:.4e}, not 1: give L2-normalised vectors"),
+            )
+        })
     })
 }
 

@@ -7,6 +7,39 @@ use std::time::Duration;
 use super::{Chat, LocalChat, OpenAiChat, OpenAiConfig};
 use crate::error::{Error, Result};
 
+/// The fewest seconds a request may be given (a millisecond).
+pub const MIN_TIMEOUT_SECONDS: f64 = 0.001;
+
+/// The most seconds a request may be given (a week): a longer wait is no timeout at all.
+pub const MAX_TIMEOUT_SECONDS: f64 = 604_800.0;
+
+/// `seconds` as a request timeout, when it is a number in
+/// [[`MIN_TIMEOUT_SECONDS`], [`MAX_TIMEOUT_SECONDS`]]; otherwise what is wrong with it.
+pub fn request_timeout(seconds: f64) -> std::result::Result<Duration, String> {
+    if (MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&seconds) {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(format!(
+            "{seconds} is not a number of seconds in [{MIN_TIMEOUT_SECONDS}, \
+             {MAX_TIMEOUT_SECONDS}]"
+        ))
+    }
+}
+
+/// The highest sampling temperature accepted (the OpenAI API's bound).
+pub const MAX_TEMPERATURE: f32 = 2.0;
+
+/// Checks a sampling temperature: a number in [0, [`MAX_TEMPERATURE`]] (0: greedy).
+pub fn check_temperature(temperature: f32) -> std::result::Result<(), String> {
+    if (0.0..=MAX_TEMPERATURE).contains(&temperature) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{temperature} is not a temperature in [0, {MAX_TEMPERATURE}]"
+        ))
+    }
+}
+
 /// Which backend to open, and its limits.
 #[derive(Debug, Clone)]
 pub struct BackendSpec {
@@ -54,16 +87,12 @@ impl BackendSpec {
                 if self.concurrency == 0 {
                     return Err(Error::invalid("llm concurrency", "must be at least 1"));
                 }
-                if !(self.timeout_seconds.is_finite() && self.timeout_seconds > 0.0) {
-                    return Err(Error::invalid(
-                        "llm timeout",
-                        "must be a positive number of seconds",
-                    ));
-                }
+                let timeout = request_timeout(self.timeout_seconds)
+                    .map_err(|message| Error::invalid("LLM timeout", message))?;
                 let mut config =
                     OpenAiConfig::fleet(self.base_urls.clone(), model.clone()).with_key_from_env();
                 config.concurrency = self.concurrency;
-                config.timeout = Duration::from_secs_f64(self.timeout_seconds);
+                config.timeout = timeout;
                 config.max_retries = self.max_retries;
                 Ok(OpenedBackend {
                     chat: Box::new(OpenAiChat::new(config)?),

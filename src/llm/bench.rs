@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::LocalChat;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What to measure.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +71,17 @@ pub fn bench_gguf(path: &Path, config: BenchConfig) -> Result<BenchReport> {
     let started = Instant::now();
     let chat = LocalChat::load_quantized(path)?;
     let load_s = started.elapsed().as_secs_f64();
+    let context = chat.context_tokens();
+    let needed = config.prompt_tokens.saturating_add(config.gen_tokens);
+    if needed > context {
+        return Err(Error::invalid(
+            "bench tokens",
+            format!(
+                "{} prompt + {} generated tokens exceed the model's context of {context} tokens",
+                config.prompt_tokens, config.gen_tokens
+            ),
+        ));
+    }
     let vocab = chat.vocab_size().max(1) as u64;
     // Pseudo-random prompt tokens, as llama-bench uses (fixed seed: every run the same prompt).
     let mut state = 0x2545_f491_4f6c_dd1du64;

@@ -26,7 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-pub use backend::{BackendSpec, OpenedBackend};
+pub use backend::{
+    BackendSpec, MAX_TEMPERATURE, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, OpenedBackend,
+    check_temperature, request_timeout,
+};
 pub use cache::{ResponseCache, cache_key};
 pub use local::{ChatFormat, LocalChat};
 pub use openai::{API_KEY_ENV, OpenAiChat, OpenAiConfig};

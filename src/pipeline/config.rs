@@ -602,8 +602,11 @@ impl BuildConfig {
         if self.llm.concurrency == 0 {
             return bad("llm.concurrency", "must be at least 1".into());
         }
-        if !(self.llm.timeout_seconds.is_finite() && self.llm.timeout_seconds > 0.0) {
-            return bad("llm.timeout_seconds", "must be a positive number".into());
+        if let Err(message) = crate::llm::request_timeout(self.llm.timeout_seconds) {
+            return bad("llm.timeout_seconds", message);
+        }
+        if let Err(message) = crate::llm::check_temperature(self.llm.temperature) {
+            return bad("llm.temperature", message);
         }
         if self.nuggets.max_nuggets == 0 {
             return bad("nuggets.max_nuggets", "must be at least 1".into());
@@ -709,6 +712,24 @@ model = "m"
             config.refresh.unwrap().retire_before.as_deref(),
             Some("2024-03-01")
         );
+    }
+
+    #[test]
+    fn out_of_range_timeouts_and_temperatures_are_refused_at_load() {
+        let with = |line: &str| MINIMAL.replace("[llm]", &format!("[llm]\n{line}"));
+        for (line, field) in [
+            ("timeout_seconds = 1e300", "llm.timeout_seconds"),
+            ("timeout_seconds = 1e-300", "llm.timeout_seconds"),
+            ("timeout_seconds = -1.0", "llm.timeout_seconds"),
+            ("timeout_seconds = nan", "llm.timeout_seconds"),
+            ("temperature = nan", "llm.temperature"),
+            ("temperature = inf", "llm.temperature"),
+            ("temperature = -5.0", "llm.temperature"),
+        ] {
+            let err = parse(&with(line)).unwrap_err().to_string();
+            assert!(err.contains(field), "{line}: {err}");
+        }
+        assert!(parse(&with("timeout_seconds = 600.0\ntemperature = 0.7")).is_ok());
     }
 
     #[test]

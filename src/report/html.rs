@@ -23,10 +23,23 @@ pub fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            // NUL and the other control characters are parse errors in HTML text.
+            c if c.is_control() && !matches!(c, '\n' | '\r' | '\t') => out.push('\u{fffd}'),
             _ => out.push(c),
         }
     }
     out
+}
+
+/// `text` linked to `url` when [`is_web_url`](crate::dataset::is_web_url) allows it (http and https only), else `text`
+/// alone (both escaped).
+pub fn link(url: &str, text: &str) -> String {
+    use crate::dataset::is_web_url;
+    if is_web_url(url) {
+        format!("<a href=\"{}\">{}</a>", escape(url), escape(text))
+    } else {
+        escape(text)
+    }
 }
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;\
@@ -643,6 +656,25 @@ mod tests {
             escape("<a href=\"x\">'&'</a>"),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
+    }
+
+    #[test]
+    fn only_web_urls_become_links_and_control_characters_never_reach_the_page() {
+        assert_eq!(
+            link("https://x.y/a?b=1&c", "x"),
+            "<a href=\"https://x.y/a?b=1&amp;c\">x</a>"
+        );
+        assert_eq!(link("HTTP://x.y", "x"), "<a href=\"HTTP://x.y\">x</a>");
+        for bad in [
+            "javascript:alert(1)",
+            " JavaScript:alert(1)",
+            "data:text/html,x",
+            "/etc",
+            "x",
+        ] {
+            assert_eq!(link(bad, "t<"), "t&lt;", "{bad}");
+        }
+        assert_eq!(escape("a\0b\u{1b}c\nd\te"), "a\u{fffd}b\u{fffd}c\nd\te");
     }
 
     #[test]

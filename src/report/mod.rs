@@ -37,14 +37,16 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, NuggetQrels, Question, read_jsonl, write_json_atomic};
+use crate::dataset::{
+    AtomicWriter, NuggetQrels, Question, check_output_is_not_an_input, read_jsonl,
+};
 use crate::error::{Error, Result};
 use crate::eval::Judgments;
 use crate::pipeline::{Changes, ReportStage, ReportWritten};
 use crate::progress::Progress;
 use crate::source::TokenizerKind;
 
-pub use html::{escape, render_html};
+pub use html::{escape, link, render_html};
 pub use pooling::{
     MEASURE_LABELS, PoolingResults, PoolingRow, RunName, SETTINGS, TECHNIQUES, retriever_rank,
 };
@@ -189,6 +191,19 @@ pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> 
     })
 }
 
+/// What [`compute`] reads in a dataset directory (files and folders).
+const REPORT_INPUTS: &[&str] = &[
+    "manifest.json",
+    "filtering.json",
+    "queries.jsonl",
+    "corpus.jsonl",
+    "changes.json",
+    "reference-labels.jsonl",
+    "runs",
+    "calibration",
+    crate::pipeline::layout::WORK,
+];
+
 /// Writes `dir/stats.json`, `dir/results.json` and the HTML page (at `html_path`, default
 /// `dir/report.html`), each atomically. `generated` is shown under the page title when given.
 pub fn write(
@@ -202,21 +217,31 @@ pub fn write(
         results: dir.join("results.json"),
         html: html_path.map_or_else(|| dir.join("report.html"), Path::to_path_buf),
     };
-    // Render first: a chart error leaves every previous file in place.
+    // The page may not replace anything the report reads or writes.
+    let inputs: Vec<PathBuf> = REPORT_INPUTS
+        .iter()
+        .map(|name| dir.join(name))
+        .chain([files.stats.clone(), files.results.clone()])
+        .collect();
+    let input_refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    check_output_is_not_an_input("report page", &files.html, &input_refs)?;
+    // Render and write everything first, commit last: a chart error or an unwritable page
+    // leaves every previous file in place.
     let page = render_html(report, generated)?;
-    write_json_atomic(
+    let stats = AtomicWriter::json(
         &files.stats,
         &StatsFile {
             statistics: &report.statistics,
             filtering: report.filtering.as_ref(),
         },
     )?;
-    write_json_atomic(&files.results, &report.pooling)?;
-    let mut writer = AtomicWriter::create(&files.html)?;
-    writer
-        .write_all(page.as_bytes())
+    let results = AtomicWriter::json(&files.results, &report.pooling)?;
+    let mut html = AtomicWriter::create(&files.html)?;
+    html.write_all(page.as_bytes())
         .map_err(|e| Error::io(&files.html, e))?;
-    writer.commit()?;
+    html.commit()?;
+    stats.commit()?;
+    results.commit()?;
     Ok(files)
 }
 

@@ -148,10 +148,12 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
                 format!("{} weights for {} runs", w.len(), runs.len()),
             ));
         }
-        Some(w) if w.iter().any(|x| !x.is_finite()) => {
+        // Every fused score is at most the sum of the weights' sizes (each run's scores are
+        // normalised to [0, 1], RRF's are below 1): a finite sum keeps every score finite.
+        Some(w) if !w.iter().map(|x| x.abs()).sum::<f64>().is_finite() => {
             return Err(Error::invalid(
                 "fusion weights",
-                "weights must be finite numbers",
+                "weights must be finite numbers whose sizes sum to a finite number",
             ));
         }
         Some(w) => w.clone(),
@@ -544,6 +546,37 @@ mod tests {
         assert_eq!(got[0].0, "y");
         assert!((got[0].1 - (1.0 / 62.0 + 2.0 / 61.0)).abs() < 1e-12);
         assert!(fuse(&[&a], &options, "f").is_err(), "2 weights for 1 run");
+    }
+
+    #[test]
+    fn weights_whose_sum_overflows_are_refused_for_every_method() {
+        let a = run("a", &[("q", "x", 3.0), ("q", "y", 2.0)]);
+        let b = run("b", &[("q", "y", 9.0), ("q", "z", 1.0)]);
+        for method in [
+            FusionMethod::Rrf { k: 60.0 },
+            FusionOptions::default().method,
+        ] {
+            for weights in [
+                vec![1e308, 1e308],
+                vec![f64::NAN, 1.0],
+                vec![1.0, f64::INFINITY],
+            ] {
+                let options = FusionOptions {
+                    method,
+                    weights: Some(weights.clone()),
+                    ..FusionOptions::default()
+                };
+                let err = fuse(&[&a, &b], &options, "f").unwrap_err().to_string();
+                assert!(err.contains("fusion weights"), "{weights:?}: {err}");
+            }
+            let options = FusionOptions {
+                method,
+                weights: Some(vec![1e300, 1e300]),
+                ..FusionOptions::default()
+            };
+            let fused = fuse(&[&a, &b], &options, "f").unwrap();
+            assert!(scores(&fused, "q").iter().all(|(_, s)| s.is_finite()));
+        }
     }
 
     #[test]

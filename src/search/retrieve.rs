@@ -222,6 +222,14 @@ pub struct RetrieveSummary {
 
 /// Runs `config.queries` through the index (and the reranker) and writes the TREC run.
 pub fn retrieve(config: &RetrieveConfig, progress: &dyn Progress) -> Result<RetrieveSummary> {
+    let mut inputs: Vec<&Path> = vec![config.queries.as_path(), config.index.as_path()];
+    if let Some(vectors) = &config.query_vectors {
+        inputs.push(&vectors.path);
+    }
+    if let Some(corpus) = config.rerank.as_ref().and_then(|r| r.corpus.as_ref()) {
+        inputs.push(corpus);
+    }
+    crate::dataset::check_output_is_not_an_input("run output", &config.out, &inputs)?;
     let mut engine = Engine::open(&config.index)?;
     let retriever = engine.resolve(&config.search.retriever)?;
     #[cfg(feature = "cuda")]

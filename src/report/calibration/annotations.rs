@@ -10,6 +10,10 @@ use serde_json::{Map, Value};
 use super::CalibrationSample;
 use crate::error::{Error, Result};
 
+/// The most nuggets a reviewer can say one answer is missing: far above any real answer, and
+/// low enough that the recall's sums over any number of questions cannot overflow.
+pub const MAX_MISSING_NUGGETS: u64 = 10_000;
+
 /// One annotator's review of a sample (the shape the review page exports).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Annotations {
@@ -244,6 +248,15 @@ impl Annotations {
                 return Err(q.error("query_id", &format!("{query_id:?} appears twice")));
             }
             let missing_nuggets = q.count("missing_nuggets")?;
+            if missing_nuggets > MAX_MISSING_NUGGETS {
+                return Err(q.error(
+                    "missing_nuggets",
+                    &format!(
+                        "{missing_nuggets} is not a count of one answer's nuggets (at most \
+                         {MAX_MISSING_NUGGETS})"
+                    ),
+                ));
+            }
             let mut nuggets = Vec::new();
             let mut seen_nuggets = BTreeSet::new();
             for (j, item) in q.array("nuggets")?.iter().enumerate() {

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use super::{CalibrationSample, SampledPair};
-use crate::report::escape;
+use crate::report::{escape, link};
 
 /// Renders Markdown-like post text (what the Stack Overflow import and the reference's
 /// `queries.jsonl` hold) as HTML: fenced blocks (three or more backticks, closed by a line of
@@ -296,7 +296,7 @@ pub fn render_review(sample: &CalibrationSample) -> String {
             escape(&q.query_id)
         );
         if let Some(url) = &q.url {
-            let _ = write!(h, " · <a href=\"{}\">{}</a>", escape(url), escape(url));
+            let _ = write!(h, " · {}", link(url, url));
         }
         h.push_str("</p>\n");
         let _ = writeln!(
@@ -368,7 +368,7 @@ fn pair_block(h: &mut String, pi: usize, pair: &SampledPair) {
     h.push_str("<div class=\"doc\"><p><b>Document:</b> ");
     match &pair.url {
         Some(url) => {
-            let _ = write!(h, "<a href=\"{}\">{}</a>", escape(url), escape(&location));
+            h.push_str(&link(url, &location));
         }
         None => h.push_str(&escape(&location)),
     }

@@ -363,6 +363,12 @@ fn bad_annotations_name_file_and_field() {
             "ann.json: field questions[0].missing_nuggets: expected a non-negative integer, got -1",
         ),
         (
+            "\"missing_nuggets\": 0",
+            "\"missing_nuggets\": 18446744073709551000",
+            "ann.json: field questions[0].missing_nuggets: 18446744073709551000 is not a count of \
+             one answer's nuggets (at most 10000)",
+        ),
+        (
             "\"missing_nuggets\": 0,",
             "",
             "ann.json: field questions[0].missing_nuggets: missing",
@@ -465,4 +471,15 @@ fn review_page_escapes_the_dataset_and_holds_no_external_resource() {
     // Links to the documents are plain anchors.
     assert!(page.contains("<a href=\"https://github.com/"));
     assert!(page.contains(&format!("data-sample=\"{}\"", sample.key())));
+
+    // URLs from the dataset that are not web URLs are shown, never linked; NUL never reaches
+    // the page.
+    sample.questions[0].url = Some("javascript:alert(document.cookie)".into());
+    sample.pairs[0].url = Some("data:text/html,<b>x</b>".into());
+    sample.questions[0].query_title = "nul\0here".into();
+    let page = render_review(&sample);
+    assert!(!page.contains("href=\"javascript:"), "a javascript: link");
+    assert!(!page.contains("href=\"data:"), "a data: link");
+    assert!(page.contains("javascript:alert(document.cookie)"));
+    assert!(!page.contains('\0'));
 }

@@ -135,13 +135,35 @@ pub fn parse_day(setting: &str, value: &str) -> Result<Day> {
             4 | 7 => *b == b'-',
             _ => b.is_ascii_digit(),
         });
-    if ok {
-        Ok(Day(value.to_string()))
-    } else {
-        Err(Error::invalid(
+    if !ok {
+        return Err(Error::invalid(
             setting,
             format!("{value:?}: expected YYYY-MM-DD"),
-        ))
+        ));
+    }
+    let number = |range: std::ops::Range<usize>| -> u32 {
+        // ASCII digits, checked above.
+        value[range].parse().unwrap_or(0)
+    };
+    let (year, month, day) = (number(0..4), number(5..7), number(8..10));
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return Err(Error::invalid(
+            setting,
+            format!("{value:?} is not a day of the calendar"),
+        ));
+    }
+    Ok(Day(value.to_string()))
+}
+
+/// Days of `month` (1-12) in `year`, Gregorian.
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => {
+            29
+        }
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
     }
 }
 
@@ -418,6 +440,20 @@ mod tests {
     #[test]
     fn day_range() {
         assert!(parse_day("since", "2023-1-1").is_err());
+        for impossible in [
+            "2024-13-45",
+            "2024-02-30",
+            "2023-02-29",
+            "2024-00-10",
+            "2024-04-31",
+        ] {
+            let err = parse_day("since", impossible).unwrap_err().to_string();
+            assert!(err.contains("is not a day of the calendar"), "{err}");
+        }
+        for real in ["2024-02-29", "2000-02-29", "2024-12-31", "2024-01-01"] {
+            assert!(parse_day("since", real).is_ok(), "{real}");
+        }
+        assert!(parse_day("since", "1900-02-29").is_err());
         assert!(Day::from_str("2023-01-0x").is_err());
         let (since, until): (Day, Day) =
             ("2023-01-01".parse().unwrap(), "2024-10-31".parse().unwrap());
