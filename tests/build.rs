@@ -334,6 +334,31 @@ fn a_killed_build_resumes_to_the_same_bytes_without_repeating_a_call() {
     }
 }
 
+/// Issue 34, item 4: `build --out` into a directory that is not a build replaced the user's
+/// `corpus.jsonl` and `runs/`.
+#[test]
+fn a_build_into_a_directory_that_is_not_a_build_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "http://127.0.0.1:9/v1", "");
+    let out = dir.path().join("mine");
+    write(&out, "corpus.jsonl", "my corpus\n");
+    write(&out, "runs/my.trec", "q Q0 d 1 1.0 mine\n");
+    let output = build(&config, &out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is not empty and is not a build directory"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("corpus.jsonl")).unwrap(),
+        "my corpus\n"
+    );
+    assert!(out.join("runs/my.trec").is_file());
+    assert!(!out.join("work").exists());
+}
+
 #[test]
 fn config_errors_name_the_file_and_field() {
     let dir = tempfile::tempdir().unwrap();

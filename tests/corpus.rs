@@ -230,6 +230,28 @@ fn output_is_identical_whatever_the_thread_count() {
     assert_eq!(a, std::fs::read(&out2).unwrap());
 }
 
+/// Issue 34, item 7: an output inside the checkout was chunked into the next run's corpus
+/// (111 -> 275 -> 513 documents over three runs).
+#[test]
+fn an_output_inside_the_checkout_is_never_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    sample_tree(&root);
+    let out = root.join("out/corpus.jsonl");
+    let spec = format!("acme/widgets={}", root.display());
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let o = freshstack(&["corpus", "--repo", &spec, "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        runs.push(std::fs::read(&out).unwrap());
+    }
+    assert!(!runs[0].is_empty());
+    assert_eq!(runs[0], runs[1]);
+    assert_eq!(runs[1], runs[2]);
+    let text = String::from_utf8(runs[2].clone()).unwrap();
+    assert!(!text.contains("out/corpus.jsonl"), "the output was chunked");
+}
+
 #[test]
 fn cli_writes_summary_and_commit() {
     let dir = tempfile::tempdir().unwrap();

@@ -306,6 +306,67 @@ fn dense_fixture(
     (index, ids, vectors)
 }
 
+/// Issue 34, item 10: after a refresh removed a repository, HNSW returned fewer live documents
+/// than exact search (the removed rows stay in the graph and took the candidates' places).
+#[test]
+fn hnsw_after_a_refresh_returns_every_live_document_exact_search_does() {
+    use freshstack::index::{RefreshConfig, refresh_index};
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<String> = (0..200)
+        .map(|i| {
+            let repo = if i % 5 < 2 { "gone" } else { "keep" };
+            format!("x/{repo}/f{i:04}.md_0_1")
+        })
+        .collect();
+    let docs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "some text")).collect();
+    let corpus = corpus(dir.path(), &docs);
+    let vectors = unit_vectors(ids.len(), 16, 11);
+    let npy = dir.path().join("vectors.npy");
+    write_vectors(&npy, &ids, &vectors, VectorDtype::F16);
+    let index = dir.path().join("index");
+    let config = IndexConfig {
+        corpus,
+        bm25: Some(Bm25Settings::default()),
+        vectors: vec![VectorSource {
+            name: "v".into(),
+            npy,
+        }],
+        hnsw: Some(HnswSettings::default()),
+    };
+    build_index(&config, &index, &NoProgress).unwrap();
+    let refresh = RefreshConfig {
+        add: None,
+        remove_repos: vec!["x/gone".into()],
+    };
+    let summary = refresh_index(&refresh, &index, &NoProgress).unwrap();
+    assert_eq!((summary.removed, summary.num_live), (80, 120));
+    let engine = Engine::open(&index).unwrap();
+    for k in [10, 50, 120] {
+        for q in [0, 3, 77] {
+            let options = |ann| SearchOptions {
+                retriever: "dense".parse().unwrap(),
+                k,
+                ann,
+                ..SearchOptions::default()
+            };
+            let exact = engine
+                .search_vector("v", &vectors[q], &options(Ann::Exact))
+                .unwrap();
+            let hnsw = engine
+                .search_vector("v", &vectors[q], &options(Ann::Hnsw))
+                .unwrap();
+            assert_eq!(exact.len(), k);
+            assert_eq!(hnsw.len(), k, "k {k}, query {q}");
+            assert!(hnsw.iter().all(|h| h.doc_id.starts_with("x/keep/")));
+            let overlap = hnsw.iter().filter(|h| exact.contains(h)).count();
+            assert!(
+                overlap * 10 >= k * 9,
+                "k {k}, query {q}: {overlap} of {k} shared"
+            );
+        }
+    }
+}
+
 #[test]
 fn dense_exact_and_hnsw_agree_on_small_data() {
     for dtype in [VectorDtype::F32, VectorDtype::F16] {
@@ -336,6 +397,45 @@ fn dense_exact_and_hnsw_agree_on_small_data() {
         let again = engine.search_vector("rand", query, &hnsw).unwrap();
         assert_eq!(again[0].doc_id, ids[17]);
     }
+}
+
+/// Issue 34, item 5: rebuilding an index replaced its whole directory, deleting the user's
+/// files in it (the corpus it had just been given, among them).
+#[test]
+fn rebuilding_an_index_never_deletes_files_that_are_not_part_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let corpus = corpus(
+        dir.path(),
+        &[("a/b/x.md_0_1", "x y"), ("a/b/y.md_0_1", "y z")],
+    );
+    let build = |corpus: &Path| {
+        freshstack(&[
+            "index",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--index",
+            index.to_str().unwrap(),
+        ])
+    };
+    assert!(build(&corpus).status.success());
+    let inside = index.join("corpus.jsonl");
+    std::fs::copy(&corpus, &inside).unwrap();
+    std::fs::create_dir(index.join("notes")).unwrap();
+    std::fs::write(index.join("notes/todo.txt"), "mine").unwrap();
+    let out = build(&inside);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds corpus.jsonl (and 1 more files) that are not part of the index"),
+        "{stderr}"
+    );
+    assert!(inside.is_file() && index.join("notes/todo.txt").is_file());
+    assert!(Engine::open(&index).is_ok(), "the old index stays usable");
+    // Without the user's files the rebuild goes ahead.
+    std::fs::remove_file(&inside).unwrap();
+    std::fs::remove_dir_all(index.join("notes")).unwrap();
+    assert!(build(&corpus).status.success());
 }
 
 #[test]

@@ -426,4 +426,53 @@ fn retrieve_and_search_rerank_like_the_rerank_command() {
         "{stderr}"
     );
     assert!(!out.exists());
+
+    // Issue 34, item 11: a refreshed index records two corpora, which no one file hashes to;
+    // it reranks with any corpus holding every live document, and names one that is missing.
+    let added_row = "{\"_id\":\"new0\",\"title\":\"\",\"text\":\"queue worker restarts\"}\n";
+    let added = write(dir, "added.jsonl", added_row);
+    run_ok(&[
+        "index",
+        "--refresh",
+        "--index",
+        index_s,
+        "--corpus",
+        added.to_str().unwrap(),
+    ]);
+    let both = write(
+        dir,
+        "both.jsonl",
+        std::fs::read_to_string(&corpus).unwrap() + added_row,
+    );
+    let rerank_with = |corpus: &std::path::Path| {
+        freshstack(&[
+            "retrieve",
+            "--index",
+            index_s,
+            "--queries",
+            queries_s,
+            "--field",
+            "text",
+            "--rerank",
+            model_s,
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let output = rerank_with(&both);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let run = std::fs::read_to_string(&out).unwrap();
+    assert!(run.contains(" new0 "), "{run}");
+    std::fs::remove_file(&out).unwrap();
+    let output = rerank_with(&corpus);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("has no document \"new0\""), "{stderr}");
+    assert!(!out.exists());
 }

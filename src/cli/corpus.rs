@@ -53,6 +53,7 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
         tokenizer: args.tokenizer,
         max_file_bytes: args.max_file_bytes,
         exclude: args.exclude,
+        outputs: Vec::new(),
     };
     let started = std::time::Instant::now();
     let summary =

@@ -240,31 +240,40 @@ impl AtomicWriter {
     }
 }
 
-/// Refuses an output that would destroy or feed an input: `out` naming the same file as one of
-/// `inputs` (through any path or link), or lying inside an input that is a directory (the
-/// stage would read its own output back). `what` names the output setting in the error (`--out`).
-/// Inputs that do not exist are ignored (their readers report them); `-` (standard output) and
-/// outputs that are not regular files or new names (a FIFO, `/dev/null`) are never inputs.
+/// Refuses an output that would destroy or feed an input: `out` (a file or an output
+/// directory) naming the same file or directory as one of `inputs` (through any path or link),
+/// or lying inside an input that is a directory (the stage would read its own output back).
+/// `what` names the output setting in the error (`--out`). Inputs that do not exist are ignored
+/// (their readers report them); `-` (standard output) and outputs that are neither regular
+/// files, directories nor new names (a FIFO, `/dev/null`) are never inputs.
 pub fn check_output_is_not_an_input(what: &str, out: &Path, inputs: &[&Path]) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     if out.as_os_str() == "-" {
         return Ok(());
     }
     let out_meta = std::fs::metadata(out).ok();
-    if out_meta.as_ref().is_some_and(|m| !m.is_file()) {
+    if out_meta
+        .as_ref()
+        .is_some_and(|m| !m.is_file() && !m.is_dir())
+    {
         return Ok(());
     }
-    // Where `out` will be: its directory resolved, its own name kept.
-    let resolved_out = match (out.parent(), out.file_name()) {
-        (Some(parent), Some(name)) => {
-            let parent = if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            };
-            std::fs::canonicalize(parent).ok().map(|p| p.join(name))
+    // Where `out` will be: an existing directory resolved; otherwise its parent resolved and
+    // its own name kept.
+    let resolved_out = if out_meta.as_ref().is_some_and(std::fs::Metadata::is_dir) {
+        std::fs::canonicalize(out).ok()
+    } else {
+        match (out.parent(), out.file_name()) {
+            (Some(parent), Some(name)) => {
+                let parent = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
+                std::fs::canonicalize(parent).ok().map(|p| p.join(name))
+            }
+            _ => None,
         }
-        _ => None,
     };
     for input in inputs {
         let Ok(in_meta) = std::fs::metadata(input) else {

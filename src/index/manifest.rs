@@ -374,6 +374,52 @@ fn is_recorded(name: &str) -> bool {
         || (name.starts_with('.') && name != ".managed.json"))
 }
 
+/// Files under the index directory `dir` that its manifest does not list and that are not the
+/// index's own (the manifest, `hnsw/` caches, lock and temporary files): a user's files, which
+/// replacing the directory would delete. Sorted; read without checking the manifest's seal.
+pub(crate) fn foreign_files(dir: &Path) -> Result<Vec<String>> {
+    let path = dir.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| corrupt_manifest(&path, e))?;
+    let listed: std::collections::BTreeSet<&str> = value["files"]
+        .as_array()
+        .map(|files| files.iter().filter_map(|f| f["path"].as_str()).collect())
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    walk_names(dir, dir, &mut found)?;
+    found.retain(|rel| !listed.contains(rel.as_str()));
+    found.sort();
+    Ok(found)
+}
+
+/// The relative paths of the files under `dir` that [`collect_files`] would record.
+fn walk_names(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().map_err(|e| Error::io(&path, e))?.is_dir() {
+            if name != "hnsw" {
+                walk_names(root, &path, out)?;
+            }
+        } else if is_recorded(&name) {
+            out.push(relative_name(root, &path));
+        }
+    }
+    Ok(())
+}
+
+/// `path` relative to `root`, `/`-separated (as the manifest lists files).
+fn relative_name(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries {
@@ -390,13 +436,7 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()>
         if !is_recorded(&name) {
             continue;
         }
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join("/");
+        let rel = relative_name(root, &path);
         let bytes = entry.metadata().map_err(|e| Error::io(&path, e))?.len();
         out.push(FileInfo {
             path: rel,

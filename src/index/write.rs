@@ -213,6 +213,21 @@ pub fn build_index_with_encoders(
             ));
         }
     }
+    // A rebuild replaces the whole directory: anything of the user's in it would go with it
+    // (the corpus it was given, among others).
+    if dir.join(crate::index::manifest::MANIFEST_FILE).is_file() {
+        let foreign = crate::index::manifest::foreign_files(dir)?;
+        if let Some(first) = foreign.first() {
+            return Err(Error::index(
+                dir,
+                format!(
+                    "holds {first} (and {} more files) that are not part of the index; a \
+                     rebuild replaces the whole directory: move them out first",
+                    foreign.len() - 1
+                ),
+            ));
+        }
+    }
     progress.begin("reading corpus", None);
     let docs = read_corpus(&config.corpus)?;
     let corpus_hash = crate::dataset::Fnv1a64::of_file(&config.corpus)?;

@@ -35,6 +35,8 @@ impl Builder<'_> {
         corpus.tokenizer = TokenizerSpec::from_str(&c.tokenizer)?;
         corpus.max_file_bytes = c.max_file_bytes;
         corpus.exclude = c.exclude.clone();
+        // The build directory may lie inside a checkout: its files are never documents.
+        corpus.outputs.push(self.out.clone());
         // The stage always runs: its fingerprint only says "the corpus stage"; the record is
         // for the outputs' fingerprints, to tell whether they changed.
         let fingerprint = stage_fingerprint("corpus").finish();

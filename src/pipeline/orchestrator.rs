@@ -69,6 +69,41 @@ pub(super) const EXPORTED: [&str; 6] = [
     "manifest.json",
 ];
 
+/// Refuses an output directory that a build would damage: one that exists, is not empty and
+/// is not a build (a build has `work/` from its first step), whose files (`corpus.jsonl`,
+/// `runs/`) the export would replace; and a checkout itself (a build directory inside one is
+/// fine: the corpus stage never reads it).
+fn check_build_directory(config: &BuildConfig, out: &Path) -> Result<()> {
+    if out.is_dir() && !out.join(layout::WORK).is_dir() {
+        let empty = std::fs::read_dir(out)
+            .map_err(|e| Error::io(out, e))?
+            .next()
+            .is_none();
+        if !empty {
+            return Err(Error::invalid(
+                "build directory",
+                format!(
+                    "{} exists, is not empty and is not a build directory (no {}/): the export \
+                     would replace its files; choose a new or empty directory",
+                    out.display(),
+                    layout::WORK
+                ),
+            ));
+        }
+    }
+    if let (Ok(out), true) = (std::fs::canonicalize(out), out.is_dir()) {
+        for checkout in config.corpus.repositories.values() {
+            if std::fs::canonicalize(checkout).is_ok_and(|c| c == out) {
+                return Err(Error::invalid(
+                    "build directory",
+                    format!("{} is a repository checkout of the build", out.display()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// How one stage went.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageOutcome {
@@ -139,6 +174,7 @@ pub(super) fn run_build(
     progress: &dyn Progress,
     on_stage: &mut dyn FnMut(&StageOutcome),
 ) -> Result<BuildSummary> {
+    check_build_directory(config, out)?;
     std::fs::create_dir_all(out.join(layout::WORK)).map_err(|e| Error::io(out, e))?;
     let mut run = Builder {
         config,

@@ -107,6 +107,15 @@ impl Engine {
         &self.manifest
     }
 
+    /// The ids of the live documents (those no refresh removed), in index order.
+    pub fn live_ids(&self) -> impl Iterator<Item = &str> {
+        self.ids
+            .ids()
+            .iter()
+            .filter(|id| !id.is_empty())
+            .map(String::as_str)
+    }
+
     /// Documents and retriever names.
     pub fn info(&self) -> EngineInfo {
         EngineInfo {
@@ -337,31 +346,44 @@ impl Engine {
         let scored = match graph {
             None => flat_search(&model.matrix, &self.ids, vector, k),
             Some(graph) => {
-                let mut top = TopK::new(k, &self.ids);
                 let mut buf = vec![0f32; model.info.dim];
                 // The traversal ranks by f16 rows: the exact scores of twice the asked-for
                 // candidates settle near-ties at the k-th place that the rounding decided.
                 // An f16 matrix's rows are read from the graph's copy (the same bits, and
                 // just traversed, so in the cache rather than in the memory map).
-                let ef = options.ef_search.max(k);
+                let mut ef = options.ef_search.max(k);
                 let half = model.matrix.dtype() == VectorDtype::F16;
-                for row in graph.search(vector, k.saturating_mul(2).min(ef), ef) {
-                    if (row as usize) < model.matrix.rows() {
-                        let score = match model.matrix.row_f32(row as usize) {
-                            Some(stored) => dot(stored, vector),
-                            None if half => {
-                                graph.row_into(row, &mut buf);
-                                dot(&buf, vector)
-                            }
-                            None => {
-                                model.matrix.row_into(row as usize, &mut buf);
-                                dot(&buf, vector)
-                            }
-                        };
-                        top.push(row, score);
+                let mut wanted = k.saturating_mul(2).min(ef);
+                // A refresh leaves removed rows in the graph (they still connect it), and they
+                // are no answers: the search widens until it holds as many live candidates as
+                // a graph without them would give, or has asked for every row.
+                let live_wanted = wanted.min(self.ids.num_live());
+                loop {
+                    let mut top = TopK::new(k, &self.ids);
+                    let mut live = 0;
+                    for row in graph.search(vector, wanted, ef) {
+                        if (row as usize) < model.matrix.rows() {
+                            live += usize::from(!self.ids.is_removed(row));
+                            let score = match model.matrix.row_f32(row as usize) {
+                                Some(stored) => dot(stored, vector),
+                                None if half => {
+                                    graph.row_into(row, &mut buf);
+                                    dot(&buf, vector)
+                                }
+                                None => {
+                                    model.matrix.row_into(row as usize, &mut buf);
+                                    dot(&buf, vector)
+                                }
+                            };
+                            top.push(row, score);
+                        }
                     }
+                    if live >= live_wanted || wanted >= model.matrix.rows() {
+                        break top.into_sorted();
+                    }
+                    wanted = wanted.saturating_mul(2);
+                    ef = ef.saturating_mul(2).max(wanted);
                 }
-                top.into_sorted()
             }
         };
         Ok(self.hits(scored))

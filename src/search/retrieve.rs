@@ -108,6 +108,30 @@ pub struct LoadedRerank {
     corpus: PathBuf,
 }
 
+/// Checks that `corpus` holds a row for every live document of `engine`'s index.
+fn check_holds_live_documents(corpus: &Path, engine: &Engine) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct IdOnly {
+        #[serde(rename = "_id")]
+        id: String,
+    }
+    let mut present: std::collections::HashSet<String> = std::collections::HashSet::new();
+    crate::dataset::for_each_jsonl(corpus, |_, row: IdOnly| {
+        present.insert(row.id);
+    })?;
+    match engine.live_ids().find(|id| !present.contains(*id)) {
+        Some(missing) => Err(Error::invalid(
+            "rerank corpus",
+            format!(
+                "{} has no document {missing:?}, which the refreshed index holds: give a corpus \
+                 with every live document (the build's corpus.jsonl)",
+                corpus.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl LoadedRerank {
     /// Checks the settings and that the corpus is the one `engine`'s index was built from, then
     /// loads the model.
@@ -130,8 +154,14 @@ impl LoadedRerank {
                 ),
             ));
         }
+        // A refreshed index was built from several corpora (recorded joined by `+`): no one
+        // file has their hash, and the corpus it needs is one holding every live document.
+        let refreshed = recorded.fnv1a64.contains('+');
+        if refreshed {
+            check_holds_live_documents(&corpus, engine)?;
+        }
         let hash = Fnv1a64::of_file(&corpus)?;
-        if hash != recorded.fnv1a64 {
+        if !refreshed && hash != recorded.fnv1a64 {
             return Err(Error::invalid(
                 "rerank corpus",
                 format!(

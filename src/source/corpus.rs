@@ -39,6 +39,11 @@ pub struct CorpusConfig {
     pub max_file_bytes: u64,
     /// Gitignore-style globs, relative to each checkout, of paths to leave out.
     pub exclude: Vec<String>,
+    /// Files or directories never read as documents: the outputs of the run, when they lie
+    /// inside a checkout (a corpus chunked into the next corpus would grow every run). Not part
+    /// of the settings a corpus depends on.
+    #[serde(skip)]
+    pub outputs: Vec<PathBuf>,
 }
 
 impl CorpusConfig {
@@ -50,6 +55,7 @@ impl CorpusConfig {
             tokenizer: TokenizerSpec::default(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             exclude: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 }
@@ -126,8 +132,13 @@ pub fn build_corpus(
     out: &Path,
     progress: &dyn Progress,
 ) -> Result<CorpusSummary> {
+    // An output inside a checkout would be chunked into the next run's corpus.
+    let mut config = config.clone();
+    if out.as_os_str() != "-" {
+        config.outputs.push(out.to_path_buf());
+    }
     let mut writer = AtomicWriter::create_or_stdout(out)?;
-    let summary = chunk_repositories(config, progress, |doc| writer.write_json_line(doc))?;
+    let summary = chunk_repositories(&config, progress, |doc| writer.write_json_line(doc))?;
     writer.commit()?;
     Ok(summary)
 }
@@ -172,6 +183,7 @@ pub fn chunk_repositories(
             &chunker,
             config.max_file_bytes,
             &config.exclude,
+            &config.outputs,
             progress,
             &mut sink,
         )?;
@@ -186,16 +198,40 @@ pub fn chunk_repositories(
     Ok(summary)
 }
 
+/// The paths of `outputs` that lie inside the checkout `root`, relative to it (`outputs` that
+/// do not exist yet are placed by their parent directory).
+fn outputs_inside(root: &Path, outputs: &[PathBuf]) -> Vec<PathBuf> {
+    let Ok(root) = std::fs::canonicalize(root) else {
+        return Vec::new();
+    };
+    outputs
+        .iter()
+        .filter_map(|out| {
+            let resolved = std::fs::canonicalize(out).ok().or_else(|| {
+                let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+                let parent = std::fs::canonicalize(parent.unwrap_or(Path::new("."))).ok()?;
+                Some(parent.join(out.file_name()?))
+            })?;
+            resolved.strip_prefix(&root).ok().map(Path::to_path_buf)
+        })
+        .collect()
+}
+
 fn chunk_repository(
     repo: &RepoSpec,
     chunker: &Chunker,
     max_file_bytes: u64,
     exclude: &[String],
+    outputs: &[PathBuf],
     progress: &dyn Progress,
     sink: &mut impl FnMut(&Document) -> Result<()>,
 ) -> Result<RepoSummary> {
     let commit_id = read_commit_id(&repo.path);
-    let walked = walk(&repo.path, max_file_bytes, exclude)?;
+    let mut walked = walk(&repo.path, max_file_bytes, exclude)?;
+    let inside = outputs_inside(&repo.path, outputs);
+    walked
+        .files
+        .retain(|file| !inside.iter().any(|out| Path::new(file).starts_with(out)));
     for problem in &walked.unreadable {
         tracing::warn!(repo = %repo.name, "skipped unreadable entry: {problem}");
     }
