@@ -359,6 +359,26 @@ fn a_build_into_a_directory_that_is_not_a_build_changes_nothing() {
     assert!(!out.join("work").exists());
 }
 
+/// Issue 34, item 9: two runs on one build directory raced (every LLM call made twice, one
+/// failing with ENOENT in `work/runs`); the second now fails at once.
+#[test]
+fn a_second_build_on_the_same_directory_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "http://127.0.0.1:9/v1", "");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join("work")).unwrap();
+    let held = freshstack::dataset::OutputLock::acquire(&out.join("work/.lock"), &out).unwrap();
+    let output = build(&config, &out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another freshstack run is writing"),
+        "{stderr}"
+    );
+    assert!(!out.join("work/questions.jsonl").exists());
+    drop(held);
+}
+
 #[test]
 fn config_errors_name_the_file_and_field() {
     let dir = tempfile::tempdir().unwrap();

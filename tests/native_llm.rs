@@ -532,3 +532,30 @@ fn rust_backtrace_keeps_gguf_errors_on_one_line() {
     let err = LocalChat::load(&bad).err().expect("must fail").to_string();
     assert!(!err.contains("candle_core") && !err.contains('\n'), "{err}");
 }
+
+/// Issue 34, item 13: a GGUF whose weights hold NaN generated `{"text": "", "token_ids": []}`
+/// with exit 0; it is now an error naming the file.
+#[test]
+fn a_gguf_with_non_finite_weights_is_an_error_not_an_empty_answer() {
+    use candle_core::quantized::{GgmlDType, gguf_file::Content};
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gguf/tiny-qwen3.gguf");
+    let mut bytes = std::fs::read(&source).unwrap();
+    let content = Content::read(&mut std::fs::File::open(&source).unwrap()).unwrap();
+    let info = &content.tensor_infos["output_norm.weight"];
+    assert_eq!(info.ggml_dtype, GgmlDType::F32, "the fixture's norm is f32");
+    let start = content.tensor_data_offset as usize + info.offset as usize;
+    for i in 0..info.shape.elem_count() {
+        bytes[start + 4 * i..start + 4 * i + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let corrupt = dir.path().join("nan.gguf");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let chat = LocalChat::load(&corrupt).unwrap();
+    let err = chat
+        .generate("hello", &greedy(4, None))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("non-finite logits"), "{err}");
+    assert!(err.contains("nan.gguf"), "{err}");
+}

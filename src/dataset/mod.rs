@@ -52,7 +52,7 @@ pub use round::py_round;
 pub use run::{Ranking, Run, ScoreText, ScoredDoc, check_trec_tag, score_key, write_trec_rankings};
 pub use run_file::{DocRef, Rankings, RunFile};
 pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
-pub use tempfiles::{STALE_AFTER, remove_temporaries_on_signals};
+pub use tempfiles::{OutputLock, STALE_AFTER, remove_temporaries_on_signals};
 pub use url::is_web_url;
 pub use vectors::{
     NpyWriter, VectorDtype, VectorMatrix, ids_path, read_ids, read_npy_f32, write_ids, write_npy,

@@ -256,6 +256,56 @@ impl StagingDir {
     }
 }
 
+/// One run's exclusive claim on an output it writes in several steps (a build directory, an
+/// index): an `flock` on a lock file, held while the value lives and dropped by the kernel
+/// however the run ends. A second run on the same output fails at once instead of racing the
+/// first (both making every LLM call, one failing midway on a file the other moved). The lock
+/// file stays (removing it would race a third run opening it).
+#[derive(Debug)]
+pub struct OutputLock {
+    _file: File,
+}
+
+impl OutputLock {
+    /// Takes the lock at `lock_path` for the output `what` (named in the error when another
+    /// run holds it); creates the file when missing.
+    pub fn acquire(lock_path: &Path, what: &Path) -> Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(lock_path)
+            .map_err(|e| Error::io(lock_path, e))?;
+        match try_lock(&file) {
+            Ok(true) => Ok(Self { _file: file }),
+            Ok(false) => Err(Error::invalid(
+                "output",
+                format!(
+                    "another freshstack run is writing {} (it holds {}); wait for it to end",
+                    what.display(),
+                    lock_path.display()
+                ),
+            )),
+            Err(e) => Err(Error::io(lock_path, e)),
+        }
+    }
+
+    /// The lock beside the directory `dir` (`.NAME.lock` in its parent), for outputs that are
+    /// replaced whole, such as an index.
+    pub fn beside(dir: &Path) -> Result<Self> {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "output".into());
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Self::acquire(&parent.join(format!(".{name}.lock")), dir)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +363,17 @@ mod tests {
         drop(t);
         assert!(!live().paths.values().any(|p| p == &path));
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_second_run_on_a_locked_output_fails_at_once_and_the_lock_ends_with_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("index");
+        let first = OutputLock::beside(&out).unwrap();
+        let err = OutputLock::beside(&out).unwrap_err().to_string();
+        assert!(err.contains("another freshstack run is writing"), "{err}");
+        assert!(err.contains(".index.lock"), "{err}");
+        drop(first);
+        OutputLock::beside(&out).unwrap();
     }
 }

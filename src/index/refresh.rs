@@ -85,6 +85,7 @@ pub fn refresh_index_with_encoders(
     for repo in &config.remove_repos {
         check_repo_name(repo)?;
     }
+    let _lock = crate::dataset::OutputLock::beside(dir)?;
     let mut manifest = Manifest::read(dir)?;
     let added_docs = match &config.add {
         Some(path) => read_corpus(path)?,

@@ -201,6 +201,7 @@ pub fn build_index_with_encoders(
             format!("model name {:?} given twice (name them NAME=MODEL)", w[0]),
         ));
     }
+    let _lock = crate::dataset::OutputLock::beside(dir)?;
     if dir.exists() && !dir.join(crate::index::manifest::MANIFEST_FILE).exists() {
         let empty = std::fs::read_dir(dir)
             .map_err(|e| Error::io(dir, e))?

@@ -1089,6 +1089,15 @@ impl LocalChat {
         sample: &mut dyn FnMut(Vec<f32>) -> Result<u32>,
     ) -> Result<Option<u32>> {
         let grammar = |e: String| gguf_error(&self.path, e);
+        // Corrupt weights (a NaN or infinity in a tensor) spread to every logit: the sampler
+        // would take token 0 or stop at once, and the answer be silently empty.
+        if logits.iter().any(|v| v.is_nan() || *v == f32::INFINITY) {
+            return Err(gguf_error(
+                &self.path,
+                "the model computed non-finite logits (NaN or infinity): its weights are \
+                 likely corrupt",
+            ));
+        }
         if let Some(c) = constraint.as_mut()
             && !c.mask(&mut logits, &self.stop_ids).map_err(grammar)?
         {

@@ -531,6 +531,64 @@ impl BuildConfig {
             if rerank.depth == 0 {
                 return bad("rerank.depth", "must be at least 1".into());
             }
+            if rerank.max_length == Some(0) {
+                return bad("rerank.max_length", "must be at least 1".into());
+            }
+            if let Err(e) = crate::embed::resolve_model(&rerank.model) {
+                return bad("rerank.model", e.to_string());
+            }
+        }
+        for model in &self.retrieval.dense {
+            if let Err(e) = crate::embed::resolve_model(model) {
+                return bad("retrieval.dense", e.to_string());
+            }
+        }
+        if self.judge.context_tokens == Some(0) {
+            return bad("judge.context_tokens", "must be at least 1".into());
+        }
+        if self.judge.max_doc_tokens == 0 {
+            return bad("judge.max_doc_tokens", "must be at least 1".into());
+        }
+        if let Err(e) = crate::source::check_exclude_globs(&self.corpus.exclude) {
+            return bad("corpus.exclude", e.to_string());
+        }
+        let mut urls: Vec<&String> = self
+            .llm
+            .base_url
+            .iter()
+            .chain(&self.llm.base_urls)
+            .collect();
+        if let Some(url) = urls.iter().find(|u| !crate::dataset::is_web_url(u)) {
+            return bad(
+                "llm.base_url",
+                format!("{url:?} is not an http:// or https:// URL"),
+            );
+        }
+        urls.sort();
+        if let Some(pair) = urls
+            .windows(2)
+            .find(|w| w[0].trim_end_matches('/') == w[1].trim_end_matches('/'))
+        {
+            return bad(
+                "llm.base_urls",
+                format!("{:?} is listed twice: each server once", pair[0]),
+            );
+        }
+        if self.llm.model.as_ref().is_some_and(|m| m.trim().is_empty()) {
+            return bad("llm.model", "empty".into());
+        }
+        if let Some(gguf) = &self.llm.gguf
+            && !gguf.is_file()
+        {
+            return bad("llm.gguf", format!("{} is not a file", gguf.display()));
+        }
+        if let Some(cache) = &self.llm.cache
+            && cache.is_dir()
+        {
+            return bad(
+                "llm.cache",
+                format!("{} is a directory, not a cache file", cache.display()),
+            );
         }
         if self.corpus.repositories.is_empty() {
             return bad("corpus.repositories", "no repository".into());
@@ -730,6 +788,75 @@ model = "m"
             assert!(err.contains(field), "{line}: {err}");
         }
         assert!(parse(&with("timeout_seconds = 600.0\ntemperature = 0.7")).is_ok());
+    }
+
+    /// Issue 34, item 17: settings that passed load and failed only at the stage using them,
+    /// after index builds and LLM calls.
+    #[test]
+    fn settings_that_would_fail_late_are_refused_at_load() {
+        let cases = [
+            (
+                MINIMAL.replace("http://localhost:8000/v1", "not a url"),
+                "llm.base_url",
+            ),
+            (
+                MINIMAL.replace("model = \"m\"", "model = \"  \""),
+                "llm.model",
+            ),
+            (
+                MINIMAL.replace(
+                    "[llm]",
+                    "[llm]\nbase_urls = [\"http://localhost:8000/v1/\"]",
+                ),
+                "llm.base_urls",
+            ),
+            (
+                MINIMAL.replace("[llm]", "[llm]\ncache = \"src\""),
+                "llm.cache",
+            ),
+            (
+                MINIMAL.to_string() + "[judge]\ncontext_tokens = 0\n",
+                "judge.context_tokens",
+            ),
+            (
+                MINIMAL.to_string() + "[judge]\nmax_doc_tokens = 0\n",
+                "judge.max_doc_tokens",
+            ),
+            (
+                MINIMAL.replace(
+                    "[corpus.repositories]",
+                    "[corpus]\nexclude = [\"a/{b\"]\n[corpus.repositories]",
+                ),
+                "corpus.exclude",
+            ),
+            (
+                MINIMAL.to_string() + "[retrieval]\ndense = [\"no/such-model-here\"]\n",
+                "retrieval.dense",
+            ),
+            (
+                MINIMAL.to_string() + "[rerank]\nmodel = \"src\"\nmax_length = 0\n",
+                "rerank.max_length",
+            ),
+        ];
+        for (text, field) in cases {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+        let gguf = r#"
+topic = "demo"
+[questions]
+file = "Cargo.toml"
+[corpus.repositories]
+"me/repo" = "src"
+[llm]
+gguf = "no-such-model.gguf"
+"#;
+        let err = parse(gguf).unwrap_err().to_string();
+        assert!(
+            err.contains("llm.gguf") && err.contains("is not a file"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub mod layout {
     /// The settings of the last finished build that its results depend on (what `refresh`
     /// compares).
     pub const SETTINGS: &str = "work/settings.json";
+    /// Held by the run writing the build directory ([`crate::dataset::OutputLock`]).
+    pub const BUILD_LOCK: &str = "work/.lock";
     /// What `freshstack refresh` changed (in the build directory, next to the export).
     pub const CHANGES: &str = "changes.json";
 }
@@ -176,6 +178,7 @@ pub(super) fn run_build(
 ) -> Result<BuildSummary> {
     check_build_directory(config, out)?;
     std::fs::create_dir_all(out.join(layout::WORK)).map_err(|e| Error::io(out, e))?;
+    let _lock = crate::dataset::OutputLock::acquire(&out.join(layout::BUILD_LOCK), out)?;
     let mut run = Builder {
         config,
         out: out.to_path_buf(),

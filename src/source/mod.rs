@@ -16,7 +16,7 @@ pub use corpus::{
 };
 pub use notebook::notebook_text;
 pub use repo::{
-    RepoSpec, SkipReason, WalkResult, read_commit_id, read_file_capped, skip_by_content,
-    skip_by_name, walk,
+    RepoSpec, SkipReason, WalkResult, check_exclude_globs, read_commit_id, read_file_capped,
+    skip_by_content, skip_by_name, walk,
 };
 pub use tokenizer::{TokenCounter, TokenizerKind, TokenizerSpec};

@@ -430,6 +430,25 @@ pub struct WalkResult {
     pub unreadable: Vec<String>,
 }
 
+/// The `exclude` globs as the walk applies them under `root`; a glob that does not compile is
+/// an error naming it (setting `exclude`).
+fn exclude_overrides(root: &Path, exclude: &[String]) -> Result<ignore::overrides::Override> {
+    let mut overrides = ignore::overrides::OverrideBuilder::new(root);
+    for glob in exclude {
+        overrides
+            .add(&format!("!{glob}"))
+            .map_err(|e| Error::invalid("exclude", format!("{glob:?}: {e}")))?;
+    }
+    overrides
+        .build()
+        .map_err(|e| Error::invalid("exclude", e.to_string()))
+}
+
+/// Checks that every `exclude` glob compiles, before any checkout is walked.
+pub fn check_exclude_globs(exclude: &[String]) -> Result<()> {
+    exclude_overrides(Path::new("."), exclude).map(|_| ())
+}
+
 /// Walks a checkout: honours `.gitignore` (also nested ones, and without a `.git`), never follows
 /// symlinks, skips hidden entries, lock files, binary extensions, files over `max_file_bytes` (by
 /// their reported size; [`read_file_capped`] enforces it on the bytes) and special files.
@@ -439,15 +458,7 @@ pub struct WalkResult {
 pub fn walk(root: &Path, max_file_bytes: u64, exclude: &[String]) -> Result<WalkResult> {
     let hidden_count = Arc::new(AtomicU64::new(0));
     let hidden_counter = Arc::clone(&hidden_count);
-    let mut overrides = ignore::overrides::OverrideBuilder::new(root);
-    for glob in exclude {
-        overrides
-            .add(&format!("!{glob}"))
-            .map_err(|e| Error::invalid("exclude", format!("{glob:?}: {e}")))?;
-    }
-    let overrides = overrides
-        .build()
-        .map_err(|e| Error::invalid("exclude", e.to_string()))?;
+    let overrides = exclude_overrides(root, exclude)?;
     let walker = ignore::WalkBuilder::new(root)
         .overrides(overrides)
         .hidden(false)

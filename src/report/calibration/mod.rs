@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Document, QueryId, read_questions, write_json_atomic};
+use crate::dataset::{AtomicWriter, Document, QueryId, read_questions};
 use crate::error::{Error, Result};
 
 pub(crate) use agreement::read_positions;
@@ -350,19 +350,21 @@ pub struct ReviewFiles {
     pub page: PathBuf,
 }
 
-/// Writes `out/sample.json` and `out/review.html` (the directory is created), each atomically.
+/// Writes `out/sample.json` and `out/review.html` (the directory is created), each atomically,
+/// and both prepared before either is committed: a failure leaves the old pair in place.
 pub fn write_review(out: &Path, sample: &CalibrationSample) -> Result<ReviewFiles> {
     let files = ReviewFiles {
         sample: out.join("sample.json"),
         page: out.join("review.html"),
     };
     let page = render_review(sample);
-    write_json_atomic(&files.sample, sample)?;
-    let mut writer = AtomicWriter::create(&files.page)?;
-    writer
+    let sample_writer = AtomicWriter::json(&files.sample, sample)?;
+    let mut page_writer = AtomicWriter::create(&files.page)?;
+    page_writer
         .write_all(page.as_bytes())
         .map_err(|e| Error::io(&files.page, e))?;
-    writer.commit()?;
+    sample_writer.commit()?;
+    page_writer.commit()?;
     Ok(files)
 }
 

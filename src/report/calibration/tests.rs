@@ -483,3 +483,26 @@ fn review_page_escapes_the_dataset_and_holds_no_external_resource() {
     assert!(page.contains("javascript:alert(document.cookie)"));
     assert!(!page.contains('\0'));
 }
+
+/// Issue 34, item 8: a failing `calibrate sample` had replaced `sample.json` but not
+/// `review.html`, leaving a pair that does not match.
+#[test]
+fn a_failing_review_write_replaces_neither_file() {
+    let sample = sample(&fixture(), &SampleOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sample.json"), "old sample\n").unwrap();
+    // A directory where the page goes: the page cannot be written.
+    std::fs::create_dir(dir.path().join("review.html")).unwrap();
+    assert!(write_review(dir.path(), &sample).is_err());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("sample.json")).unwrap(),
+        "old sample\n"
+    );
+    std::fs::remove_dir(dir.path().join("review.html")).unwrap();
+    let files = write_review(dir.path(), &sample).unwrap();
+    assert!(files.page.is_file());
+    assert_ne!(
+        std::fs::read_to_string(&files.sample).unwrap(),
+        "old sample\n"
+    );
+}
