@@ -1,4 +1,4 @@
-//! The judge's verdicts beyond the paper's batch (`--verdict terms|probability`, the
+//! The judge's verdicts beyond the paper's batch (`--verdict terms|probability|quote`, the
 //! term-coverage gate) and `freshstack calibrate agreement`, end to end through the binary:
 //! real behaviour on a small hand-made pool, the real SmolLM2 GGUF for the probability
 //! verdict (skipped loudly without it), judge-dev's reference labels for the agreement (skipped
@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::FakeServer;
 use crate::util::{freshstack, model_path, shared_dir, write};
@@ -140,7 +140,7 @@ fn bad_judge_settings_are_refused_before_any_call() {
         ),
         (
             &["--verdict", "maybe"][..],
-            "expected generate, probability or terms",
+            "expected generate, probability, terms or quote",
         ),
     ] {
         let mut args = judge_args(&files, &out);
@@ -180,6 +180,71 @@ fn probability_verdict_refuses_a_server_without_log_probabilities() {
     assert!(last.starts_with("error: "), "{stderr}");
     assert!(last.contains(&server.url), "{stderr}");
     assert!(!out.exists());
+}
+
+/// The `quote` verdict: evidence before the verdict, and a quote the document does not hold
+/// (a model inventing evidence) turns "supported" into not supported.
+#[test]
+fn quote_verdict_keeps_only_verdicts_whose_quote_is_in_the_document() {
+    let server = crate::support::MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let files = pool_fixture(dir.path());
+    let [_, _, corpus, pool] = &files;
+    let mut text = std::fs::read_to_string(corpus).unwrap();
+    text.push_str(
+        r#"{"_id":"d4","title":"","text":"[invent] The changelog lists the releases.","metadata":{}}"#,
+    );
+    text.push('\n');
+    std::fs::write(corpus, text).unwrap();
+    std::fs::write(
+        pool,
+        "{\"query_id\": \"7\", \"doc_ids\": [\"d1\", \"d2\", \"d3\", \"d4\"]}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("judgments.jsonl");
+    let mut args = judge_args(&files, &out);
+    args.extend([
+        "--verdict",
+        "quote",
+        "--llm-base-url",
+        &server.url,
+        "--llm-model",
+        "mock-model",
+        "--no-cache",
+    ]);
+    let run = freshstack(&args);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let judged = rows(&out);
+    assert_eq!(judged.len(), 8);
+    assert_eq!(
+        supported(&judged),
+        [("7_0".into(), "d1".into()), ("7_1".into(), "d2".into())]
+    );
+    for row in &judged {
+        let doc = row["doc_id"].as_str().unwrap();
+        if doc == "d4" {
+            assert_eq!(row["quote"]["verified"], false, "{row}");
+            assert_eq!(row["rationale"], "the quote is not in the document");
+        } else if doc == "d3" {
+            assert!(row.get("quote").is_none(), "{row}");
+        }
+    }
+    // Every call asked for the evidence schema, the quote before the verdict.
+    let schemas: Vec<Value> = server
+        .bodies()
+        .iter()
+        .map(|b| b["response_format"]["json_schema"]["schema"].clone())
+        .collect();
+    assert_eq!(schemas.len(), 8);
+    assert!(
+        schemas
+            .iter()
+            .all(|s| s["required"] == json!(["quote", "supported"]))
+    );
 }
 
 #[test]

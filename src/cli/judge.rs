@@ -38,7 +38,9 @@ pub struct JudgeArgs {
     /// How the model gives its verdict: generate (the paper's batched protocol: reasoning,
     /// then true/false per nugget) or probability (one document and nugget per call, the
     /// probability of "yes", with the term coverage, against --threshold; native GGUF only) or
-    /// terms (no model: the share of the nugget's own terms in the document).
+    /// terms (no model: the share of the nugget's own terms in the document) or quote (one
+    /// pair per call: the model quotes the line stating the nugget, then its verdict; the
+    /// quote must be in the document and hold --threshold of the nugget's terms).
     #[arg(long, default_value = "generate", value_name = "VERDICT")]
     verdict: Verdict,
     /// The score a supported pair reaches, in [0, 1]: probability verdict (1 - term weight) x

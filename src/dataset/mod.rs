@@ -46,7 +46,8 @@ pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget
 pub use question::{Nugget, QueryId, Question, QuestionMetadata, read_questions};
 pub(crate) use question::{RowIds, borrowed_id, string_id};
 pub use records::{
-    DropReason, DroppedNugget, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, VariantsRecord,
+    DropReason, DroppedNugget, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, Quote,
+    VariantsRecord,
 };
 pub use round::py_round;
 pub use run::{Ranking, Run, ScoreText, ScoredDoc, check_trec_tag, score_key, write_trec_rankings};

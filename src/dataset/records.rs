@@ -110,6 +110,20 @@ pub struct JudgmentRecord {
     /// the `probability` verdict, or a term-coverage gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub term_coverage: Option<f64>,
+    /// The document's words the model quoted as stating the nugget (the `quote` verdict), and
+    /// whether they were found in the document (after whitespace normalisation): a quote not
+    /// found there makes the pair not supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quote: Option<Quote>,
+}
+
+/// Evidence a judge quoted from a document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Quote {
+    /// The words, as the model wrote them.
+    pub text: String,
+    /// Whether they are in the document (whitespace runs counted as one space).
+    pub verified: bool,
 }
 
 #[cfg(test)]

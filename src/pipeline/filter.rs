@@ -147,6 +147,7 @@ pub(crate) mod tests {
             raw: None,
             probability: None,
             term_coverage: None,
+            quote: None,
         }
     }
 

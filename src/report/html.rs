@@ -374,6 +374,14 @@ fn three(value: Option<f64>) -> String {
     value.map_or("n/a".into(), |v| format!("{v:.3}"))
 }
 
+/// The judge health section alone, for tests.
+#[cfg(test)]
+pub(crate) fn judge_health_page_section(health: &JudgeHealth) -> String {
+    let mut h = String::new();
+    judge_health_section(&mut h, health);
+    h
+}
+
 /// How far the build's LLM labels look like labels (`work/`, `reference-labels.jsonl`).
 fn judge_health_section(h: &mut String, health: &JudgeHealth) {
     h.push_str("<h2 id=\"judge-health-title\">Judge health</h2>\n");
@@ -412,6 +420,16 @@ fn judge_health_section(h: &mut String, health: &JudgeHealth) {
             vec![health.nuggets_dropped_restating.to_string()],
         ),
     ];
+    let mut rows = rows;
+    if health.quotes > 0 {
+        rows.push(("Evidence quotes".into(), vec![health.quotes.to_string()]));
+        rows.push((
+            "Quotes found in their document".into(),
+            vec![share_text(Some(
+                health.quotes_verified as f64 / health.quotes as f64,
+            ))],
+        ));
+    }
     html_table(h, "judge-health", &["Measure", "Value"], &rows);
     if !health.by_position.is_empty() {
         let rows: Vec<Row> = health

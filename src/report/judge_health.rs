@@ -52,6 +52,11 @@ pub struct JudgeHealth {
     pub nuggets_dropped_cut: u64,
     /// Nuggets dropped because they restate the question.
     pub nuggets_dropped_restating: u64,
+    /// Pairs whose model quoted evidence (the `quote` verdict), and how many of the quotes
+    /// were found in their document.
+    pub quotes: u64,
+    /// Quotes found in their document.
+    pub quotes_verified: u64,
     /// Agreement with `DIR/reference-labels.jsonl`, when present.
     pub agreement: Option<AgreementReport>,
 }
@@ -114,8 +119,15 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
     } else {
         None
     };
+    let quotes = judgments.iter().filter(|j| j.quote.is_some()).count() as u64;
+    let quotes_verified = judgments
+        .iter()
+        .filter(|j| j.quote.as_ref().is_some_and(|q| q.verified))
+        .count() as u64;
     Ok(Some(JudgeHealth {
         verdict,
+        quotes,
+        quotes_verified,
         pairs,
         unjudged: judgments.len() as u64 - pairs,
         support_rate: (pairs > 0).then(|| supported as f64 / pairs as f64),
@@ -135,7 +147,12 @@ fn verdict_of(judgments: &[JudgmentRecord]) -> &'static str {
             .split_once(" of ")
             .is_some_and(|(n, rest)| n.parse::<u64>().is_ok() && rest.contains(" nugget terms "))
     };
-    if judgments.iter().any(|r| r.probability.is_some()) {
+    if judgments
+        .iter()
+        .any(|r| r.quote.is_some() || r.rationale == crate::pipeline::judge::NO_STATEMENT)
+    {
+        "quote"
+    } else if judgments.iter().any(|r| r.probability.is_some()) {
         "probability"
     } else if !judgments.is_empty()
         && judgments
@@ -176,4 +193,72 @@ fn position_rates(
             support_rate: s as f64 / n as f64,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(doc: &str, supported: bool, rationale: &str, quote: Option<(&str, bool)>) -> String {
+        let mut value = serde_json::json!({
+            "query_id": "q",
+            "nugget_id": "q_0",
+            "doc_id": doc,
+            "supported": supported,
+            "rationale": rationale,
+            "term_coverage": 0.5,
+        });
+        if let Some((text, verified)) = quote {
+            value["quote"] = serde_json::json!({"text": text, "verified": verified});
+        }
+        value.to_string() + "\n"
+    }
+
+    fn health_of(rows: &[String]) -> JudgeHealth {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(layout::WORK)).unwrap();
+        std::fs::write(dir.path().join(layout::JUDGMENTS), rows.concat()).unwrap();
+        judge_health(dir.path()).unwrap().unwrap()
+    }
+
+    #[test]
+    fn quote_rows_are_told_apart_and_their_verified_share_counted() {
+        let health = health_of(&[
+            row(
+                "a",
+                true,
+                "quoted; 2 of 3 nugget terms in the quote: x, y",
+                Some(("x y", true)),
+            ),
+            row(
+                "b",
+                false,
+                "the quote is not in the document",
+                Some(("z", false)),
+            ),
+            row("c", false, crate::pipeline::judge::NO_STATEMENT, None),
+        ]);
+        assert_eq!(health.verdict, "quote");
+        assert_eq!((health.quotes, health.quotes_verified), (2, 1));
+        assert_eq!(health.pairs, 3);
+        let page = crate::report::html::judge_health_page_section(&health);
+        assert!(page.contains("Quotes found in their document"), "{page}");
+        assert!(page.contains("50.0%"), "{page}");
+    }
+
+    #[test]
+    fn terms_and_generate_rows_keep_their_verdicts_and_show_no_quotes() {
+        let terms = health_of(&[row(
+            "a",
+            true,
+            "2 of 3 nugget terms in the document: x, y",
+            None,
+        )]);
+        assert_eq!(terms.verdict, "terms");
+        assert_eq!(terms.quotes, 0);
+        let generate = health_of(&[row("a", true, "the document names the flag", None)]);
+        assert_eq!(generate.verdict, "generate");
+        let page = crate::report::html::judge_health_page_section(&generate);
+        assert!(!page.contains("Evidence quotes"), "{page}");
+    }
 }

@@ -297,6 +297,9 @@ pub(crate) fn model_answer(request: &Value, constrained: bool) -> String {
     if title.contains("[messy]") && !repaired {
         return "Sure! The answer involves several facts, as explained above.".into();
     }
+    if first_user.contains("copy into \"quote\"") {
+        return quote_answer(first_user).to_string();
+    }
     if first_user.contains("grading notes") {
         // Nuggets: two facts, in a fenced block with chatter around.
         let t = title.replace(" [messy]", "");
@@ -323,6 +326,41 @@ pub(crate) fn model_answer(request: &Value, constrained: bool) -> String {
         "D1 looks at {{the code}}. Verdicts:\n{}",
         json!({ "judgments": judgments })
     )
+}
+
+/// A `quote` verdict's answer: the document's line sharing the most words of four letters or
+/// more with the fact (at least one) is quoted as is and called supported; none: `""` and not
+/// supported. A document holding `[invent]` gets the fact itself as its "quote" (a model
+/// inventing evidence), called supported.
+fn quote_answer(first_user: &str) -> Value {
+    let after = first_user.split_once(":\n").map_or("", |(_, rest)| rest);
+    let (document, rest) = after.split_once("\n\nFact: ").unwrap_or((after, ""));
+    let fact = rest.lines().next().unwrap_or("");
+    if document.contains("[invent]") {
+        return json!({"quote": fact, "supported": true});
+    }
+    let words = |text: &str| -> Vec<String> {
+        text.split(|c: char| c.is_whitespace() || "`\".,".contains(c))
+            .filter(|w| w.chars().count() >= 4)
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let fact_words = words(fact);
+    let best = document
+        .lines()
+        .map(|line| {
+            let shared = words(line)
+                .iter()
+                .filter(|w| fact_words.contains(w))
+                .count();
+            (shared, line)
+        })
+        .filter(|(shared, _)| *shared > 0)
+        .max_by_key(|(shared, _)| *shared);
+    match best {
+        Some((_, line)) => json!({"quote": line, "supported": true}),
+        None => json!({"quote": "", "supported": false}),
+    }
 }
 
 /// The texts of the documents `[D1]`, `[D2]`, ... of a judge prompt.
@@ -362,7 +400,9 @@ fn constrained_answer(request: &Value) -> String {
         .find_map(|l| l.strip_prefix("Question title: "))
         .unwrap_or("");
     let schema = &request["response_format"]["json_schema"]["schema"];
-    let answer = if schema["properties"].get("nuggets").is_some() {
+    let answer = if schema["properties"].get("quote").is_some() {
+        quote_answer(first_user)
+    } else if schema["properties"].get("nuggets").is_some() {
         json!({"nuggets": [format!("{title} needs ALPHA"), format!("{title} also needs BETA")]})
     } else if schema["properties"].get("sub_questions").is_some() {
         json!({"sub_questions": [format!("What is {title}?"), "How to configure it?"],

@@ -62,6 +62,15 @@ pub const JUDGE_POINTWISE: Prompt = Prompt {
     text: include_str!("judge-pointwise.v1.txt"),
 };
 
+/// One document and one nugget -> `{"quote": ..., "supported": ...}`: the document's sentence
+/// or line that states the nugget, then the verdict (the `quote` verdict; the quote is checked
+/// against the document). Document first, as in [`JUDGE_POINTWISE`]. Placeholders: `doc_id`,
+/// `document`, `nugget`.
+pub const JUDGE_QUOTE: Prompt = Prompt {
+    id: "judge-quote.v1",
+    text: include_str!("judge-quote.v1.txt"),
+};
+
 /// Follow-up when an answer cannot be parsed. Placeholders: `problem`, `format`.
 pub const REPAIR: Prompt = Prompt {
     id: "repair.v1",

@@ -15,6 +15,8 @@
 pub mod evidence;
 mod pointwise;
 
+pub use pointwise::{MAX_QUOTE_CHARS, NO_STATEMENT, quote_in_document, quote_schema};
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
@@ -33,7 +35,7 @@ use crate::dataset::{
     QueryId, Question, Shard, for_each_jsonl, read_jsonl_lines, read_questions,
 };
 use crate::error::{Error, Result};
-use crate::llm::prompts::{JUDGE, JUDGE_POINTWISE};
+use crate::llm::prompts::{JUDGE, JUDGE_POINTWISE, JUDGE_QUOTE};
 use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
 use crate::progress::Progress;
@@ -84,6 +86,11 @@ pub enum Verdict {
     /// No model: a pair is supported when the document holds at least `threshold` of the
     /// nugget's own terms ([`evidence`]).
     Terms,
+    /// One (document, nugget) pair per call: the model quotes the document's sentence or line
+    /// that states the nugget, then gives its verdict. A pair is supported when the model says
+    /// so, the quote is found in the document (whitespace normalised) and it holds at least
+    /// `threshold` of the nugget's own terms.
+    Quote,
 }
 
 impl Verdict {
@@ -93,6 +100,7 @@ impl Verdict {
             Self::Generate => "generate",
             Self::Probability => "probability",
             Self::Terms => "terms",
+            Self::Quote => "quote",
         }
     }
 
@@ -102,6 +110,7 @@ impl Verdict {
         match self {
             Self::Generate => &JUDGE,
             Self::Probability | Self::Terms => &JUDGE_POINTWISE,
+            Self::Quote => &JUDGE_QUOTE,
         }
     }
 
@@ -118,8 +127,9 @@ impl std::str::FromStr for Verdict {
             "generate" => Ok(Self::Generate),
             "probability" => Ok(Self::Probability),
             "terms" => Ok(Self::Terms),
+            "quote" => Ok(Self::Quote),
             other => Err(format!(
-                "unknown verdict {other:?} (expected generate, probability or terms)"
+                "unknown verdict {other:?} (expected generate, probability, terms or quote)"
             )),
         }
     }
@@ -535,6 +545,7 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
                     raw: None,
                     probability: None,
                     term_coverage: coverage,
+                    quote: None,
                 },
                 None => JudgmentRecord {
                     query_id: q.query_id.clone(),
@@ -546,6 +557,7 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
                     raw: Some(answer.raw.clone()),
                     probability: None,
                     term_coverage: None,
+                    quote: None,
                 },
             });
         }
@@ -759,7 +771,7 @@ pub(super) fn judge_carrying(
                     });
                 }
             }
-            Verdict::Probability | Verdict::Terms => {
+            Verdict::Probability | Verdict::Terms | Verdict::Quote => {
                 for doc in asked {
                     by_document
                         .entry(doc.id.as_str())
@@ -802,7 +814,7 @@ pub(super) fn judge_carrying(
                 rows.extend(result.rows);
             }
         }
-        Verdict::Probability | Verdict::Terms => {
+        Verdict::Probability | Verdict::Terms | Verdict::Quote => {
             progress.begin("judging documents", Some(documents_asked.len() as u64));
             let results = run_items(&documents_asked, workers, progress, |item| {
                 pointwise::judge_document(llm, config, item)
@@ -810,9 +822,15 @@ pub(super) fn judge_carrying(
             progress.finish();
             let results = results?;
             summary.stage.items = results.len() as u64;
-            summary.stage.ok = results.len() as u64;
             for result in results {
                 summary.documents_truncated += u64::from(result.truncated);
+                summary.stage.repairs += u64::from(result.counts.repairs);
+                summary.stage.schema_mismatches += u64::from(result.counts.schema_mismatches);
+                if result.rows.iter().any(|r| r.supported.is_none()) {
+                    summary.stage.failed += 1;
+                } else {
+                    summary.stage.ok += 1;
+                }
                 rows.extend(result.rows);
             }
         }
