@@ -240,6 +240,16 @@ impl AtomicWriter {
     }
 }
 
+/// Where the output `out` will be, links and `..` resolved: the path itself when it exists,
+/// else its resolved parent directory joined with its name; `None` when neither resolves.
+pub fn resolve_output_path(out: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(out).ok().or_else(|| {
+        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+        let parent = std::fs::canonicalize(parent.unwrap_or(Path::new("."))).ok()?;
+        Some(parent.join(out.file_name()?))
+    })
+}
+
 /// Refuses an output that would destroy or feed an input: `out` (a file or an output
 /// directory) naming the same file or directory as one of `inputs` (through any path or link),
 /// or lying inside an input that is a directory (the stage would read its own output back).
@@ -258,23 +268,7 @@ pub fn check_output_is_not_an_input(what: &str, out: &Path, inputs: &[&Path]) ->
     {
         return Ok(());
     }
-    // Where `out` will be: an existing directory resolved; otherwise its parent resolved and
-    // its own name kept.
-    let resolved_out = if out_meta.as_ref().is_some_and(std::fs::Metadata::is_dir) {
-        std::fs::canonicalize(out).ok()
-    } else {
-        match (out.parent(), out.file_name()) {
-            (Some(parent), Some(name)) => {
-                let parent = if parent.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    parent
-                };
-                std::fs::canonicalize(parent).ok().map(|p| p.join(name))
-            }
-            _ => None,
-        }
-    };
+    let resolved_out = resolve_output_path(out);
     for input in inputs {
         let Ok(in_meta) = std::fs::metadata(input) else {
             continue;

@@ -33,7 +33,9 @@ pub(crate) mod tempfiles;
 mod url;
 mod vectors;
 
-pub use atomic::{AtomicWriter, check_output_is_not_an_input, write_json_atomic};
+pub use atomic::{
+    AtomicWriter, check_output_is_not_an_input, resolve_output_path, write_json_atomic,
+};
 pub use document::{Document, DocumentMetadata, document_text};
 pub use encoder::{Embeddings, Encoder, TextKind};
 pub use fingerprint::{

@@ -352,10 +352,23 @@ impl Manifest {
     /// Fills [`Manifest::files`] from the files now under `dir` (recursively, sorted), skipping
     /// the manifest itself and the `hnsw/` caches.
     pub fn record_files(&mut self, dir: &Path) -> Result<()> {
-        let mut files = Vec::new();
-        collect_files(dir, dir, &mut files)?;
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        self.files = files;
+        let mut names = Vec::new();
+        walk_names(dir, dir, &mut names)?;
+        names.sort();
+        self.files = names
+            .into_iter()
+            .map(|rel| {
+                let path = dir.join(&rel);
+                let bytes = std::fs::metadata(&path)
+                    .map_err(|e| Error::io(&path, e))?
+                    .len();
+                Ok(FileInfo {
+                    path: rel,
+                    bytes,
+                    crc32: Some(crc32_file(&path)?),
+                })
+            })
+            .collect::<Result<_>>()?;
         Ok(())
     }
 
@@ -393,7 +406,8 @@ pub(crate) fn foreign_files(dir: &Path) -> Result<Vec<String>> {
     Ok(found)
 }
 
-/// The relative paths of the files under `dir` that [`collect_files`] would record.
+/// The relative paths of the files under `dir` that a manifest records (see [`is_recorded`];
+/// `hnsw/` caches are skipped).
 fn walk_names(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
@@ -418,31 +432,4 @@ fn relative_name(root: &Path, path: &Path) -> String {
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join("/")
-}
-
-fn collect_files(root: &Path, dir: &Path, out: &mut Vec<FileInfo>) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
-        if kind.is_dir() {
-            if name != "hnsw" {
-                collect_files(root, &path, out)?;
-            }
-            continue;
-        }
-        if !is_recorded(&name) {
-            continue;
-        }
-        let rel = relative_name(root, &path);
-        let bytes = entry.metadata().map_err(|e| Error::io(&path, e))?.len();
-        out.push(FileInfo {
-            path: rel,
-            bytes,
-            crc32: Some(crc32_file(&path)?),
-        });
-    }
-    Ok(())
 }

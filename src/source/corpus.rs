@@ -207,11 +207,7 @@ fn outputs_inside(root: &Path, outputs: &[PathBuf]) -> Vec<PathBuf> {
     outputs
         .iter()
         .filter_map(|out| {
-            let resolved = std::fs::canonicalize(out).ok().or_else(|| {
-                let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
-                let parent = std::fs::canonicalize(parent.unwrap_or(Path::new("."))).ok()?;
-                Some(parent.join(out.file_name()?))
-            })?;
+            let resolved = crate::dataset::resolve_output_path(out)?;
             resolved.strip_prefix(&root).ok().map(Path::to_path_buf)
         })
         .collect()
