@@ -24,7 +24,7 @@ shift $(( $# < 3 ? $# : 3 ))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(so_xml so_html questions corpus nuggets judgments trec_run qrels llm_answer gguf
-           safetensors npy manifest)
+           safetensors npy manifest build_config annotations)
 fi
 max_len() { case $1 in safetensors) echo 131072;; gguf) echo 524288;; *) echo 65536;; esac; }
 log=fuzz/target/campaign-$mode.log

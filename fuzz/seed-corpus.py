@@ -169,3 +169,67 @@ put("manifest", "index-v1.json", open("tests/fixtures/index-v1/manifest.json", "
 put("manifest", "index-manifest-v1.json", open("tests/fixtures/index-manifest-v1.json", "rb").read())
 for i, d in enumerate(indexes):
     put("manifest", f"built-{i}.json", open(os.path.join(d, "manifest.json"), "rb").read()[:MAX])
+
+# Build configs: the examples, the docs' TOML blocks, and one naming every section.
+for p in sorted(glob.glob("examples/*.toml")):
+    if "paper-results" not in p:
+        put("build_config", os.path.basename(p), open(p, "rb").read())
+for p in sorted(glob.glob("docs/*.md")):
+    blocks = re.findall(r"```toml\n(.*?)```", open(p).read(), re.S)
+    for i, block in enumerate(blocks):
+        put("build_config", f"{os.path.basename(p)}-{i}.toml", block)
+put("build_config", "every-section.toml", """topic = "demo"
+[questions]
+file = "questions.jsonl"
+since = "2023-01-01"
+until = "2024-12-31"
+tag_match = "any"
+[corpus]
+max_tokens = 2048
+exclude = ["*.lock", "vendor/**"]
+[corpus.repositories]
+"me/repo" = "checkout"
+[retrieval]
+pool_depth = 20
+fusion_depth = 100
+bm25 = true
+fusion = true
+dense = ["models/all-MiniLM-L6-v2"]
+[llm]
+base_url = "http://localhost:8000/v1"
+model = "m"
+temperature = 0.0
+timeout_seconds = 600
+cache = "work/llm-cache.sqlite"
+[judge]
+docs_per_call = 20
+context_tokens = 8192
+verdict = "quote"
+[rerank]
+model = "models/bge-reranker-base"
+depth = 100
+max_length = 512
+[nuggets]
+max_nuggets = 8
+[variants]
+max_sub_questions = 3
+[filter]
+require_all_nuggets_supported = true
+""")
+
+# Calibration annotations: one annotator's file of each shape the review page exports.
+put("annotations", "one-question.json", json.dumps({
+    "annotator": "a",
+    "questions": [{"query_id": "q1", "missing_nuggets": 1, "nuggets": [
+        {"nugget_id": "q1_0", "hallucinated": False, "minor_or_redundant": True},
+        {"nugget_id": "q1_1", "hallucinated": True, "minor_or_redundant": False}]}],
+    "pairs": [{"query_id": "q1", "nugget_id": "q1_0", "doc_id": "d1", "label": "relevant"},
+              {"query_id": "q1", "nugget_id": "q1_1", "doc_id": "d2", "label": "non_relevant"}]},
+    indent=1))
+put("annotations", "two-questions.json", json.dumps({
+    "annotator": "b",
+    "questions": [{"query_id": q, "missing_nuggets": 0, "nuggets": [
+        {"nugget_id": q + "_0", "hallucinated": False, "minor_or_redundant": False}]}
+        for q in ("q1", "q2")],
+    "pairs": [{"query_id": q, "nugget_id": q + "_0", "doc_id": d, "label": label}
+              for q in ("q1", "q2") for d, label in (("d1", "relevant"), ("d2", "partially_relevant"))]}))

@@ -16,6 +16,8 @@ use crate::dataset::{
 use crate::eval::{JudgmentsFormat, load_judgments};
 use crate::index::{MANIFEST_FILE, Manifest, read_corpus};
 use crate::llm::{LocalChat, parse};
+use crate::pipeline::BuildConfig;
+use crate::report::calibration::{Annotations, score};
 use crate::search::{QueryField, read_queries};
 use crate::source::stackoverflow::{Field, decode_entities, html_to_markdown, scan_reader};
 
@@ -49,11 +51,16 @@ pub enum Target {
     Npy,
     /// Index manifests ([`Manifest::read`]).
     Manifest,
+    /// Build configs ([`BuildConfig::load`]: TOML, every setting checked at load).
+    BuildConfig,
+    /// Calibration annotation files ([`Annotations::read`]), then scored alone and against
+    /// themselves ([`score`]).
+    Annotations,
 }
 
 impl Target {
     /// Every target, in campaign order.
-    pub const ALL: [Target; 13] = [
+    pub const ALL: [Target; 15] = [
         Target::SoXml,
         Target::SoHtml,
         Target::Questions,
@@ -67,6 +74,8 @@ impl Target {
         Target::Safetensors,
         Target::Npy,
         Target::Manifest,
+        Target::BuildConfig,
+        Target::Annotations,
     ];
 
     /// The target's name: its corpus folder under `fuzz/corpus/` and its `cargo fuzz` target.
@@ -85,6 +94,8 @@ impl Target {
             Target::Safetensors => "safetensors",
             Target::Npy => "npy",
             Target::Manifest => "manifest",
+            Target::BuildConfig => "build_config",
+            Target::Annotations => "annotations",
         }
     }
 
@@ -223,6 +234,19 @@ pub fn run(target: Target, data: &[u8], scratch: &Scratch) -> Result<(), String>
             std::fs::write(dir.join(MANIFEST_FILE), data)
                 .map_err(|e| format!("scratch write: {e}"))?;
             Manifest::read(&dir).map(drop).map_err(err)
+        }
+        Target::BuildConfig => {
+            let path = scratch.file("freshstack.toml", data)?;
+            BuildConfig::load(&path).map(drop).map_err(err)
+        }
+        Target::Annotations => {
+            let path = scratch.file("annotations.json", data)?;
+            let annotations = Annotations::read(&path).map_err(err)?;
+            let alone = [("a".to_string(), annotations.clone())];
+            std::hint::black_box(score(&alone));
+            let twice = [alone[0].clone(), ("b".to_string(), annotations)];
+            std::hint::black_box(score(&twice));
+            Ok(())
         }
     }
 }

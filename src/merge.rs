@@ -12,14 +12,14 @@
 
 use std::cmp::Ordering;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::{
     AtomicWriter, NpyWriter, QueryId, SHARD_FORMAT, ShardInfo, VectorMatrix,
-    check_output_is_not_an_input, ids_path, shard_info_path, write_ids,
+    check_output_is_not_an_input, ids_path, shard_info_path, write_ids_beside,
 };
 use crate::error::{Error, Result};
 
@@ -42,7 +42,11 @@ fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
     let mut infos = Vec::with_capacity(shards.len());
     for path in shards {
         let sidecar = shard_info_path(path);
-        let text = std::fs::read_to_string(&sidecar).map_err(|e| {
+        let text = crate::dataset::bounded::read_text(
+            &sidecar,
+            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+        )
+        .map_err(|e| {
             Error::invalid(
                 "merge",
                 format!(
@@ -153,7 +157,7 @@ struct KeyOnly {
 /// One shard's JSONL, read a line ahead.
 struct Cursor {
     path: PathBuf,
-    lines: std::io::Lines<BufReader<File>>,
+    lines: crate::dataset::bounded::Lines<BufReader<File>>,
     line_no: usize,
     /// The next line and its key.
     head: Option<(String, String)>,
@@ -165,7 +169,7 @@ impl Cursor {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut cursor = Self {
             path: path.to_path_buf(),
-            lines: BufReader::new(file).lines(),
+            lines: crate::dataset::bounded::lines(BufReader::new(file)),
             line_no: 0,
             head: None,
             rows: 0,
@@ -307,7 +311,8 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
             ));
         }
         let ids_path = ids_path(path);
-        let text = std::fs::read_to_string(&ids_path).map_err(|e| Error::io(&ids_path, e))?;
+        let text = crate::dataset::bounded::read_line_string(&ids_path)
+            .map_err(|e| Error::io(&ids_path, e))?;
         let shard_ids: Vec<&str> = text.lines().collect();
         if shard_ids.len() != this.rows() {
             return Err(Error::invalid(
@@ -351,6 +356,6 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
         writer.write_row_bytes(matrices[s as usize].row_bytes(row))?;
     }
     writer.finish()?;
-    write_ids(&ids_path(out), &ids)?;
+    write_ids_beside(out, &ids)?;
     Ok(total)
 }

@@ -26,6 +26,7 @@ mod rerank;
 mod shard;
 mod slurm;
 mod stackoverflow;
+mod streams;
 mod structured_output;
 mod support;
 mod util;

@@ -40,7 +40,9 @@ pub struct PaperRow {
 impl PaperResults {
     /// Reads and checks the TOML file: every row has one score per measure, for known topics.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text =
+            crate::dataset::bounded::read_text(path, crate::dataset::bounded::MAX_SETTINGS_BYTES)
+                .map_err(|e| Error::io(path, e))?;
         let results: PaperResults = toml::from_str(&text)
             .map_err(|e| Error::dataset(path, format!("not a paper-results file: {e}")))?;
         for row in &results.rows {

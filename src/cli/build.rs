@@ -157,7 +157,10 @@ fn print_summary(summary: &BuildSummary) {
     println!("report:    {out}/report.html, {out}/stats.json, {out}/results.json");
     println!("work:      {out}/work/ (stage outputs, LLM cache; rerun to resume)");
     let results = summary.out.join("results.json");
-    let Ok(text) = std::fs::read_to_string(&results) else {
+    let Ok(text) = freshstack::dataset::bounded::read_text(
+        &results,
+        freshstack::dataset::bounded::MAX_SIDE_FILE_BYTES,
+    ) else {
         return;
     };
     let Ok(pooling) = serde_json::from_str::<PoolingResults>(&text) else {

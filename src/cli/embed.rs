@@ -77,7 +77,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let report = embed_file(&job, &Bars::new())?;
     eprintln!(
         "embedded {} of {} {} with {} ({:?}, dim {}, max length {}): {} tokens, {} truncated; \
-         load {:.1}s, embed {:.1}s ({:.1} texts/s); wrote {} and {}",
+         load {:.1}s, embed {:.1}s ({:.1} texts/s); wrote {}{}",
         report.rows,
         report.input_rows,
         if report.kind == TextKind::Query {
@@ -95,7 +95,11 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         report.embed_seconds,
         report.rows as f64 / report.embed_seconds.max(1e-9),
         job.out.display(),
-        report.ids.display(),
+        report
+            .ids
+            .as_ref()
+            .map(|ids| format!(" and {}", ids.display()))
+            .unwrap_or_default(),
     );
     Ok(())
 }

@@ -134,14 +134,20 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
         } => {
             let json_schema = json_schema
                 .map(|path| -> anyhow::Result<serde_json::Value> {
-                    let text = std::fs::read_to_string(&path)
-                        .with_context(|| format!("{}", path.display()))?;
+                    let text = freshstack::dataset::bounded::read_text(
+                        &path,
+                        freshstack::dataset::bounded::MAX_SETTINGS_BYTES,
+                    )
+                    .with_context(|| format!("{}", path.display()))?;
                     serde_json::from_str(&text)
                         .with_context(|| format!("{}: not a JSON Schema", path.display()))
                 })
                 .transpose()?;
-            let prompt = std::fs::read_to_string(&prompt_file)
-                .with_context(|| format!("{}", prompt_file.display()))?;
+            let prompt = freshstack::dataset::bounded::read_text(
+                &prompt_file,
+                freshstack::dataset::bounded::MAX_SETTINGS_BYTES,
+            )
+            .with_context(|| format!("{}", prompt_file.display()))?;
             let chat = LocalChat::load_quantized(&gguf)?;
             let ids = if as_chat {
                 chat.encode(&chat.format().render(&[Message::user(prompt)]))?

@@ -208,15 +208,30 @@ fn resolve_links(path: &Path) -> std::io::Result<PathBuf> {
         match std::fs::symlink_metadata(&path) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 let link = std::fs::read_link(&path)?;
-                path = match path.parent() {
+                let next = match path.parent() {
                     Some(dir) => dir.join(link),
                     None => link,
                 };
+                // A kernel "magic" link (`/proc/self/fd/1` -> `pipe:[N]`) names no path, yet
+                // opens: the link itself is the target.
+                let dangling = matches!(std::fs::symlink_metadata(&next),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+                if dangling && std::fs::metadata(&path).is_ok() {
+                    return Ok(path);
+                }
+                path = next;
             }
             _ => return Ok(path),
         }
     }
     Err(std::io::Error::from_raw_os_error(libc::ELOOP))
+}
+
+/// Whether `path` (links followed) names a stream that is written in place rather than a file
+/// (a FIFO, a pipe, a character device such as `/dev/null`): outputs beside it (an `.ids`
+/// sidecar, a journal) have no place to go.
+pub fn is_stream_target(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir() && !is_socket(&m))
 }
 
 /// Writes `value` as pretty JSON to `path`, atomically.

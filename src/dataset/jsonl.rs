@@ -1,5 +1,5 @@
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
@@ -28,7 +28,7 @@ pub fn for_each_jsonl<T: DeserializeOwned>(
     mut each: impl FnMut(usize, T),
 ) -> Result<()> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
+    for (i, line) in super::bounded::lines(BufReader::new(file)).enumerate() {
         let line = line.map_err(|e| Error::io(path, e))?;
         if line.trim().is_empty() {
             continue;

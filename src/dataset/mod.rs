@@ -16,6 +16,7 @@
 //! ours.
 
 mod atomic;
+pub mod bounded;
 mod document;
 mod encoder;
 mod fingerprint;
@@ -34,7 +35,8 @@ mod url;
 mod vectors;
 
 pub use atomic::{
-    AtomicWriter, check_output_is_not_an_input, resolve_output_path, write_json_atomic,
+    AtomicWriter, check_output_is_not_an_input, is_stream_target, resolve_output_path,
+    write_json_atomic,
 };
 pub use document::{Document, DocumentMetadata, document_text};
 pub use encoder::{Embeddings, Encoder, TextKind};
@@ -58,6 +60,6 @@ pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
 pub use tempfiles::{OutputLock, STALE_AFTER, remove_temporaries_on_signals};
 pub use url::is_web_url;
 pub use vectors::{
-    NpyWriter, VectorDtype, VectorMatrix, ids_path, read_ids, read_npy_f32, write_ids, write_npy,
-    write_npy_matrix,
+    NpyWriter, VectorDtype, VectorMatrix, ids_path, read_ids, read_npy_f32, write_ids,
+    write_ids_beside, write_npy, write_npy_matrix,
 };

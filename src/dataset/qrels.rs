@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::Path;
 
 use super::atomic::AtomicWriter;
@@ -190,7 +190,7 @@ impl NuggetQrels {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut qrels = Self::new();
         let mut joined = String::new();
-        for (i, line) in BufReader::new(file).lines().enumerate() {
+        for (i, line) in super::bounded::lines(BufReader::new(file)).enumerate() {
             let line = line.map_err(|e| Error::io(path, e))?;
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.is_empty() || fields[0].starts_with('#') {

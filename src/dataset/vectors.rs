@@ -434,9 +434,25 @@ pub fn write_ids(path: &Path, ids: &[String]) -> Result<()> {
     out.commit()
 }
 
+/// Writes `ids` to the `.ids` file beside the matrix `npy` ([`ids_path`]), except when `npy` is
+/// a stream written in place (`/dev/null`, a FIFO): a sidecar such as `/dev/null.ids` would be a
+/// stray regular file, so the ids are not written and a warning says so. Returns where they went.
+pub fn write_ids_beside(npy: &Path, ids: &[String]) -> Result<Option<PathBuf>> {
+    if super::atomic::is_stream_target(npy) {
+        tracing::warn!(
+            "{} is not a regular file: the ids of its rows are not written",
+            npy.display()
+        );
+        return Ok(None);
+    }
+    let path = ids_path(npy);
+    write_ids(&path, ids)?;
+    Ok(Some(path))
+}
+
 /// Reads a `.ids` file: one id per line, blank lines are an error (they would shift rows).
 pub fn read_ids(path: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = super::bounded::read_line_string(path).map_err(|e| Error::io(path, e))?;
     let mut ids = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.is_empty() {
@@ -451,6 +467,21 @@ pub fn read_ids(path: &Path) -> Result<Vec<String>> {
 mod tests {
     use super::*;
     use std::str::FromStr;
+
+    #[test]
+    fn ids_beside_a_stream_are_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("vectors.npy");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        assert_eq!(write_ids_beside(&fifo, &["a".into()]).unwrap(), None);
+        assert!(!ids_path(&fifo).exists());
+        let file = dir.path().join("file.npy");
+        let written = write_ids_beside(&file, &["a".into()]).unwrap();
+        assert_eq!(written, Some(ids_path(&file)));
+        assert_eq!(std::fs::read_to_string(ids_path(&file)).unwrap(), "a\n");
+    }
 
     /// A version 1 file holding `dict`, its header padded with spaces and a newline to a
     /// multiple of `align` bytes (NumPy pads to 64; versions before 1.14 padded to 16), then

@@ -2,7 +2,6 @@
 //! in the reference schema ([`Question`]). Only ids and texts are kept; ids are JSON strings or
 //! numbers either way.
 
-use std::io::BufRead;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -49,7 +48,7 @@ pub fn read_embed_input(path: &Path) -> Result<EmbedInput> {
     let mut kind = None;
     let mut ids = Vec::new();
     let mut texts = Vec::new();
-    for (index, line) in reader.lines().enumerate() {
+    for (index, line) in crate::dataset::bounded::lines(reader).enumerate() {
         let number = index + 1;
         let line = line.map_err(|e| Error::io(path, e))?;
         if line.trim().is_empty() {

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use super::{EncoderOptions, InputKind, ModelDType, TextEncoder, read_embed_input, resolve_model};
 use crate::dataset::{
-    Encoder, Shard, ShardInfo, TextKind, VectorDtype, ids_path, write_ids, write_npy_matrix,
+    Encoder, Shard, ShardInfo, TextKind, VectorDtype, is_stream_target, write_ids_beside,
+    write_npy_matrix,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::progress::Progress;
 
 /// What [`embed_file`] embeds and where it writes.
@@ -20,7 +21,7 @@ pub struct EmbedJob {
     pub model: String,
     /// Corpus JSONL (`_id`, `title`, `text`) or queries JSONL (reference schema).
     pub input: PathBuf,
-    /// The matrix to write (`.npy`, rows in input order); the ids go to [`ids_path`] of it.
+    /// The matrix to write (`.npy`, rows in input order); the ids beside it ([`write_ids_beside`]).
     pub out: PathBuf,
     /// Template to apply; `None` takes it from the input's schema (documents or queries).
     pub kind: Option<TextKind>,
@@ -57,8 +58,9 @@ pub struct EmbedReport {
     pub load_seconds: f64,
     /// Seconds embedding, after loading.
     pub embed_seconds: f64,
-    /// The ids file written beside the matrix.
-    pub ids: PathBuf,
+    /// The ids file written beside the matrix (none when the matrix went to a stream such as
+    /// `/dev/null`).
+    pub ids: Option<PathBuf>,
 }
 
 /// Reads `job.input`, embeds its texts (all of them, or the rows of `job.shard`, computed
@@ -71,6 +73,15 @@ pub fn embed_file(job: &EmbedJob, progress: &dyn Progress) -> Result<EmbedReport
         InputKind::Queries => TextKind::Query,
     });
     let texts: Vec<&str> = input.texts.iter().map(String::as_str).collect();
+    if job.shard.is_some() && is_stream_target(&job.out) {
+        return Err(Error::invalid(
+            "out",
+            format!(
+                "{} is not a regular file: a shard's output needs one (its sidecar lies beside it)",
+                job.out.display()
+            ),
+        ));
+    }
 
     let files = resolve_model(&job.model)?;
     let started = Instant::now();
@@ -85,7 +96,6 @@ pub fn embed_file(job: &EmbedJob, progress: &dyn Progress) -> Result<EmbedReport
     };
     let embed_seconds = started.elapsed().as_secs_f64() - load_seconds;
 
-    let ids_file = ids_path(&job.out);
     let ids: Vec<String> = positions.iter().map(|&p| input.ids[p].clone()).collect();
     if let Some(shard) = job.shard {
         ShardInfo {
@@ -102,7 +112,7 @@ pub fn embed_file(job: &EmbedJob, progress: &dyn Progress) -> Result<EmbedReport
         .write(&job.out)?;
     }
     write_npy_matrix(&job.out, &embeddings.data, embeddings.dim, job.dtype)?;
-    write_ids(&ids_file, &ids)?;
+    let ids_file = write_ids_beside(&job.out, &ids)?;
     let manifest = encoder.manifest();
     Ok(EmbedReport {
         rows: positions.len(),

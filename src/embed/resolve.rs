@@ -137,7 +137,11 @@ fn model_files(name: &str, id: Option<String>, dir: &Path) -> Result<ModelFiles>
     let weights = if single.is_file() {
         vec![single]
     } else if index.is_file() {
-        let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
+        let text = crate::dataset::bounded::read_text(
+            &index,
+            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+        )
+        .map_err(|e| Error::io(&index, e))?;
         let parsed: ShardIndex = serde_json::from_str(&text)
             .map_err(|e| Error::model(name, format!("{}: {e}", index.display())))?;
         let shards: BTreeSet<&String> = parsed.weight_map.values().collect();

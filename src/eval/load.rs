@@ -46,7 +46,7 @@ struct NuggetView<'a> {
 
 /// Reads the judgments of a dataset's `queries.jsonl` (see the module docs).
 pub(crate) fn read_queries_jsonl(path: &Path) -> Result<Judgments> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::dataset::bounded::read_line_text(path).map_err(|e| Error::io(path, e))?;
     let text = String::from_utf8(bytes).map_err(|e| {
         let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;

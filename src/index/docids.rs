@@ -81,7 +81,8 @@ impl DocIds {
 
     /// Reads `ids.txt` (empty lines are removed ordinals).
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text =
+            crate::dataset::bounded::read_line_string(path).map_err(|e| Error::io(path, e))?;
         let ids = text.lines().map(str::to_string).collect();
         Self::with_removed(ids).map_err(|e| Error::index(path, format!("corrupt id list: {e}")))
     }

@@ -256,7 +256,10 @@ impl Manifest {
     /// differs from the build (by CRC-32) is a clear error. Every file is read once for that.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join(MANIFEST_FILE);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match crate::dataset::bounded::read_bytes(
+            &path,
+            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+        ) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::index(
@@ -392,7 +395,9 @@ fn is_recorded(name: &str) -> bool {
 /// replacing the directory would delete. Sorted; read without checking the manifest's seal.
 pub(crate) fn foreign_files(dir: &Path) -> Result<Vec<String>> {
     let path = dir.join(MANIFEST_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let text =
+        crate::dataset::bounded::read_text(&path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+            .map_err(|e| Error::io(&path, e))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| corrupt_manifest(&path, e))?;
     let listed: std::collections::BTreeSet<&str> = value["files"]

@@ -1,7 +1,6 @@
 //! Writing an index directory from a corpus (and precomputed vectors), atomically: everything
 //! is written into a temporary sibling directory, the manifest last, then renamed into place.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
@@ -129,7 +128,7 @@ pub fn read_corpus(path: &Path) -> Result<Vec<Document>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut docs = Vec::new();
     let mut first_line: FxHashMap<String, usize> = FxHashMap::default();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (i, line) in crate::dataset::bounded::lines(std::io::BufReader::new(file)).enumerate() {
         let line_no = i + 1;
         let line = line.map_err(|e| Error::io(path, e))?;
         if line.trim().is_empty() {

@@ -59,6 +59,13 @@ impl ResponseCache {
     /// Opens (creating when missing, with its directory) the cache at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        if std::fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
+            // SQLite keeps a journal beside its file: `/dev/null` would grow `/dev/null-wal`.
+            return Err(Error::Cache {
+                path,
+                message: "not a regular file (the cache is a SQLite database)".into(),
+            });
+        }
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
@@ -149,6 +156,19 @@ impl ResponseCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_that_is_not_a_regular_file_is_refused_without_a_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("cache.fifo");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let err = ResponseCache::open(&fifo).err().unwrap().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
 
     #[test]
     fn key_depends_on_every_part() {

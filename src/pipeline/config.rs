@@ -433,7 +433,9 @@ impl Default for FilterSection {
 impl BuildConfig {
     /// Reads and checks a config file; relative paths become relative to its directory.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text =
+            crate::dataset::bounded::read_text(path, crate::dataset::bounded::MAX_SETTINGS_BYTES)
+                .map_err(|e| Error::io(path, e))?;
         let base = path.parent().unwrap_or(Path::new(""));
         Self::parse(&text, path, base)
     }
@@ -583,11 +585,19 @@ impl BuildConfig {
             return bad("llm.gguf", format!("{} is not a file", gguf.display()));
         }
         if let Some(cache) = &self.llm.cache
-            && cache.is_dir()
+            && std::fs::metadata(cache).is_ok_and(|m| !m.is_file())
         {
             return bad(
                 "llm.cache",
-                format!("{} is a directory, not a cache file", cache.display()),
+                format!(
+                    "{} is {}, not a cache file",
+                    cache.display(),
+                    if cache.is_dir() {
+                        "a directory"
+                    } else {
+                        "not a regular file"
+                    }
+                ),
             );
         }
         if self.corpus.repositories.is_empty() {
@@ -812,6 +822,10 @@ model = "m"
             ),
             (
                 MINIMAL.replace("[llm]", "[llm]\ncache = \"src\""),
+                "llm.cache",
+            ),
+            (
+                MINIMAL.replace("[llm]", "[llm]\ncache = \"/dev/null\""),
                 "llm.cache",
             ),
             (

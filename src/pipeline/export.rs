@@ -9,7 +9,7 @@
 //! `manifest.json` (the settings, repositories and input hashes).
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -73,7 +73,7 @@ pub fn write_dataset(dir: &Path, filtered: &Filtered) -> Result<()> {
 pub fn copy_run_for(from: &Path, to: &Path, keep: &HashSet<&str>) -> Result<()> {
     let file = std::fs::File::open(from).map_err(|e| Error::io(from, e))?;
     let mut writer = AtomicWriter::create(to)?;
-    for line in BufReader::new(file).lines() {
+    for line in crate::dataset::bounded::lines(BufReader::new(file)) {
         let line = line.map_err(|e| Error::io(from, e))?;
         let qid = line.split_whitespace().next().unwrap_or("");
         if keep.contains(qid) {
@@ -127,7 +127,9 @@ impl Builder<'_> {
             ))
         })?;
         let path = self.path("filtering.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let text =
+            crate::dataset::bounded::read_text(&path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+                .map_err(|e| Error::io(&path, e))?;
         let counts: FilterCounts =
             serde_json::from_str(&text).map_err(|e| Error::parse(&path, 1, e.to_string()))?;
         self.questions_out = counts.questions_out;

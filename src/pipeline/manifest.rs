@@ -71,7 +71,9 @@ impl StageBook {
         fingerprint: &Fingerprint,
     ) -> Result<Option<BTreeMap<String, Fingerprint>>> {
         let path = self.manifest_path(stage);
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Ok(text) =
+            crate::dataset::bounded::read_text(&path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+        else {
             return Ok(None);
         };
         let Ok(manifest) = serde_json::from_str::<StageManifest>(&text) else {
@@ -93,7 +95,10 @@ impl StageBook {
     /// Whether `stage` finished (whatever its fingerprint) and its outputs are still as it left
     /// them.
     pub fn finished(&self, stage: &str) -> Result<bool> {
-        let Ok(text) = std::fs::read_to_string(self.manifest_path(stage)) else {
+        let Ok(text) = crate::dataset::bounded::read_text(
+            &self.manifest_path(stage),
+            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+        ) else {
             return Ok(false);
         };
         let Ok(manifest) = serde_json::from_str::<StageManifest>(&text) else {

@@ -95,7 +95,9 @@ impl Refresh {
             on_stage,
         )?;
         let path = self.out.join(layout::CHANGES);
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let text =
+            crate::dataset::bounded::read_text(&path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+                .map_err(|e| Error::io(&path, e))?;
         let changes = serde_json::from_str(&text)
             .map_err(|e| Error::parse(&path, e.line(), e.to_string()))?;
         Ok(RefreshSummary { build, changes })
@@ -186,7 +188,9 @@ fn check_finished(from: &Path) -> Result<()> {
 }
 
 fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text =
+        crate::dataset::bounded::read_text(path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+            .map_err(|e| Error::io(path, e))?;
     serde_json::from_str(&text).map_err(|e| Error::parse(path, e.line(), e.to_string()))
 }
 

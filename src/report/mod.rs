@@ -129,7 +129,10 @@ struct StatsFile<'a> {
 
 /// Reads the topic and repository names of `manifest.json` (absent: none).
 fn read_manifest(path: &Path) -> Result<(Option<String>, Vec<String>)> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::dataset::bounded::read_text(
+        path,
+        crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+    ) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, Vec::new())),
         Err(e) => return Err(Error::io(path, e)),
@@ -156,7 +159,10 @@ fn read_manifest(path: &Path) -> Result<(Option<String>, Vec<String>)> {
 /// Reads an optional JSON file of the dataset (`filtering.json`, `changes.json`): absent is
 /// `None`; a malformed one is an error naming the file, line and field.
 fn read_optional_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::dataset::bounded::read_text(
+        path,
+        crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+    ) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(path, e)),

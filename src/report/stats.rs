@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -165,18 +165,10 @@ pub(crate) fn count_docs(
     let mut counts: BTreeMap<String, usize> =
         manifest_repos.iter().map(|r| (r.clone(), 0)).collect();
     progress.begin("report: corpus", None);
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut line = String::new();
-    let mut line_no = 0usize;
-    loop {
-        line.clear();
-        let n = reader
-            .read_line(&mut line)
-            .map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        line_no += 1;
+    let reader = BufReader::with_capacity(1 << 20, file);
+    for (i, line) in crate::dataset::bounded::lines(reader).enumerate() {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        let line_no = i + 1;
         if line.trim().is_empty() {
             continue;
         }

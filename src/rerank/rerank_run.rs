@@ -2,7 +2,6 @@
 //! reordered; the documents past `k` keep their first-stage order below them.
 
 use std::collections::{HashMap, HashSet};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -237,7 +236,7 @@ struct CorpusRow {
 pub fn read_documents(path: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, String>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut out = HashMap::with_capacity(wanted.len());
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (i, line) in crate::dataset::bounded::lines(std::io::BufReader::new(file)).enumerate() {
         let line = line.map_err(|e| Error::io(path, e))?;
         if line.trim().is_empty() {
             continue;

@@ -3,7 +3,6 @@
 //! or BEIR queries (`_id`, `text`). A row with a `query_id` is a question, one with only an
 //! `_id` a BEIR query; ids are JSON strings or numbers either way ([`QueryId`]).
 
-use std::io::BufRead;
 use std::path::Path;
 
 use rustc_hash::FxHashMap;
@@ -78,7 +77,7 @@ pub fn read_queries(path: &Path, field: QueryField) -> Result<Vec<QueryItem>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut out = Vec::new();
     let mut seen: FxHashMap<QueryId, usize> = FxHashMap::default();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (i, line) in crate::dataset::bounded::lines(std::io::BufReader::new(file)).enumerate() {
         let line_no = i + 1;
         let line = line.map_err(|e| Error::io(path, e))?;
         if line.trim().is_empty() {

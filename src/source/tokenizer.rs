@@ -228,7 +228,9 @@ impl TokenCounter {
             TokenizerSpec::Tiktoken(kind) => return Ok((*kind).into()),
             TokenizerSpec::HuggingFace(path) => path,
         };
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes =
+            crate::dataset::bounded::read_bytes(path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+                .map_err(|e| Error::io(path, e))?;
         let bad = |message: String| Error::Resource {
             what: format!("tokenizer {spec}"),
             message,

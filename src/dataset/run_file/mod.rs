@@ -164,7 +164,8 @@ impl RunFile {
         let bytes = match mapped {
             Some(map) => Bytes::Mapped(map),
             None => {
-                let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+                let bytes = crate::dataset::bounded::read_line_text(path)
+                    .map_err(|e| Error::io(path, e))?;
                 Bytes::Owned(bytes)
             }
         };

@@ -218,7 +218,9 @@ fn short(value: &Value) -> String {
 impl Annotations {
     /// Reads and checks an `annotations.json` file.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text =
+            crate::dataset::bounded::read_text(path, crate::dataset::bounded::MAX_SETTINGS_BYTES)
+                .map_err(|e| Error::io(path, e))?;
         Self::parse(&text, path)
     }
 

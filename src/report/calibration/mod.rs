@@ -25,7 +25,7 @@ pub(super) mod score;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -147,7 +147,9 @@ pub struct SampledPair {
 impl CalibrationSample {
     /// Reads `sample.json`; a file of another format or version is an error naming it.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text =
+            crate::dataset::bounded::read_text(path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+                .map_err(|e| Error::io(path, e))?;
         let sample: Self =
             serde_json::from_str(&text).map_err(|e| Error::parse(path, e.line(), e.to_string()))?;
         if sample.format != SAMPLE_FORMAT || sample.version != SAMPLE_VERSION {
@@ -313,20 +315,14 @@ struct DocId<'a> {
 /// naming it).
 fn read_documents(path: &Path, wanted: &BTreeSet<&str>) -> Result<HashMap<String, Document>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let reader = BufReader::with_capacity(1 << 20, file);
     let mut found = HashMap::new();
-    let mut line = String::new();
-    let mut line_no = 0usize;
-    while found.len() < wanted.len() {
-        line.clear();
-        if reader
-            .read_line(&mut line)
-            .map_err(|e| Error::io(path, e))?
-            == 0
-        {
+    for (i, line) in crate::dataset::bounded::lines(reader).enumerate() {
+        if found.len() == wanted.len() {
             break;
         }
-        line_no += 1;
+        let line = line.map_err(|e| Error::io(path, e))?;
+        let line_no = i + 1;
         if line.trim().is_empty() {
             continue;
         }
