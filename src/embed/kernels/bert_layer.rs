@@ -114,10 +114,13 @@ impl CpuBertLayer {
     }
 
     /// The layer on right-padded `x` `[batch, seq, h]` whose row `i` has `lengths[i]` tokens.
+    /// `relative_bias` (MPNet), `[heads, 2 seq - 1]`: head `h`'s logit bias for
+    /// `key - query = d` at `h (2 seq - 1) + d + seq - 1`.
     pub fn forward(
         &self,
         x: &Tensor,
         lengths: &[usize],
+        relative_bias: Option<&[f32]>,
         attn_norm: &LayerNorm,
         out_norm: &LayerNorm,
     ) -> candle_core::Result<Tensor> {
@@ -126,6 +129,7 @@ impl CpuBertLayer {
         let ctx = qkv.apply_op1_no_bwd(&Attention {
             heads: self.heads,
             lengths,
+            relative_bias,
         })?;
         let attended = ctx.apply_op3_no_bwd(
             &self.attn_out.weight,
@@ -237,6 +241,8 @@ impl CustomOp3 for Project<'_> {
 struct Attention<'a> {
     heads: usize,
     lengths: &'a [usize],
+    /// See [`CpuBertLayer::forward`].
+    relative_bias: Option<&'a [f32]>,
 }
 
 impl CustomOp1 for Attention<'_> {
@@ -259,6 +265,16 @@ impl CustomOp1 for Attention<'_> {
         }
         let h = width / 3;
         let head_dim = h / self.heads;
+        let bias_width = (2 * seq).saturating_sub(1);
+        if let Some(bias) = self.relative_bias
+            && bias.len() != self.heads * bias_width
+        {
+            candle_core::bail!(
+                "attention: relative bias of {} for {} heads x {bias_width} offsets",
+                bias.len(),
+                self.heads
+            );
+        }
         let scale = 1.0 / (head_dim as f32).sqrt();
         let mut ctx = vec![0f32; batch * seq * h];
         // One task per batch row; its heads run in turn, each writing its own columns of the
@@ -271,29 +287,57 @@ impl CustomOp1 for Attention<'_> {
                 let mut scores = vec![0f32; len * len];
                 for head in 0..self.heads {
                     let col = head * head_dim;
-                    attend(row, len, width, h, col, head_dim, scale, &mut scores, out);
+                    let bias = self
+                        .relative_bias
+                        .map(|b| &b[head * bias_width..(head + 1) * bias_width]);
+                    let geometry = HeadGeometry {
+                        len,
+                        seq,
+                        width,
+                        h,
+                        col,
+                        head_dim,
+                        scale,
+                    };
+                    attend(row, &geometry, bias, &mut scores, out);
                 }
             });
         Ok((CpuStorage::F32(ctx), Shape::from((batch, seq, h))))
     }
 }
 
-/// One (batch row, head): softmax(Q K^T * scale) V over the first `len` positions of `row`
-/// (`[seq, width]`, Q at column `col`, K at `h + col`, V at `2h + col`), written to columns
-/// `col .. col + head_dim` of the first `len` rows of `out` (`[seq, h]`). `scores` holds
-/// `len x len` values.
-#[allow(clippy::too_many_arguments)]
-fn attend(
-    row: &[f32],
+/// Where one head's operands lie in a batch row: `len` real positions of `seq`, each `width`
+/// wide (Q at column `col`, K at `h + col`, V at `2h + col`, `head_dim` each).
+struct HeadGeometry {
     len: usize,
+    seq: usize,
     width: usize,
     h: usize,
     col: usize,
     head_dim: usize,
     scale: f32,
+}
+
+/// One (batch row, head): softmax(Q K^T * scale + bias) V over the first `len` positions of
+/// `row` (`[seq, width]`), written to columns `col .. col + head_dim` of the first `len` rows of
+/// `out` (`[seq, h]`). `bias`: `2 seq - 1` values by `key - query + seq - 1`. `scores` holds
+/// `len x len` values.
+fn attend(
+    row: &[f32],
+    geometry: &HeadGeometry,
+    bias: Option<&[f32]>,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    let &HeadGeometry {
+        len,
+        seq,
+        width,
+        h,
+        col,
+        head_dim,
+        scale,
+    } = geometry;
     if len == 0 {
         return;
     }
@@ -325,6 +369,14 @@ fn attend(
             false,
             Parallelism::None,
         );
+    }
+    if let Some(bias) = bias {
+        for (q, logits) in scores.chunks_exact_mut(len).enumerate() {
+            let row_bias = &bias[seq - 1 - q..][..len];
+            for (logit, b) in logits.iter_mut().zip(row_bias) {
+                *logit += b;
+            }
+        }
     }
     for probs in scores.chunks_exact_mut(len) {
         softmax_row(probs);

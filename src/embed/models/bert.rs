@@ -5,10 +5,13 @@
 //!
 //! RoBERTa differs from BERT only in its embeddings: positions count from `padding_idx + 1`
 //! (transformers' `create_position_ids_from_input_ids`; right padding makes real tokens
-//! `padding_idx + 1 + i`) and there is a single segment.
+//! `padding_idx + 1 + i`) and there is a single segment. MPNet (all-mpnet-base-v2) has
+//! RoBERTa's embeddings without segments, other tensor names, and one learned relative position
+//! bias ([`RelativePositionBias`]) added to every layer's attention logits.
 //!
-//! Paper: Devlin et al., *BERT* (2019); upstream: `transformers/models/bert/modeling_bert.py`,
-//! `transformers/models/xlm_roberta/modeling_xlm_roberta.py`.
+//! Papers: Devlin et al., *BERT* (2019); Song et al., *MPNet* (2020). Upstream:
+//! `transformers/models/bert/modeling_bert.py`, `xlm_roberta/modeling_xlm_roberta.py`,
+//! `mpnet/modeling_mpnet.py`.
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
@@ -48,6 +51,13 @@ pub struct BertConfig {
     /// Padding token id (RoBERTa positions start after it).
     #[serde(default)]
     pub pad_token_id: Option<usize>,
+    /// MPNet: buckets of the relative position bias.
+    #[serde(default = "default_relative_buckets")]
+    pub relative_attention_num_buckets: usize,
+}
+
+fn default_relative_buckets() -> usize {
+    32
 }
 
 fn default_type_vocab() -> usize {
@@ -66,15 +76,30 @@ fn default_position_type() -> String {
 struct Embeddings {
     word: Embedding,
     position: Embedding,
-    token_type: Embedding,
+    /// Segment embeddings (none in MPNet).
+    token_type: Option<Embedding>,
     norm: LayerNorm,
     /// First position id (0 for BERT, `padding_idx + 1` for RoBERTa).
     position_offset: usize,
 }
 
 impl Embeddings {
-    fn new(cfg: &BertConfig, vb: VarBuilder, position_offset: usize) -> candle_core::Result<Self> {
+    fn new(
+        cfg: &BertConfig,
+        vb: VarBuilder,
+        position_offset: usize,
+        segments: bool,
+    ) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
+        let token_type = if segments {
+            Some(candle_nn::embedding(
+                cfg.type_vocab_size,
+                h,
+                vb.pp("token_type_embeddings"),
+            )?)
+        } else {
+            None
+        };
         Ok(Self {
             position_offset,
             word: candle_nn::embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?,
@@ -83,11 +108,7 @@ impl Embeddings {
                 h,
                 vb.pp("position_embeddings"),
             )?,
-            token_type: candle_nn::embedding(
-                cfg.type_vocab_size,
-                h,
-                vb.pp("token_type_embeddings"),
-            )?,
+            token_type,
             norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("LayerNorm"))?,
         })
     }
@@ -106,11 +127,12 @@ impl Embeddings {
             .word
             .forward(input_ids)?
             .broadcast_add(&self.position.forward(&positions)?)?;
-        let x = match token_type_ids {
-            Some(types) => (x + self.token_type.forward(types)?)?,
-            None => {
+        let x = match (&self.token_type, token_type_ids) {
+            (None, _) => x,
+            (Some(table), Some(types)) => (x + table.forward(types)?)?,
+            (Some(table), None) => {
                 let zeros = Tensor::zeros(seq, candle_core::DType::U32, dev)?;
-                x.broadcast_add(&self.token_type.forward(&zeros)?)?
+                x.broadcast_add(&table.forward(&zeros)?)?
             }
         };
         self.norm.forward(&x)
@@ -134,20 +156,33 @@ struct Layer {
 }
 
 impl Layer {
-    fn new(cfg: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+    fn new(cfg: &BertConfig, vb: VarBuilder, flavor: BertFlavor) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let attn = vb.pp("attention");
         let on_cpu_f32 = matches!(vb.device(), Device::Cpu) && vb.dtype() == DType::F32;
-        let mut layer = Self {
-            query: candle_nn::linear(h, h, attn.pp("self").pp("query"))?,
-            key: candle_nn::linear(h, h, attn.pp("self").pp("key"))?,
-            value: candle_nn::linear(h, h, attn.pp("self").pp("value"))?,
-            attn_out: candle_nn::linear(h, h, attn.pp("output").pp("dense"))?,
-            attn_norm: candle_nn::layer_norm(
-                h,
-                cfg.layer_norm_eps,
+        // [query, key, value, output] and the attention LayerNorm, as each checkpoint names them.
+        let (names, attn_norm) = match flavor {
+            BertFlavor::Bert | BertFlavor::Roberta => (
+                [
+                    attn.pp("self").pp("query"),
+                    attn.pp("self").pp("key"),
+                    attn.pp("self").pp("value"),
+                    attn.pp("output").pp("dense"),
+                ],
                 attn.pp("output").pp("LayerNorm"),
-            )?,
+            ),
+            BertFlavor::MpNet => (
+                ["q", "k", "v", "o"].map(|n| attn.pp("attn").pp(n)),
+                attn.pp("LayerNorm"),
+            ),
+        };
+        let [query, key, value, attn_out] = names;
+        let mut layer = Self {
+            query: candle_nn::linear(h, h, query)?,
+            key: candle_nn::linear(h, h, key)?,
+            value: candle_nn::linear(h, h, value)?,
+            attn_out: candle_nn::linear(h, h, attn_out)?,
+            attn_norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, attn_norm)?,
             up: candle_nn::linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
             down: candle_nn::linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?,
             out_norm: candle_nn::layer_norm(
@@ -189,24 +224,38 @@ impl Layer {
             .contiguous()
     }
 
-    /// `lengths`: real tokens per row (right padding).
-    fn forward(&self, x: &Tensor, lengths: &[usize]) -> candle_core::Result<Tensor> {
+    /// `lengths`: real tokens per row (right padding); `bias`: the relative position bias of
+    /// this batch's length, if the model has one.
+    fn forward(
+        &self,
+        x: &Tensor,
+        lengths: &[usize],
+        bias: Option<&BatchBias>,
+    ) -> candle_core::Result<Tensor> {
         if let Some(cpu) = self.cpu.as_ref().filter(|_| CpuBertLayer::accepts(x)) {
-            return cpu.forward(x, lengths, &self.attn_norm, &self.out_norm);
+            let by_offset = bias.map(|b| b.by_offset.as_slice());
+            return cpu.forward(x, lengths, by_offset, &self.attn_norm, &self.out_norm);
         }
         let (b, t, h) = x.dims3()?;
         let q = self.split_heads(&self.query.forward(x)?)?;
         let k = self.split_heads(&self.key.forward(x)?)?;
         let v = self.split_heads(&self.value.forward(x)?)?;
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        let mut logits = q.matmul(&k.t()?)?;
+        if let Some(bias) = bias {
+            let full = bias.full(self.heads, t, logits.device())?;
+            let full = full.to_dtype(logits.dtype())?;
+            logits = (logits * f64::from(scale))?.broadcast_add(&full)?;
+        }
         let mask = AttnMask {
             key_lengths: lengths.to_vec(),
             query_len: t,
             causal: false,
             window: None,
-            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            scale: if bias.is_some() { 1.0 } else { scale },
             softcap: None,
         };
-        let probs = attention_probs(&q.matmul(&k.t()?)?, &mask)?.to_dtype(v.dtype())?;
+        let probs = attention_probs(&logits, &mask)?.to_dtype(v.dtype())?;
         let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
         let x = self
             .attn_norm
@@ -228,12 +277,97 @@ pub enum BertFlavor {
     Bert,
     /// (XLM-)RoBERTa: positions from `pad_token_id + 1`, weights at the root or under `roberta.`.
     Roberta,
+    /// MPNet: RoBERTa's positions, no segments, a relative position bias; weights at the root
+    /// or under `mpnet.`.
+    MpNet,
+}
+
+/// MPNet's relative position bias: a learned `[buckets, heads]` table indexed by the bucket of
+/// `key - query` (T5's bidirectional bucketing: exact up to 8 positions each way, then
+/// logarithmic up to 128), shared by every layer.
+struct RelativePositionBias {
+    /// `[buckets, heads]`, row-major.
+    table: Vec<f32>,
+    buckets: usize,
+    heads: usize,
+}
+
+/// The farthest relative position with a bucket of its own (transformers' `max_distance`).
+const MPNET_MAX_DISTANCE: usize = 128;
+
+impl RelativePositionBias {
+    /// The bucket of `relative` = key position - query position, computed in f32 as
+    /// transformers' `relative_position_bucket` does (so the boundaries agree).
+    fn bucket(&self, relative: i64) -> usize {
+        let half = self.buckets / 2;
+        let n = -relative;
+        let mut bucket = if n < 0 { half } else { 0 };
+        let n = n.unsigned_abs() as usize;
+        let max_exact = half / 2;
+        bucket += if n < max_exact {
+            n
+        } else {
+            let ratio = (n as f32 / max_exact as f32).ln()
+                / ((MPNET_MAX_DISTANCE as f64 / max_exact as f64).ln() as f32)
+                * (half - max_exact) as f32;
+            (max_exact + ratio as usize).min(half - 1)
+        };
+        bucket
+    }
+
+    /// The bias for a batch of length `seq`: `[heads, 2 seq - 1]`, head `h`'s value for
+    /// `key - query = d` at `h (2 seq - 1) + d + seq - 1`.
+    fn for_length(&self, seq: usize) -> BatchBias {
+        let width = (2 * seq).saturating_sub(1);
+        let mut by_offset = vec![0f32; self.heads * width];
+        for offset in 0..width {
+            let bucket = self.bucket(offset as i64 - seq as i64 + 1);
+            for head in 0..self.heads {
+                by_offset[head * width + offset] = self.table[bucket * self.heads + head];
+            }
+        }
+        BatchBias {
+            by_offset,
+            seq,
+            full: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+/// [`RelativePositionBias`] laid out for one batch length.
+struct BatchBias {
+    by_offset: Vec<f32>,
+    seq: usize,
+    /// `[1, heads, seq, seq]` for the tensor-op path, made on first use.
+    full: std::sync::OnceLock<Tensor>,
+}
+
+impl BatchBias {
+    fn full(&self, heads: usize, seq: usize, device: &Device) -> candle_core::Result<Tensor> {
+        if let Some(t) = self.full.get() {
+            return Ok(t.clone());
+        }
+        if seq != self.seq {
+            candle_core::bail!("relative bias made for length {}, used at {seq}", self.seq);
+        }
+        let width = (2 * seq).saturating_sub(1);
+        let mut data = Vec::with_capacity(heads * seq * seq);
+        for head in 0..heads {
+            for q in 0..seq {
+                let row = &self.by_offset[head * width + seq - 1 - q..][..seq];
+                data.extend_from_slice(row);
+            }
+        }
+        let t = Tensor::from_vec(data, (1, heads, seq, seq), device)?;
+        Ok(self.full.get_or_init(|| t).clone())
+    }
 }
 
 /// A BERT encoder: embeddings then `num_hidden_layers` post-norm transformer layers.
 pub struct BertModel {
     embeddings: Embeddings,
     layers: Vec<Layer>,
+    relative_bias: Option<RelativePositionBias>,
     hidden_size: usize,
     max_length: usize,
 }
@@ -254,6 +388,7 @@ impl BertModel {
         let (prefix, position_offset) = match flavor {
             BertFlavor::Bert => ("bert", 0),
             BertFlavor::Roberta => ("roberta", cfg.pad_token_id.unwrap_or(1) + 1),
+            BertFlavor::MpNet => ("mpnet", cfg.pad_token_id.unwrap_or(1) + 1),
         };
         if position_offset >= cfg.max_position_embeddings {
             candle_core::bail!("max_position_embeddings leaves no room after the padding offset");
@@ -263,13 +398,36 @@ impl BertModel {
         } else {
             vb
         };
-        let embeddings = Embeddings::new(cfg, vb.pp("embeddings"), position_offset)?;
+        let segments = flavor != BertFlavor::MpNet;
+        let embeddings = Embeddings::new(cfg, vb.pp("embeddings"), position_offset, segments)?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i)))
+            .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i), flavor))
             .collect::<candle_core::Result<Vec<_>>>()?;
+        let relative_bias = if flavor == BertFlavor::MpNet {
+            let buckets = cfg.relative_attention_num_buckets;
+            if buckets < 4 {
+                candle_core::bail!("relative_attention_num_buckets {buckets} is below 4");
+            }
+            let heads = cfg.num_attention_heads;
+            let table = vb
+                .pp("encoder")
+                .pp("relative_attention_bias")
+                .get((buckets, heads), "weight")?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            Some(RelativePositionBias {
+                table,
+                buckets,
+                heads,
+            })
+        } else {
+            None
+        };
         Ok(Self {
             embeddings,
             layers,
+            relative_bias,
             hidden_size: cfg.hidden_size,
             max_length: cfg.max_position_embeddings - position_offset,
         })
@@ -289,8 +447,10 @@ impl BertModel {
         lengths: &[usize],
     ) -> candle_core::Result<Tensor> {
         let mut x = self.embeddings.forward(input_ids, token_type_ids)?;
+        let (_, seq) = input_ids.dims2()?;
+        let bias = self.relative_bias.as_ref().map(|b| b.for_length(seq));
         for layer in &self.layers {
-            x = layer.forward(&x, lengths)?;
+            x = layer.forward(&x, lengths, bias.as_ref())?;
         }
         Ok(x)
     }
@@ -314,6 +474,12 @@ mod tests {
 
     /// A tiny random BERT (fixed seed through fastrand) as named tensors.
     fn random_weights(cfg: &BertConfig) -> HashMap<String, Tensor> {
+        random_weights_of(cfg, BertFlavor::Bert)
+    }
+
+    /// A tiny random model of `flavor`'s tensor names.
+    fn random_weights_of(cfg: &BertConfig, flavor: BertFlavor) -> HashMap<String, Tensor> {
+        let mpnet = flavor == BertFlavor::MpNet;
         let mut rng = fastrand::Rng::with_seed(11);
         let mut tensors = HashMap::new();
         let mut add = |name: String, shape: &[usize]| {
@@ -331,23 +497,47 @@ mod tests {
             "embeddings.position_embeddings.weight".into(),
             &[cfg.max_position_embeddings, h],
         );
-        add("embeddings.token_type_embeddings.weight".into(), &[2, h]);
+        if !mpnet {
+            add("embeddings.token_type_embeddings.weight".into(), &[2, h]);
+        } else {
+            add(
+                "encoder.relative_attention_bias.weight".into(),
+                &[cfg.relative_attention_num_buckets, cfg.num_attention_heads],
+            );
+        }
         add("embeddings.LayerNorm.weight".into(), &[h]);
         add("embeddings.LayerNorm.bias".into(), &[h]);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("encoder.layer.{l}");
+            let (q, k, v, o, attn_norm) = if mpnet {
+                (
+                    "attention.attn.q",
+                    "attention.attn.k",
+                    "attention.attn.v",
+                    "attention.attn.o",
+                    "attention.LayerNorm",
+                )
+            } else {
+                (
+                    "attention.self.query",
+                    "attention.self.key",
+                    "attention.self.value",
+                    "attention.output.dense",
+                    "attention.output.LayerNorm",
+                )
+            };
             for (name, out, inp) in [
-                ("attention.self.query", h, h),
-                ("attention.self.key", h, h),
-                ("attention.self.value", h, h),
-                ("attention.output.dense", h, h),
+                (q, h, h),
+                (k, h, h),
+                (v, h, h),
+                (o, h, h),
                 ("intermediate.dense", i, h),
                 ("output.dense", h, i),
             ] {
                 add(format!("{p}.{name}.weight"), &[out, inp]);
                 add(format!("{p}.{name}.bias"), &[out]);
             }
-            for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            for norm in [attn_norm, "output.LayerNorm"] {
                 add(format!("{p}.{norm}.weight"), &[h]);
                 add(format!("{p}.{norm}.bias"), &[h]);
             }
@@ -398,5 +588,85 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// transformers' `MPNetEncoder.relative_position_bucket` on these offsets (key - query),
+    /// 32 buckets, max distance 128.
+    #[test]
+    fn mpnet_buckets_match_transformers() {
+        let bias = RelativePositionBias {
+            table: Vec::new(),
+            buckets: 32,
+            heads: 0,
+        };
+        let offsets = [
+            -300, -129, -128, -127, -65, -64, -63, -33, -32, -31, -17, -16, -15, -9, -8, -7, -1, 0,
+            1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 300,
+        ];
+        let expected = [
+            15, 15, 15, 15, 14, 14, 13, 12, 12, 11, 10, 10, 9, 8, 8, 7, 1, 0, 17, 23, 24, 24, 25,
+            26, 26, 27, 28, 28, 29, 30, 30, 31, 31, 31, 31,
+        ];
+        let got: Vec<usize> = offsets.iter().map(|&d| bias.bucket(d)).collect();
+        assert_eq!(got, expected);
+    }
+
+    /// MPNet's fast path (relative bias added in the fused attention) equals the tensor-op
+    /// path (bias as a `[1, heads, seq, seq]` tensor) on every real position.
+    #[test]
+    fn mpnet_cpu_fast_path_matches_candle_ops() {
+        let cfg: BertConfig = serde_json::from_value(serde_json::json!({
+            "vocab_size": 50, "hidden_size": 24, "num_hidden_layers": 2,
+            "num_attention_heads": 3, "intermediate_size": 40, "layer_norm_eps": 1e-5,
+            "max_position_embeddings": 40, "pad_token_id": 1,
+            "relative_attention_num_buckets": 32,
+        }))
+        .unwrap();
+        let weights = random_weights_of(&cfg, BertFlavor::MpNet);
+        let vb = VarBuilder::from_tensors(weights, DType::F32, &Device::Cpu);
+        let fast = BertModel::load(&cfg, vb.clone(), BertFlavor::MpNet).unwrap();
+        let mut plain = BertModel::load(&cfg, vb, BertFlavor::MpNet).unwrap();
+        for layer in &mut plain.layers {
+            layer.cpu = None;
+        }
+        assert_eq!(fast.max_length(), 38);
+        let lengths = [20usize, 11, 1];
+        let ids: Vec<u32> = (0..60u32).map(|i| (i * 7 + 3) % 50).collect();
+        let ids = Tensor::from_vec(ids, (3, 20), &Device::Cpu).unwrap();
+        let a = fast
+            .forward(&ids, &lengths)
+            .unwrap()
+            .to_vec3::<f32>()
+            .unwrap();
+        let b = plain
+            .forward(&ids, &lengths)
+            .unwrap()
+            .to_vec3::<f32>()
+            .unwrap();
+        for (row, &len) in lengths.iter().enumerate() {
+            for pos in 0..len {
+                for (x, y) in a[row][pos].iter().zip(&b[row][pos]) {
+                    assert!((x - y).abs() < 1e-5, "row {row} pos {pos}: {x} vs {y}");
+                }
+            }
+        }
+        // The bias changes the output: without it the same weights give other states.
+        let mut unbiased = BertModel::load(
+            &cfg,
+            VarBuilder::from_tensors(
+                random_weights_of(&cfg, BertFlavor::MpNet),
+                DType::F32,
+                &Device::Cpu,
+            ),
+            BertFlavor::MpNet,
+        )
+        .unwrap();
+        unbiased.relative_bias = None;
+        let c = unbiased
+            .forward(&ids, &lengths)
+            .unwrap()
+            .to_vec3::<f32>()
+            .unwrap();
+        assert!((a[0][3][0] - c[0][3][0]).abs() > 1e-6);
     }
 }

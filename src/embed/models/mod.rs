@@ -1,5 +1,5 @@
 //! One file per architecture, each mapping its `config.json` onto a forward pass that returns
-//! every position's final hidden state: BERT and XLM-RoBERTa ([`bert`]), and the decoders
+//! every position's final hidden state: BERT, XLM-RoBERTa and MPNet ([`bert`]), and the decoders
 //! Mistral, Qwen2/Qwen3 and Gemma-2 over the shared machinery of [`decoder`]. Model files do no
 //! file or hub I/O (resolution is `embed::resolve`'s) and no pooling (`embed::pooling`'s); their
 //! CPU fast paths are in `embed::kernels`. [`build_backbone`] picks the file for an
@@ -44,12 +44,12 @@ pub(crate) fn build_backbone(
 ) -> Result<Box<dyn Backbone>> {
     let parse_err = |e: serde_json::Error| Error::model(name, format!("config.json: {e}"));
     let backbone: Box<dyn Backbone> = match arch {
-        Architecture::Bert | Architecture::XlmRoberta => {
+        Architecture::Bert | Architecture::XlmRoberta | Architecture::MpNet => {
             let cfg: BertConfig = serde_json::from_str(config).map_err(parse_err)?;
-            let flavor = if arch == Architecture::XlmRoberta {
-                BertFlavor::Roberta
-            } else {
-                BertFlavor::Bert
+            let flavor = match arch {
+                Architecture::XlmRoberta => BertFlavor::Roberta,
+                Architecture::MpNet => BertFlavor::MpNet,
+                _ => BertFlavor::Bert,
             };
             Box::new(BertModel::load(&cfg, vb, flavor).map_err(model_err(name))?)
         }

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/embed/minilm_reference.json: sentence-transformers' embeddings of ~20
-texts with models/all-MiniLM-L6-v2 (run scripts/setup.sh first), the parity reference for our
-candle BERT encoder. Needs torch + sentence-transformers in a venv outside the repo, e.g.
+"""Writes tests/fixtures/embed/NAME_reference.json: sentence-transformers' embeddings of ~20
+texts with a real model under models/ (scripts/setup.sh [--with-mpnet] fetches them), the parity
+reference for our native encoders. Needs torch + sentence-transformers in a venv outside the
+repo, e.g.
     python3 -m venv /work/venv-enc && /work/venv-enc/bin/pip install torch sentence-transformers
-    /work/venv-enc/bin/python scripts/gen_minilm_reference.py
+    /work/venv-enc/bin/python scripts/gen_encoder_reference.py all-MiniLM-L6-v2
+    /work/venv-enc/bin/python scripts/gen_encoder_reference.py all-mpnet-base-v2
 """
 import json
 import pathlib
+import sys
 
 from sentence_transformers import SentenceTransformer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
-OUT = ROOT / "tests" / "fixtures" / "embed" / "minilm_reference.json"
+# models/ directory -> fixture name.
+FIXTURES = {"all-MiniLM-L6-v2": "minilm", "all-mpnet-base-v2": "mpnet"}
 
 LONG = " ".join(
     f"Step {i}: run php artisan migrate --force and check the queue worker logs." for i in range(60)
@@ -42,17 +45,21 @@ TEXTS = [
 
 
 def main() -> None:
-    model = SentenceTransformer(str(MODEL), device="cpu")
+    if len(sys.argv) != 2 or sys.argv[1] not in FIXTURES:
+        sys.exit(f"usage: gen_encoder_reference.py {{{'|'.join(FIXTURES)}}}")
+    name = sys.argv[1]
+    model = SentenceTransformer(str(ROOT / "models" / name), device="cpu")
+    out = ROOT / "tests" / "fixtures" / "embed" / f"{FIXTURES[name]}_reference.json"
     vectors = model.encode(TEXTS, batch_size=4, normalize_embeddings=True, convert_to_numpy=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
-        "model": "sentence-transformers/all-MiniLM-L6-v2",
+        "model": f"sentence-transformers/{name}",
         "max_seq_length": model.max_seq_length,
         "texts": TEXTS,
         "vectors": [[round(float(v), 7) for v in row] for row in vectors],
     }
-    OUT.write_text(json.dumps(payload, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {len(TEXTS)} vectors of dim {vectors.shape[1]} to {OUT}")
+    out.write_text(json.dumps(payload, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {len(TEXTS)} vectors of dim {vectors.shape[1]} to {out}")
 
 
 if __name__ == "__main__":
