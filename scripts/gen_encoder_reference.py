@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/embed/NAME_reference.json: sentence-transformers' embeddings of ~20
-texts with a real model under models/ (scripts/setup.sh [--with-mpnet] fetches them), the parity
+texts with a real model under models/ (scripts/setup.sh [--with-encoders] fetches them), the parity
 reference for our native encoders. Needs torch + sentence-transformers in a venv outside the
 repo, e.g.
     python3 -m venv /work/venv-enc && /work/venv-enc/bin/pip install torch sentence-transformers

