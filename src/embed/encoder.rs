@@ -12,6 +12,7 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 use super::batch::{
     DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
+use super::dense_head::DenseHead;
 use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling};
 use super::models::{Backbone, build_backbone, model_err};
 use super::pooling::{l2_normalize, pool};
@@ -127,6 +128,8 @@ pub struct TextEncoder {
     /// EOS id to append after truncation, when the tokenizer does not add it itself.
     append_eos: Option<u32>,
     backbone: Box<dyn Backbone>,
+    /// sentence-transformers `Dense` modules after pooling (EmbeddingGemma).
+    dense: Option<DenseHead>,
     device: Device,
     max_batch_tokens: usize,
 }
@@ -227,7 +230,11 @@ impl TextEncoder {
         {
             return Err(Error::model(name, "hidden_size mismatch"));
         }
-        manifest.dim = backbone.hidden_size();
+        let dense = DenseHead::load(&files.dir, name, backbone.hidden_size(), &device)?;
+        manifest.dim = dense
+            .as_ref()
+            .and_then(DenseHead::out_features)
+            .unwrap_or(backbone.hidden_size());
         let max_batch_tokens = options
             .max_batch_tokens
             .unwrap_or(if matches!(device, Device::Cpu) {
@@ -242,6 +249,7 @@ impl TextEncoder {
             tokenizer,
             append_eos,
             backbone,
+            dense,
             device,
             max_batch_tokens,
         })
@@ -299,6 +307,10 @@ impl TextEncoder {
         let mask = Tensor::from_vec(flat_mask, (ids.len(), width), &self.device)?;
         let hidden = self.backbone.forward(&input, &lengths)?;
         let pooled = pool(&hidden, &mask, &lengths, self.manifest.pooling)?;
+        let pooled = match &self.dense {
+            Some(dense) => dense.forward(&pooled)?,
+            None => pooled,
+        };
         let pooled = if self.manifest.normalize {
             l2_normalize(&pooled)?
         } else {
@@ -462,6 +474,7 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
         None if architecture.is_decoder() => Pooling::LastToken,
         None => Pooling::Cls,
     };
+    let prompts = read_st_prompts(&files.dir);
     let max_length = read_st_max_length(&files.dir)
         .or(config.max_position_embeddings)
         .unwrap_or(512);
@@ -480,10 +493,31 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
             ModelDType::F32
         },
         append_eos: architecture.is_decoder(),
-        query_template: "{text}".to_string(),
-        document_template: "{text}".to_string(),
+        query_template: format!("{}{{text}}", prompts.query.unwrap_or_default()),
+        document_template: format!("{}{{text}}", prompts.document.unwrap_or_default()),
         task: super::manifest::FRESHSTACK_TASK.to_string(),
     })
+}
+
+/// The `query` and `document` prompts of `config_sentence_transformers.json`, when present.
+#[derive(Debug, Default, Deserialize)]
+struct StPrompts {
+    query: Option<String>,
+    document: Option<String>,
+}
+
+fn read_st_prompts(dir: &Path) -> StPrompts {
+    #[derive(Deserialize)]
+    struct StConfig {
+        #[serde(default)]
+        prompts: StPrompts,
+    }
+    let path = dir.join("config_sentence_transformers.json");
+    crate::dataset::bounded::read_text(&path, crate::dataset::bounded::MAX_SETTINGS_BYTES)
+        .ok()
+        .and_then(|text| serde_json::from_str::<StConfig>(&text).ok())
+        .map(|c| c.prompts)
+        .unwrap_or_default()
 }
 
 fn read_st_max_length(dir: &Path) -> Option<usize> {
@@ -515,4 +549,27 @@ fn adds_eos(tokenizer: &Tokenizer, eos: u32) -> bool {
     tokenizer
         .encode("a", true)
         .is_ok_and(|e| e.get_ids().last() == Some(&eos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentence_transformers_prompts_become_templates_when_present() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_st_prompts(dir.path()).query.is_none());
+        std::fs::write(
+            dir.path().join("config_sentence_transformers.json"),
+            r#"{"prompts": {"query": "task: search result | query: ", "document": "title: none | text: ",
+                "STS": "task: sentence similarity | query: "}, "default_prompt_name": null}"#,
+        )
+        .unwrap();
+        let prompts = read_st_prompts(dir.path());
+        assert_eq!(
+            prompts.query.as_deref(),
+            Some("task: search result | query: ")
+        );
+        assert_eq!(prompts.document.as_deref(), Some("title: none | text: "));
+    }
 }

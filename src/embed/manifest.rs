@@ -24,6 +24,8 @@ pub enum Architecture {
     Qwen3,
     /// Gemma-2 decoders (BGE-multilingual-Gemma2).
     Gemma2,
+    /// Gemma-3 text models, causal (harrier) or bidirectional (EmbeddingGemma).
+    Gemma3,
     /// (XLM-)RoBERTa bidirectional encoders (BGE-M3, bge-reranker-base / -v2-m3).
     #[serde(rename = "xlm-roberta")]
     XlmRoberta,
@@ -41,6 +43,7 @@ impl Architecture {
             "qwen2" => Self::Qwen2,
             "qwen3" => Self::Qwen3,
             "gemma2" => Self::Gemma2,
+            "gemma3_text" | "gemma3" => Self::Gemma3,
             "xlm-roberta" | "roberta" => Self::XlmRoberta,
             "mpnet" => Self::MpNet,
             _ => return None,
@@ -48,7 +51,8 @@ impl Architecture {
     }
 
     /// The `model_type`s [`Architecture::from_model_type`] knows, for messages.
-    pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, mistral, qwen2, qwen3, gemma2";
+    pub const SUPPORTED: &'static str =
+        "bert, xlm-roberta, mpnet, mistral, qwen2, qwen3, gemma2, gemma3_text";
 
     /// True for causal decoders (last-token pooling, EOS handling).
     pub fn is_decoder(self) -> bool {
@@ -180,6 +184,10 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../models/all-mpnet-base-v2.toml"),
     ),
     (
+        "embeddinggemma-300m",
+        include_str!("../../models/embeddinggemma-300m.toml"),
+    ),
+    (
         "bge-small-en-v1.5",
         include_str!("../../models/bge-small-en-v1.5.toml"),
     ),
@@ -286,12 +294,13 @@ mod tests {
             assert!(m.query_template.contains("{text}"), "{}", m.id);
             assert!(m.document_template.contains("{text}"), "{}", m.id);
             assert_eq!(m.task, FRESHSTACK_TASK, "{}", m.id);
-            assert_eq!(
-                m.architecture.is_decoder(),
-                m.pooling == Pooling::LastToken,
-                "{}",
-                m.id
-            );
+            // Causal decoders pool their last token; Gemma-3 may be bidirectional (EmbeddingGemma,
+            // mean pooled); encoders never pool the last token.
+            let last = m.pooling == Pooling::LastToken;
+            match m.architecture {
+                Architecture::Gemma3 => {}
+                arch => assert_eq!(arch.is_decoder(), last, "{}", m.id),
+            }
         }
     }
 

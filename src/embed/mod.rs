@@ -23,6 +23,7 @@
 //!   out, what `freshstack embed` calls).
 
 mod batch;
+mod dense_head;
 mod encoder;
 mod input;
 mod job;

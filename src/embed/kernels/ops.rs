@@ -17,7 +17,8 @@ pub struct AttnMask {
     pub query_len: usize,
     /// Keys after the query are hidden (decoders).
     pub causal: bool,
-    /// Only the last `window` keys up to the query are visible (sliding-window layers).
+    /// Sliding-window layers: only keys fewer than `window` positions from the query are
+    /// visible (before it when causal, on either side otherwise).
     pub window: Option<usize>,
     /// Multiplies the logits.
     pub scale: f32,
@@ -29,10 +30,14 @@ impl AttnMask {
     /// Visible key range `[lo, hi)` for query `q` of batch row `b`.
     fn range(&self, b: usize, q: usize) -> (usize, usize) {
         let len = self.key_lengths.get(b).copied().unwrap_or(0);
-        let hi = if self.causal { (q + 1).min(len) } else { len };
+        let hi = match (self.causal, self.window) {
+            (true, _) => (q + 1).min(len),
+            (false, Some(w)) => q.saturating_add(w).min(len),
+            (false, None) => len,
+        };
         let lo = match self.window {
-            Some(w) if self.causal => (q + 1).saturating_sub(w),
-            _ => 0,
+            Some(w) => (q + 1).saturating_sub(w),
+            None => 0,
         };
         (lo.min(hi), hi)
     }
@@ -333,6 +338,28 @@ impl CustomOp2 for SiluMulBf16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_hide_far_keys_before_the_query_or_on_both_sides() {
+        let mask = |causal| AttnMask {
+            key_lengths: vec![10],
+            query_len: 10,
+            causal,
+            window: Some(3),
+            scale: 1.0,
+            softcap: None,
+        };
+        // Causal: keys q-2..=q. Bidirectional: keys q-2..=q+2, within the row's 10 tokens.
+        assert_eq!(mask(true).range(0, 5), (3, 6));
+        assert_eq!(mask(false).range(0, 5), (3, 8));
+        assert_eq!(mask(false).range(0, 0), (0, 3));
+        assert_eq!(mask(false).range(0, 9), (7, 10));
+        let full = AttnMask {
+            window: None,
+            ..mask(false)
+        };
+        assert_eq!(full.range(0, 5), (0, 10));
+    }
 
     fn reference(logits: &[f32], mask: &AttnMask, keys: usize) -> Vec<f32> {
         let rows = logits.len() / keys / mask.key_lengths.len();

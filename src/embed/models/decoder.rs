@@ -60,7 +60,7 @@ pub struct DecoderSpec {
     pub activation: Activation,
     /// q/k/v projections carry biases (Qwen2).
     pub qkv_bias: bool,
-    /// Per-head RMSNorm on queries and keys before RoPE (Qwen3).
+    /// Per-head RMSNorm on queries and keys before RoPE (Qwen3; Gemma-3 with `(1 + w)`).
     pub qk_norm: bool,
     /// Gemma-2 layout: `(1 + w)` norms, extra post-attention / pre- and post-feed-forward norms,
     /// embeddings scaled by `sqrt(hidden_size)`.
@@ -69,8 +69,12 @@ pub struct DecoderSpec {
     pub attn_scale: f64,
     /// `tanh(x / cap) * cap` on attention logits (Gemma-2).
     pub attn_softcap: Option<f64>,
-    /// Sliding-window size per layer (`None`: full causal attention).
+    /// Sliding-window size per layer (`None`: full attention).
     pub sliding_window: Vec<Option<usize>>,
+    /// Causal attention (decoders); `false` lets every token see the whole text (EmbeddingGemma).
+    pub causal: bool,
+    /// RoPE base of the sliding-window layers when it differs from `rope_theta` (Gemma-3).
+    pub local_rope_theta: Option<f64>,
 }
 
 struct RmsNorm {
@@ -122,8 +126,18 @@ impl Attention {
         };
         let (q_norm, k_norm) = if spec.qk_norm {
             (
-                Some(RmsNorm::new(hd, spec.rms_norm_eps, false, vb.pp("q_norm"))?),
-                Some(RmsNorm::new(hd, spec.rms_norm_eps, false, vb.pp("k_norm"))?),
+                Some(RmsNorm::new(
+                    hd,
+                    spec.rms_norm_eps,
+                    spec.gemma,
+                    vb.pp("q_norm"),
+                )?),
+                Some(RmsNorm::new(
+                    hd,
+                    spec.rms_norm_eps,
+                    spec.gemma,
+                    vb.pp("k_norm"),
+                )?),
             )
         } else {
             (None, None)
@@ -278,16 +292,18 @@ struct Rope {
 }
 
 impl Rope {
-    /// Non-interleaved RoPE tables for positions `0..len` (rotate-half convention).
+    /// Non-interleaved RoPE tables of base `theta` for positions `0..len` (rotate-half
+    /// convention).
     fn new(
         spec: &DecoderSpec,
+        theta: f64,
         len: usize,
         dtype: DType,
         dev: &Device,
     ) -> candle_core::Result<Self> {
         let half = spec.head_dim / 2;
         let inv_freq: Vec<f32> = (0..half)
-            .map(|i| (1.0 / spec.rope_theta.powf(2.0 * i as f64 / spec.head_dim as f64)) as f32)
+            .map(|i| (1.0 / theta.powf(2.0 * i as f64 / spec.head_dim as f64)) as f32)
             .collect();
         let inv_freq = Tensor::from_vec(inv_freq, (1, half), dev)?;
         let positions = Tensor::arange(0u32, len as u32, dev)?
@@ -356,18 +372,26 @@ impl Backbone for DecoderModel {
                 Tensor::new((self.spec.hidden_size as f32).sqrt(), dev)?.to_dtype(self.dtype)?;
             x = x.broadcast_mul(&normalizer)?;
         }
-        let rope = Rope::new(&self.spec, t, self.dtype, dev)?;
+        let rope = Rope::new(&self.spec, self.spec.rope_theta, t, self.dtype, dev)?;
+        let local_rope = match self.spec.local_rope_theta {
+            Some(theta) => Some(Rope::new(&self.spec, theta, t, self.dtype, dev)?),
+            None => None,
+        };
         for layer in &self.layers {
-            // Right padding: causality alone keeps real queries off padding keys.
+            // Right padding: the key lengths keep real queries off padding keys.
             let mask = AttnMask {
                 key_lengths: lengths.to_vec(),
                 query_len: t,
-                causal: true,
+                causal: self.spec.causal,
                 window: layer.window,
                 scale: self.spec.attn_scale as f32,
                 softcap: self.spec.attn_softcap.map(|c| c as f32),
             };
-            x = layer.forward(&x, &rope, &mask)?;
+            let rope = match (&local_rope, layer.window) {
+                (Some(local), Some(_)) => local,
+                _ => &rope,
+            };
+            x = layer.forward(&x, rope, &mask)?;
         }
         self.norm.forward(&x)
     }

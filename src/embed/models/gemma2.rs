@@ -104,6 +104,8 @@ impl Gemma2Config {
                     }
                 },
             )?,
+            causal: true,
+            local_rope_theta: None,
         })
     }
 }

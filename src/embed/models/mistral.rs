@@ -84,6 +84,8 @@ impl MistralConfig {
                 self.sliding_window,
                 |_| self.sliding_window,
             )?,
+            causal: true,
+            local_rope_theta: None,
         })
     }
 }

@@ -1,13 +1,14 @@
 //! One file per architecture, each mapping its `config.json` onto a forward pass that returns
 //! every position's final hidden state: BERT, XLM-RoBERTa and MPNet ([`bert`]), and the decoders
-//! Mistral, Qwen2/Qwen3 and Gemma-2 over the shared machinery of [`decoder`]. Model files do no
-//! file or hub I/O (resolution is `embed::resolve`'s) and no pooling (`embed::pooling`'s); their
-//! CPU fast paths are in `embed::kernels`. [`build_backbone`] picks the file for an
-//! [`Architecture`].
+//! Mistral, Qwen2/Qwen3, Gemma-2 and Gemma-3 (also bidirectional) over the shared machinery of
+//! [`decoder`]. Model files do no file or hub I/O (resolution is `embed::resolve`'s) and no
+//! pooling (`embed::pooling`'s); their CPU fast paths are in `embed::kernels`.
+//! [`build_backbone`] picks the file for an [`Architecture`].
 
 mod bert;
 mod decoder;
 mod gemma2;
+mod gemma3;
 mod mistral;
 mod qwen;
 
@@ -16,6 +17,7 @@ use candle_nn::VarBuilder;
 
 pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
 use gemma2::Gemma2Config;
+use gemma3::Gemma3Config;
 use mistral::MistralConfig;
 use qwen::{QwenConfig, QwenVersion};
 
@@ -69,6 +71,10 @@ pub(crate) fn build_backbone(
         Architecture::Gemma2 => {
             let cfg: Gemma2Config = serde_json::from_str(config).map_err(parse_err)?;
             Box::new(gemma2::load(&cfg, vb).map_err(model_err(name))?)
+        }
+        Architecture::Gemma3 => {
+            let cfg: Gemma3Config = serde_json::from_str(config).map_err(parse_err)?;
+            Box::new(gemma3::load(&cfg, vb).map_err(model_err(name))?)
         }
     };
     Ok(backbone)

@@ -111,6 +111,8 @@ impl QwenConfig {
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
             attn_softcap: None,
             sliding_window,
+            causal: true,
+            local_rope_theta: None,
         })
     }
 }
