@@ -86,6 +86,62 @@ fn embeddinggemma_matches_sentence_transformers() {
     matches_sentence_transformers(&dir, &reference, 768, 0);
 }
 
+/// Matryoshka: `dimensions: 256` gives sentence-transformers' `truncate_dim=256` vectors (the
+/// first 256 values, renormalised); a width the card does not list, or a model with none, is
+/// refused.
+#[test]
+fn matryoshka_dimensions_cut_and_renormalise_only_listed_widths() {
+    let Some(dir) = real_model_dir("embeddinggemma-300m", "scripts/setup.sh --with-encoders")
+    else {
+        return;
+    };
+    let reference = reference_of("embeddinggemma");
+    let options = EncoderOptions {
+        dimensions: Some(256),
+        ..EncoderOptions::default()
+    };
+    let encoder = load(&dir, &options);
+    assert_eq!(encoder.dim(), 256);
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).take(6).collect();
+    let got = encoder
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    let cut: Vec<Vec<f32>> = reference.vectors[..6]
+        .iter()
+        .map(|v| {
+            let norm = v[..256].iter().map(|x| x * x).sum::<f32>().sqrt();
+            v[..256].iter().map(|x| x / norm).collect()
+        })
+        .collect();
+    close_to(&got, &cut, "document at 256");
+    let files = resolve_model(dir.to_str().unwrap()).unwrap();
+    let refused = |options: &EncoderOptions| {
+        TextEncoder::load(&files, options)
+            .err()
+            .expect("refused")
+            .to_string()
+    };
+    let err = refused(&EncoderOptions {
+        dimensions: Some(300),
+        ..EncoderOptions::default()
+    });
+    assert!(err.contains("768, 512, 256, 128"), "{err}");
+    if let Some(minilm) = minilm_dir() {
+        let files = resolve_model(minilm.to_str().unwrap()).unwrap();
+        let err = TextEncoder::load(
+            &files,
+            &EncoderOptions {
+                dimensions: Some(128),
+                ..EncoderOptions::default()
+            },
+        )
+        .err()
+        .expect("refused")
+        .to_string();
+        assert!(err.contains("defines no Matryoshka widths"), "{err}");
+    }
+}
+
 /// The model in `dir` embeds the reference texts as sentence-transformers did (cosine >= 0.9999
 /// and within 1e-4 per value), in several padded batches, `truncated` of them cut at the model's
 /// length; as queries too when the reference has query vectors.

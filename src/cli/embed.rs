@@ -53,6 +53,10 @@ pub struct EmbedArgs {
     /// Query template override (`{task}` and `{text}` are substituted).
     #[arg(long)]
     query_template: Option<String>,
+    /// Matryoshka truncation: keep the first N values of each vector and renormalise (N: one of
+    /// the widths the model's card lists).
+    #[arg(long, value_name = "N")]
+    dimensions: Option<usize>,
 }
 
 pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
@@ -71,6 +75,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
             pooling: args.pooling,
             query_template: args.query_template,
             task: args.task,
+            dimensions: args.dimensions,
             ..EncoderOptions::default()
         },
     };

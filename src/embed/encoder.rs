@@ -86,6 +86,9 @@ pub struct EncoderOptions {
     pub document_template: Option<String>,
     /// Task description override.
     pub task: Option<String>,
+    /// Matryoshka truncation: keep the first N values of each vector, then renormalise; N must
+    /// be one of the widths the model's card lists.
+    pub dimensions: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -130,6 +133,8 @@ pub struct TextEncoder {
     backbone: Box<dyn Backbone>,
     /// sentence-transformers `Dense` modules after pooling (EmbeddingGemma).
     dense: Option<DenseHead>,
+    /// The Matryoshka width vectors are cut to, when asked.
+    dimensions: Option<usize>,
     device: Device,
     max_batch_tokens: usize,
 }
@@ -235,6 +240,19 @@ impl TextEncoder {
             .as_ref()
             .and_then(DenseHead::out_features)
             .unwrap_or(backbone.hidden_size());
+        if let Some(n) = options.dimensions {
+            if !manifest.matryoshka.contains(&n) || n > manifest.dim {
+                let widths = if manifest.matryoshka.is_empty() {
+                    "the model defines no Matryoshka widths".to_string()
+                } else {
+                    let listed: Vec<String> =
+                        manifest.matryoshka.iter().map(|w| w.to_string()).collect();
+                    format!("the model's Matryoshka widths are {}", listed.join(", "))
+                };
+                return Err(Error::invalid("dimensions", format!("{n}: {widths}")));
+            }
+            manifest.dim = n;
+        }
         let max_batch_tokens = options
             .max_batch_tokens
             .unwrap_or(if matches!(device, Device::Cpu) {
@@ -250,9 +268,15 @@ impl TextEncoder {
             append_eos,
             backbone,
             dense,
+            dimensions: options.dimensions,
             device,
             max_batch_tokens,
         })
+    }
+
+    /// The Matryoshka width vectors are cut to (`EncoderOptions::dimensions`), if any.
+    pub fn dimensions(&self) -> Option<usize> {
+        self.dimensions
     }
 
     /// The effective manifest (after overrides).
@@ -310,6 +334,13 @@ impl TextEncoder {
         let pooled = match &self.dense {
             Some(dense) => dense.forward(&pooled)?,
             None => pooled,
+        };
+        // Matryoshka: the leading values, renormalised below (the model's own normalisation
+        // came before the cut in sentence-transformers too, so the result is the same).
+        let pooled = if pooled.dim(1)? > self.manifest.dim {
+            pooled.narrow(1, 0, self.manifest.dim)?
+        } else {
+            pooled
         };
         let pooled = if self.manifest.normalize {
             l2_normalize(&pooled)?
@@ -487,6 +518,7 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
         normalize: true,
         max_length,
         dim: config.hidden_size.unwrap_or(0),
+        matryoshka: Vec::new(),
         dtype: if architecture.is_decoder() {
             ModelDType::Bf16
         } else {

@@ -135,7 +135,7 @@ pub fn embed_file(job: &EmbedJob, progress: &dyn Progress) -> Result<EmbedReport
 /// the batches, so the shards' rows) and the template.
 fn shard_settings(encoder: &TextEncoder, out_dtype: VectorDtype, kind: TextKind) -> String {
     let manifest = encoder.manifest();
-    format!(
+    let mut settings = format!(
         "model={} model_dtype={:?} out_dtype={} max_length={} max_batch_tokens={} kind={kind:?} \
          pooling={:?} query_template={:?} document_template={:?} task={:?}",
         manifest.id,
@@ -147,5 +147,9 @@ fn shard_settings(encoder: &TextEncoder, out_dtype: VectorDtype, kind: TextKind)
         manifest.query_template,
         manifest.document_template,
         manifest.task,
-    )
+    );
+    if let Some(n) = encoder.dimensions() {
+        settings.push_str(&format!(" dimensions={n}"));
+    }
+    settings
 }

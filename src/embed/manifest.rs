@@ -161,6 +161,10 @@ pub struct ModelManifest {
     pub max_length: usize,
     /// Output dimension.
     pub dim: usize,
+    /// Matryoshka widths the model was trained to be cut to (`--dimensions`), largest first;
+    /// empty when it defines none.
+    #[serde(default)]
+    pub matryoshka: Vec<usize>,
     /// Default weight/compute dtype.
     pub dtype: ModelDType,
     /// Append the tokenizer's EOS token when its post-processor did not (decoders).

@@ -130,6 +130,7 @@ pub(crate) fn recorded_options(
         document_template: Some(model.document_template.clone()),
         task: Some(model.task.clone()),
         manifest: None,
+        dimensions: None,
     })
 }
 
