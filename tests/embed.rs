@@ -450,9 +450,9 @@ fn tiny_decoder(arch: &str, dtype: ModelDType) -> (TextEncoder, DecoderReference
     (load(&dir, &options), reference)
 }
 
-/// Our forward pass of a tiny decoder (batched, right padded) must match `transformers`' (one
-/// text at a time).
-fn decoder_parity(arch: &str) {
+/// Our forward pass of a tiny random model (batched, right padded) must match `transformers'`
+/// (one text at a time): the decoders pool their last token, ModernBERT its first.
+fn tiny_model_parity(arch: &str) {
     let (encoder, reference) = tiny_decoder(arch, ModelDType::F32);
     let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
     let got = encoder
@@ -515,26 +515,33 @@ fn decoders_in_bf16_stay_close_to_f32() {
 
 #[test]
 fn mistral_matches_transformers() {
-    decoder_parity("mistral");
+    tiny_model_parity("mistral");
 }
 
 #[test]
 fn qwen2_matches_transformers() {
-    decoder_parity("qwen2");
+    tiny_model_parity("qwen2");
 }
 
 #[test]
 fn qwen3_matches_transformers() {
-    decoder_parity("qwen3");
+    tiny_model_parity("qwen3");
 }
 
 #[test]
 fn gemma2_matches_transformers() {
-    decoder_parity("gemma2");
+    tiny_model_parity("gemma2");
+}
+
+/// ModernBERT (GTE-ModernBERT's architecture): alternating global and local (windowed)
+/// bidirectional layers, a RoPE base per layer type, GeGLU, CLS pooling.
+#[test]
+fn modernbert_matches_transformers() {
+    tiny_model_parity("modernbert");
 }
 
 /// Causal Gemma-3 (harrier's architecture): (1 + w) q/k norms, a RoPE base per layer type.
 #[test]
 fn gemma3_matches_transformers() {
-    decoder_parity("gemma3");
+    tiny_model_parity("gemma3");
 }

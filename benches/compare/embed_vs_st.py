@@ -32,11 +32,22 @@ from sentence_transformers import SentenceTransformer
 t0 = time.perf_counter()
 model = SentenceTransformer(sys.argv[1], device="cpu")
 model.max_seq_length = int(sys.argv[4])
-texts = [json.loads(l)["text"] for l in open(sys.argv[2], encoding="utf-8") if l.strip()]
+def document_text(row):
+    # As `freshstack embed` reads a corpus row: title + " " + text, or the non-blank one.
+    title, text = row.get("title") or "", row.get("text") or ""
+    if title.strip() and text.strip():
+        return title + " " + text
+    return text if text.strip() else title
+texts = [document_text(json.loads(l)) for l in open(sys.argv[2], encoding="utf-8") if l.strip()]
 t1 = time.perf_counter()
-vectors = model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+# A model with retrieval prompts (EmbeddingGemma) embeds documents with its document prompt, as
+# `freshstack embed` does with a corpus.
+prompt = "document" if "document" in (getattr(model, "prompts", None) or {}) else None
+vectors = model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+                       prompt_name=prompt)
 t2 = time.perf_counter()
-tokens = sum(min(len(model.tokenizer(t)["input_ids"]), model.max_seq_length) for t in texts)
+prefix = model.prompts[prompt] if prompt else ""
+tokens = sum(min(len(model.tokenizer(prefix + t)["input_ids"]), model.max_seq_length) for t in texts)
 np.save(sys.argv[5], vectors.astype(np.float32))
 print(json.dumps({"load_s": t1 - t0, "embed_s": t2 - t1, "tokens": tokens}))
 """

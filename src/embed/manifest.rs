@@ -32,6 +32,9 @@ pub enum Architecture {
     /// MPNet bidirectional encoders (all-mpnet-base-v2).
     #[serde(rename = "mpnet")]
     MpNet,
+    /// ModernBERT bidirectional encoders (GTE-ModernBERT).
+    #[serde(rename = "modernbert")]
+    ModernBert,
 }
 
 impl Architecture {
@@ -46,17 +49,21 @@ impl Architecture {
             "gemma3_text" | "gemma3" => Self::Gemma3,
             "xlm-roberta" | "roberta" => Self::XlmRoberta,
             "mpnet" => Self::MpNet,
+            "modernbert" => Self::ModernBert,
             _ => return None,
         })
     }
 
     /// The `model_type`s [`Architecture::from_model_type`] knows, for messages.
     pub const SUPPORTED: &'static str =
-        "bert, xlm-roberta, mpnet, mistral, qwen2, qwen3, gemma2, gemma3_text";
+        "bert, xlm-roberta, mpnet, modernbert, mistral, qwen2, qwen3, gemma2, gemma3_text";
 
     /// True for causal decoders (last-token pooling, EOS handling).
     pub fn is_decoder(self) -> bool {
-        !matches!(self, Self::Bert | Self::XlmRoberta | Self::MpNet)
+        !matches!(
+            self,
+            Self::Bert | Self::XlmRoberta | Self::MpNet | Self::ModernBert
+        )
     }
 
     /// The first position id of a right-padded input: `padding_idx + 1` where positions count

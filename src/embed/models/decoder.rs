@@ -286,24 +286,25 @@ impl Layer {
     }
 }
 
-struct Rope {
-    cos: Tensor,
-    sin: Tensor,
+/// RoPE cos/sin tables (shared with the encoders that rotate positions, such as ModernBERT).
+pub(super) struct Rope {
+    pub(super) cos: Tensor,
+    pub(super) sin: Tensor,
 }
 
 impl Rope {
     /// Non-interleaved RoPE tables of base `theta` for positions `0..len` (rotate-half
     /// convention).
-    fn new(
-        spec: &DecoderSpec,
+    pub(super) fn new(
+        head_dim: usize,
         theta: f64,
         len: usize,
         dtype: DType,
         dev: &Device,
     ) -> candle_core::Result<Self> {
-        let half = spec.head_dim / 2;
+        let half = head_dim / 2;
         let inv_freq: Vec<f32> = (0..half)
-            .map(|i| (1.0 / theta.powf(2.0 * i as f64 / spec.head_dim as f64)) as f32)
+            .map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32)
             .collect();
         let inv_freq = Tensor::from_vec(inv_freq, (1, half), dev)?;
         let positions = Tensor::arange(0u32, len as u32, dev)?
@@ -372,9 +373,10 @@ impl Backbone for DecoderModel {
                 Tensor::new((self.spec.hidden_size as f32).sqrt(), dev)?.to_dtype(self.dtype)?;
             x = x.broadcast_mul(&normalizer)?;
         }
-        let rope = Rope::new(&self.spec, self.spec.rope_theta, t, self.dtype, dev)?;
+        let head_dim = self.spec.head_dim;
+        let rope = Rope::new(head_dim, self.spec.rope_theta, t, self.dtype, dev)?;
         let local_rope = match self.spec.local_rope_theta {
-            Some(theta) => Some(Rope::new(&self.spec, theta, t, self.dtype, dev)?),
+            Some(theta) => Some(Rope::new(head_dim, theta, t, self.dtype, dev)?),
             None => None,
         };
         for layer in &self.layers {
