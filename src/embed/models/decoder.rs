@@ -413,6 +413,20 @@ pub struct RopeParameters {
     pub rope_type: Option<String>,
 }
 
+/// The RoPE settings of layer type `kind` (`full_attention`, `sliding_attention`) in a config
+/// whose `rope_parameters` are nested per layer type (Gemma-3, ModernBERT); `None` if absent.
+pub fn rope_parameters_for(
+    nested: Option<&serde_json::Value>,
+    kind: &str,
+) -> candle_core::Result<Option<RopeParameters>> {
+    match nested.and_then(|p| p.get(kind)) {
+        Some(value) => serde_json::from_value(value.clone())
+            .map(Some)
+            .map_err(|e| candle_core::Error::Msg(format!("rope_parameters.{kind}: {e}"))),
+        None => Ok(None),
+    }
+}
+
 /// The RoPE base from either layout; scaled variants (yarn, linear, ...) are refused.
 pub fn rope_theta(
     top_level: Option<f64>,

@@ -14,7 +14,7 @@ use candle_nn::VarBuilder;
 use serde::Deserialize;
 
 use super::decoder::{
-    Activation, DecoderModel, DecoderSpec, RopeParameters, layer_windows, rope_theta,
+    Activation, DecoderModel, DecoderSpec, layer_windows, rope_parameters_for, rope_theta,
 };
 
 /// The fields of a Gemma-3 text `config.json` the forward pass needs.
@@ -81,14 +81,7 @@ fn pattern() -> usize {
 impl Gemma3Config {
     /// The RoPE bases (global, sliding) from either config layout.
     fn rope_bases(&self) -> candle_core::Result<(f64, f64)> {
-        let per_type = |kind: &str| -> candle_core::Result<Option<RopeParameters>> {
-            match self.rope_parameters.as_ref().and_then(|p| p.get(kind)) {
-                Some(value) => serde_json::from_value(value.clone())
-                    .map(Some)
-                    .map_err(|e| candle_core::Error::Msg(format!("rope_parameters.{kind}: {e}"))),
-                None => Ok(None),
-            }
-        };
+        let per_type = |kind| rope_parameters_for(self.rope_parameters.as_ref(), kind);
         let global = per_type("full_attention")?;
         let local = per_type("sliding_attention")?;
         let scaling = self.rope_scaling.as_ref().filter(|v| !v.is_null());

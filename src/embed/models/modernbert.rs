@@ -11,7 +11,7 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use super::Backbone;
-use super::decoder::{Rope, RopeParameters, rope_theta};
+use super::decoder::{Rope, rope_parameters_for, rope_theta};
 use crate::embed::kernels::ops::{AttnMask, attention_probs, gelu_erf};
 
 /// The fields of a ModernBERT `config.json` the forward pass needs.
@@ -103,14 +103,7 @@ impl ModernBertConfig {
 
     /// The RoPE bases (global, local) from either config layout.
     fn rope_bases(&self) -> candle_core::Result<(f64, f64)> {
-        let per_type = |kind: &str| -> candle_core::Result<Option<RopeParameters>> {
-            match self.rope_parameters.as_ref().and_then(|p| p.get(kind)) {
-                Some(value) => serde_json::from_value(value.clone())
-                    .map(Some)
-                    .map_err(|e| candle_core::Error::Msg(format!("rope_parameters.{kind}: {e}"))),
-                None => Ok(None),
-            }
-        };
+        let per_type = |kind| rope_parameters_for(self.rope_parameters.as_ref(), kind);
         let global = rope_theta(
             self.global_rope_theta,
             per_type("full_attention")?.as_ref(),
