@@ -472,12 +472,7 @@ mod tests {
 
     use super::*;
 
-    /// A tiny random BERT (fixed seed through fastrand) as named tensors.
-    fn random_weights(cfg: &BertConfig) -> HashMap<String, Tensor> {
-        random_weights_of(cfg, BertFlavor::Bert)
-    }
-
-    /// A tiny random model of `flavor`'s tensor names.
+    /// A tiny random model of `flavor`'s tensor names (fixed seed through fastrand).
     fn random_weights_of(cfg: &BertConfig, flavor: BertFlavor) -> HashMap<String, Tensor> {
         let mpnet = flavor == BertFlavor::MpNet;
         let mut rng = fastrand::Rng::with_seed(11);
@@ -545,6 +540,32 @@ mod tests {
         tensors
     }
 
+    /// A model of `flavor` on `cfg`'s random weights twice: with the CPU fast path, and with it
+    /// switched off (plain candle ops).
+    fn fast_and_plain(cfg: &BertConfig, flavor: BertFlavor) -> (BertModel, BertModel) {
+        let vb = VarBuilder::from_tensors(random_weights_of(cfg, flavor), DType::F32, &Device::Cpu);
+        let fast = BertModel::load(cfg, vb.clone(), flavor).unwrap();
+        let mut plain = BertModel::load(cfg, vb, flavor).unwrap();
+        for layer in &mut plain.layers {
+            layer.cpu = None;
+        }
+        assert!(fast.layers.iter().all(|l| l.cpu.is_some()));
+        (fast, plain)
+    }
+
+    /// Both models' final states agree within 1e-5 on every real position of `ids`.
+    fn assert_same_real_states(a: &BertModel, b: &BertModel, ids: &Tensor, lengths: &[usize]) {
+        let a = a.forward(ids, lengths).unwrap().to_vec3::<f32>().unwrap();
+        let b = b.forward(ids, lengths).unwrap().to_vec3::<f32>().unwrap();
+        for (row, &len) in lengths.iter().enumerate() {
+            for pos in 0..len {
+                for (x, y) in a[row][pos].iter().zip(&b[row][pos]) {
+                    assert!((x - y).abs() < 1e-5, "row {row} pos {pos}: {x} vs {y}");
+                }
+            }
+        }
+    }
+
     /// The CPU fast path equals the plain candle ops on every real position, with padding and
     /// both GELUs.
     #[test]
@@ -556,37 +577,11 @@ mod tests {
                 "max_position_embeddings": 32, "hidden_act": act,
             }))
             .unwrap();
-            let weights = random_weights(&cfg);
-            let vb = VarBuilder::from_tensors(weights, DType::F32, &Device::Cpu);
-            let fast = BertModel::load(&cfg, vb.clone(), BertFlavor::Bert).unwrap();
-            let mut plain = BertModel::load(&cfg, vb, BertFlavor::Bert).unwrap();
-            for layer in &mut plain.layers {
-                layer.cpu = None;
-            }
-            assert!(fast.layers.iter().all(|l| l.cpu.is_some()));
+            let (fast, plain) = fast_and_plain(&cfg, BertFlavor::Bert);
             let lengths = [9usize, 4, 1];
             let ids: Vec<u32> = (0..27u32).map(|i| (i * 7 + 3) % 50).collect();
             let ids = Tensor::from_vec(ids, (3, 9), &Device::Cpu).unwrap();
-            let a = fast
-                .forward(&ids, &lengths)
-                .unwrap()
-                .to_vec3::<f32>()
-                .unwrap();
-            let b = plain
-                .forward(&ids, &lengths)
-                .unwrap()
-                .to_vec3::<f32>()
-                .unwrap();
-            for (row, &len) in lengths.iter().enumerate() {
-                for pos in 0..len {
-                    for (x, y) in a[row][pos].iter().zip(&b[row][pos]) {
-                        assert!(
-                            (x - y).abs() < 1e-5,
-                            "{act} row {row} pos {pos}: {x} vs {y}"
-                        );
-                    }
-                }
-            }
+            assert_same_real_states(&fast, &plain, &ids, &lengths);
         }
     }
 
@@ -622,45 +617,19 @@ mod tests {
             "relative_attention_num_buckets": 32,
         }))
         .unwrap();
-        let weights = random_weights_of(&cfg, BertFlavor::MpNet);
-        let vb = VarBuilder::from_tensors(weights, DType::F32, &Device::Cpu);
-        let fast = BertModel::load(&cfg, vb.clone(), BertFlavor::MpNet).unwrap();
-        let mut plain = BertModel::load(&cfg, vb, BertFlavor::MpNet).unwrap();
-        for layer in &mut plain.layers {
-            layer.cpu = None;
-        }
+        let (fast, plain) = fast_and_plain(&cfg, BertFlavor::MpNet);
         assert_eq!(fast.max_length(), 38);
         let lengths = [20usize, 11, 1];
         let ids: Vec<u32> = (0..60u32).map(|i| (i * 7 + 3) % 50).collect();
         let ids = Tensor::from_vec(ids, (3, 20), &Device::Cpu).unwrap();
+        assert_same_real_states(&fast, &plain, &ids, &lengths);
         let a = fast
             .forward(&ids, &lengths)
             .unwrap()
             .to_vec3::<f32>()
             .unwrap();
-        let b = plain
-            .forward(&ids, &lengths)
-            .unwrap()
-            .to_vec3::<f32>()
-            .unwrap();
-        for (row, &len) in lengths.iter().enumerate() {
-            for pos in 0..len {
-                for (x, y) in a[row][pos].iter().zip(&b[row][pos]) {
-                    assert!((x - y).abs() < 1e-5, "row {row} pos {pos}: {x} vs {y}");
-                }
-            }
-        }
         // The bias changes the output: without it the same weights give other states.
-        let mut unbiased = BertModel::load(
-            &cfg,
-            VarBuilder::from_tensors(
-                random_weights_of(&cfg, BertFlavor::MpNet),
-                DType::F32,
-                &Device::Cpu,
-            ),
-            BertFlavor::MpNet,
-        )
-        .unwrap();
+        let (mut unbiased, _) = fast_and_plain(&cfg, BertFlavor::MpNet);
         unbiased.relative_bias = None;
         let c = unbiased
             .forward(&ids, &lengths)
