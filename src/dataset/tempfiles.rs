@@ -54,12 +54,19 @@ fn live() -> MutexGuard<'static, Registry> {
 pub(crate) struct Registration(u64);
 
 impl Registration {
-    pub(crate) fn new(path: &Path) -> Self {
+    /// Creates a temporary with `create` and registers the path `path_of` names, both under
+    /// the registry's lock: a signal landing between the two would otherwise find the
+    /// temporary on disk but not in the registry, and leave it behind.
+    pub(crate) fn create<T, E>(
+        create: impl FnOnce() -> std::result::Result<T, E>,
+        path_of: impl FnOnce(&T) -> &Path,
+    ) -> std::result::Result<(T, Self), E> {
         let mut live = live();
+        let made = create()?;
         let id = live.next;
         live.next += 1;
-        live.paths.insert(id, path.to_path_buf());
-        Registration(id)
+        live.paths.insert(id, path_of(&made).to_path_buf());
+        Ok((made, Registration(id)))
     }
 }
 
@@ -105,11 +112,13 @@ fn remove_path(path: &Path) {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => {
             // The stage's other threads (tantivy's writers) go on creating files while this
-            // runs, so one pass can fail on a directory that filled up again: try again.
-            for _ in 0..100 {
-                if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
-                    break;
-                }
+            // runs, so one pass can fail on a directory that filled up again: try again, for
+            // up to a few seconds on a machine whose cores those threads keep busy.
+            let started = std::time::Instant::now();
+            while std::fs::remove_dir_all(path).is_err()
+                && path.exists()
+                && started.elapsed() < Duration::from_secs(5)
+            {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
@@ -208,16 +217,31 @@ pub(crate) struct TempFile {
 pub(crate) fn temp_file_for(dir: &Path, name: &str) -> Result<TempFile> {
     let prefix = format!(".{name}.");
     remove_stale(dir, &prefix, ".tmp");
-    let file = tempfile::Builder::new()
-        .prefix(&prefix)
-        .suffix(".tmp")
-        .rand_bytes(RANDOM_CHARS)
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, e))?;
-    let registration = Registration::new(file.path());
+    let (file, registration) = Registration::create(
+        || {
+            tempfile::Builder::new()
+                .prefix(&prefix)
+                .suffix(".tmp")
+                .rand_bytes(RANDOM_CHARS)
+                .permissions(std::fs::Permissions::from_mode(0o666))
+                .tempfile_in(dir)
+                .map_err(|e| Error::io(dir, e))
+        },
+        |file| file.path(),
+    )?;
     try_lock(file.as_file()).map_err(|e| Error::io(file.path(), e))?;
     Ok(TempFile { file, registration })
+}
+
+/// Creates the directory `path` (fine when it is one already) inside a staging directory,
+/// whose parent must exist: unlike `create_dir_all` it never recreates a staging directory the
+/// signal thread has just removed, which the process would then leave behind as it dies.
+pub(crate) fn create_dir_inside(path: &Path) -> Result<()> {
+    match std::fs::create_dir(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(e) => Err(Error::io(path, e)),
+    }
 }
 
 /// An index's staging directory, `.freshstack-index.XXXXXX/` beside it: locked and registered
@@ -234,13 +258,17 @@ impl StagingDir {
     /// gives), after removing stale ones there.
     pub(crate) fn create(parent: &Path) -> Result<Self> {
         remove_stale(parent, STAGING_PREFIX, "");
-        let dir = tempfile::Builder::new()
-            .prefix(STAGING_PREFIX)
-            .rand_bytes(RANDOM_CHARS)
-            .permissions(std::fs::Permissions::from_mode(0o777))
-            .tempdir_in(parent)
-            .map_err(|e| Error::io(parent, e))?;
-        let registration = Registration::new(dir.path());
+        let (dir, registration) = Registration::create(
+            || {
+                tempfile::Builder::new()
+                    .prefix(STAGING_PREFIX)
+                    .rand_bytes(RANDOM_CHARS)
+                    .permissions(std::fs::Permissions::from_mode(0o777))
+                    .tempdir_in(parent)
+                    .map_err(|e| Error::io(parent, e))
+            },
+            |dir| dir.path(),
+        )?;
         let lock = File::open(dir.path()).map_err(|e| Error::io(dir.path(), e))?;
         try_lock(&lock).map_err(|e| Error::io(dir.path(), e))?;
         Ok(Self {

@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use rustc_hash::FxHashSet;
 
-use crate::dataset::tempfiles::StagingDir;
+use crate::dataset::tempfiles::{self, StagingDir};
 use crate::dataset::{Document, Fnv1a64, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::bm25::Bm25Writer;
@@ -250,7 +250,7 @@ pub fn refresh_index_with_encoders(
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to).map_err(|e| Error::io(to, e))?;
+    tempfiles::create_dir_inside(to)?;
     for entry in std::fs::read_dir(from).map_err(|e| Error::io(from, e))? {
         let entry = entry.map_err(|e| Error::io(from, e))?;
         let path = entry.path();

@@ -245,7 +245,7 @@ pub fn build_index_with_encoders(
 
     if let Some(settings) = &config.bm25 {
         let bm25_dir = tmp.join(layout::BM25_DIR);
-        std::fs::create_dir_all(&bm25_dir).map_err(|e| Error::io(&bm25_dir, e))?;
+        tempfiles::create_dir_inside(&bm25_dir)?;
         let mut writer = Bm25Writer::create(&bm25_dir, settings)?;
         progress.begin("bm25", Some(docs.len() as u64));
         for (ord, doc) in docs.iter().enumerate() {
@@ -514,8 +514,10 @@ impl StoredModel<'_> {
         progress: &dyn Progress,
         row: impl FnMut(usize, &mut [f32]),
     ) -> Result<()> {
-        let model_dir = tmp.join(layout::DENSE_DIR).join(self.name);
-        std::fs::create_dir_all(&model_dir).map_err(|e| Error::io(&model_dir, e))?;
+        let dense_dir = tmp.join(layout::DENSE_DIR);
+        tempfiles::create_dir_inside(&dense_dir)?;
+        let model_dir = dense_dir.join(self.name);
+        tempfiles::create_dir_inside(&model_dir)?;
         let stored = model_dir.join(layout::VECTORS_FILE);
         write_npy(&stored, self.rows, self.dim, self.dtype, row)?;
         if let Some(settings) = hnsw {
@@ -539,11 +541,15 @@ pub(crate) fn install(staging: StagingDir, dir: &Path) -> Result<()> {
     let tmp = staged.keep();
     let outcome = if dir.exists() {
         let parent = tmp.parent().unwrap_or(Path::new("."));
-        let old = tempfile::Builder::new()
-            .prefix(".freshstack-old.")
-            .tempdir_in(parent)
-            .map_err(|e| Error::io(parent, e))?;
-        let old_registration = tempfiles::Registration::new(old.path());
+        let (old, old_registration) = tempfiles::Registration::create(
+            || {
+                tempfile::Builder::new()
+                    .prefix(".freshstack-old.")
+                    .tempdir_in(parent)
+                    .map_err(|e| Error::io(parent, e))
+            },
+            |old| old.path(),
+        )?;
         let old_path = old.path().join("index");
         let swapped = tempfiles::critical(|| {
             std::fs::rename(dir, &old_path).map_err(|e| Error::io(dir, e))?;

@@ -217,9 +217,9 @@ impl HnswGraph {
         })
     }
 
-    /// Writes the graph into `dir` (created) with its `key`.
+    /// Writes the graph into `dir` (created; its parent must exist) with its `key`.
     pub fn save(&self, dir: &Path, key: &Fingerprint) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        crate::dataset::tempfiles::create_dir_inside(dir)?;
         let path = dir.join(GRAPH_FILE);
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
