@@ -134,6 +134,72 @@ fn native_steps_equal_one_step_per_token() {
     }
 }
 
+/// Several calls at once on one native model (`concurrency = N` with a GGUF): their generated
+/// tokens share decoding passes, and every answer is byte for byte the one a call alone gets,
+/// schema-constrained or not.
+#[test]
+fn concurrent_native_calls_are_batched_and_answer_as_alone() {
+    for file in [SMOLLM2, QWEN_05B] {
+        let Some(path) = model(
+            file,
+            "concurrent_native_calls_are_batched_and_answer_as_alone",
+        ) else {
+            continue;
+        };
+        let questions = [
+            "How do I reverse a list in Python?",
+            "What does `git rebase --onto` do?",
+            "How do I read a file line by line in Rust?",
+            "Why is my Laravel queue worker not picking up jobs?",
+            "What is the difference between `let` and `const` in JavaScript?",
+            "How do I count lines in a file with awk?",
+        ];
+        let alone = LocalChat::load(&path).unwrap();
+        let prompts: Vec<(String, ChatParams)> = questions
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let prompt = alone.format().render(&[Message::user(format!(
+                    "{q} Answer with the facts a good answer states."
+                ))]);
+                // Alternate free text and schema-constrained answers, of different lengths.
+                let schema = (i % 2 == 1).then(nuggets_schema);
+                (prompt, greedy(24 + 8 * i as u32, schema))
+            })
+            .collect();
+        let expected: Vec<String> = prompts
+            .iter()
+            .map(|(p, params)| alone.generate(p, params).unwrap().0)
+            .collect();
+        drop(alone);
+        let together = LocalChat::load(&path).unwrap().with_sequences(4);
+        assert_eq!(freshstack::llm::Chat::max_concurrency(&together), 4);
+        let answers: Vec<String> = std::thread::scope(|scope| {
+            let threads: Vec<_> = prompts
+                .chunks(2)
+                .map(|pair| {
+                    let together = &together;
+                    scope.spawn(move || {
+                        pair.iter()
+                            .map(|(p, params)| together.generate(p, params).unwrap().0)
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect()
+        });
+        assert_eq!(answers, expected, "{file}");
+        let (passes, steps) = together.decode_passes();
+        assert!(
+            steps > passes,
+            "{file}: {steps} steps in {passes} passes: nothing was batched"
+        );
+    }
+}
+
 fn nuggets_schema() -> Value {
     json!({
         "type": "object",

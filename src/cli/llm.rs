@@ -39,7 +39,8 @@ pub struct LlmArgs {
     /// families; CPU) instead of a server.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["llm_base_url", "llm_model"])]
     llm_gguf: Option<PathBuf>,
-    /// Requests in flight at once, per server.
+    /// Requests in flight at once, per server; with --llm-gguf, calls decoded together (one KV
+    /// cache each).
     #[arg(long, default_value_t = 8)]
     llm_concurrency: usize,
     /// Seconds allowed for one request (connect, generate, read).

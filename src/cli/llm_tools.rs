@@ -31,6 +31,9 @@ enum LlmTool {
         /// Runs of each (medians reported).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// Sequences generated at once (tg: all of them together, N x --gen-tokens tokens).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+        sequences: u64,
         /// One JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -83,6 +86,7 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
             prompt_tokens,
             gen_tokens,
             repeat,
+            sequences,
             json,
         } => {
             let report = bench_gguf(
@@ -91,6 +95,7 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
                     prompt_tokens,
                     gen_tokens,
                     repeat,
+                    sequences: sequences as usize,
                 },
             )?;
             if json {
@@ -99,10 +104,15 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
                 writeln!(out, "model: {}", report.model)?;
                 writeln!(
                     out,
-                    "pp{}: {:.1} tokens/s   tg{}: {:.1} tokens/s   ({} threads, load {:.2} s, peak RSS {} MiB)",
+                    "pp{}: {:.1} tokens/s   tg{}{}: {:.1} tokens/s   ({} threads, load {:.2} s, peak RSS {} MiB)",
                     report.prompt_tokens,
                     report.prompt_tokens_per_s,
                     report.gen_tokens,
+                    if report.sequences > 1 {
+                        format!(" x {} sequences", report.sequences)
+                    } else {
+                        String::new()
+                    },
                     report.gen_tokens_per_s,
                     report.threads,
                     report.load_s,

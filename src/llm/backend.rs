@@ -49,7 +49,7 @@ pub struct BackendSpec {
     pub base_urls: Vec<String>,
     /// Model name as the servers know it.
     pub model: Option<String>,
-    /// Requests in flight at once, per server.
+    /// Requests in flight at once, per server; with a GGUF file, the sequences decoded at once.
     pub concurrency: usize,
     /// Seconds allowed for one request.
     pub timeout_seconds: f64,
@@ -74,9 +74,12 @@ impl BackendSpec {
     /// Loads the GGUF model or connects the HTTP client (the API key comes from
     /// [`API_KEY_ENV`](super::API_KEY_ENV)).
     pub fn open(&self) -> Result<OpenedBackend> {
+        if self.concurrency == 0 {
+            return Err(Error::invalid("llm concurrency", "must be at least 1"));
+        }
         match (&self.gguf, self.base_urls.as_slice(), &self.model) {
             (Some(path), _, _) => {
-                let local = LocalChat::load(path)?;
+                let local = LocalChat::load(path)?.with_sequences(self.concurrency);
                 let context_tokens = Some(local.context_tokens());
                 Ok(OpenedBackend {
                     chat: Box::new(local),
@@ -84,9 +87,6 @@ impl BackendSpec {
                 })
             }
             (None, [_, ..], Some(model)) => {
-                if self.concurrency == 0 {
-                    return Err(Error::invalid("llm concurrency", "must be at least 1"));
-                }
                 let timeout = request_timeout(self.timeout_seconds)
                     .map_err(|message| Error::invalid("LLM timeout", message))?;
                 let mut config =

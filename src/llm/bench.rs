@@ -19,6 +19,9 @@ pub struct BenchConfig {
     pub gen_tokens: usize,
     /// Runs of each; the medians are reported.
     pub repeat: usize,
+    /// Sequences generated at once in the timed generation (their steps batched, as
+    /// concurrent calls are); `gen_tokens` each.
+    pub sequences: usize,
 }
 
 /// The measurements.
@@ -32,11 +35,13 @@ pub struct BenchReport {
     pub threads: usize,
     /// Tokens per timed prompt.
     pub prompt_tokens: usize,
-    /// Tokens per timed generation.
+    /// Tokens per timed generation, per sequence.
     pub gen_tokens: usize,
+    /// Sequences generated at once.
+    pub sequences: usize,
     /// Median prompt tokens per second.
     pub prompt_tokens_per_s: f64,
-    /// Median generated tokens per second.
+    /// Median generated tokens per second, all sequences together.
     pub gen_tokens_per_s: f64,
     /// Seconds of each prompt run.
     pub prompt_runs_s: Vec<f64>,
@@ -69,7 +74,17 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// Loads `path` and measures it (in the current rayon pool).
 pub fn bench_gguf(path: &Path, config: BenchConfig) -> Result<BenchReport> {
     let started = Instant::now();
-    let chat = LocalChat::load_quantized(path)?;
+    let sequences = config.sequences.max(1);
+    let chat = LocalChat::load_quantized(path)?.with_sequences(sequences);
+    if chat.sequences() < sequences {
+        return Err(Error::invalid(
+            "bench sequences",
+            format!(
+                "{} runs one sequence at a time (the candle engine)",
+                path.display()
+            ),
+        ));
+    }
     let load_s = started.elapsed().as_secs_f64();
     let context = chat.context_tokens();
     let needed = config.prompt_tokens.saturating_add(config.gen_tokens);
@@ -101,7 +116,15 @@ pub fn bench_gguf(path: &Path, config: BenchConfig) -> Result<BenchReport> {
         let (pp, _) = chat.bench_pass(&prompt, 0)?;
         prompt_runs_s.push(pp);
         // tg from an (almost) empty cache, as llama-bench: one token of prompt, then generate.
-        let (_, tg) = chat.bench_pass(&prompt[..1], config.gen_tokens)?;
+        let tg = if sequences == 1 {
+            chat.bench_pass(&prompt[..1], config.gen_tokens)?.1
+        } else {
+            // A different first token per sequence, so that they are different sequences.
+            let firsts: Vec<Vec<u32>> = (0..sequences)
+                .map(|i| vec![prompt[i % prompt.len()]])
+                .collect();
+            chat.bench_generate_many(&firsts, config.gen_tokens)?
+        };
         gen_runs_s.push(tg);
     }
     let per_s = |tokens: usize, secs: f64| {
@@ -117,8 +140,9 @@ pub fn bench_gguf(path: &Path, config: BenchConfig) -> Result<BenchReport> {
         threads: rayon::current_num_threads(),
         prompt_tokens: prompt.len(),
         gen_tokens: config.gen_tokens,
+        sequences,
         prompt_tokens_per_s: per_s(prompt.len(), median(&prompt_runs_s)),
-        gen_tokens_per_s: per_s(config.gen_tokens, median(&gen_runs_s)),
+        gen_tokens_per_s: per_s(config.gen_tokens * sequences, median(&gen_runs_s)),
         prompt_runs_s,
         gen_runs_s,
         load_s,

@@ -159,7 +159,10 @@ pub const SUPPORTED_ARCHITECTURES: [&str; 6] =
 enum Engine {
     Native {
         model: native::Model,
-        session: Mutex<native::Session>,
+        /// One session per sequence that may run at once.
+        sessions: native::SessionPool,
+        /// Steps the sequences being decoded together.
+        batcher: native::Batcher,
     },
     Candle(Mutex<Gemma>),
 }
@@ -757,8 +760,12 @@ impl LocalChat {
                     .map_err(|e| gguf_error(&path, format!("cannot map the file: {e}")))?;
                 let model = native::Model::load(&content, std::sync::Arc::new(map), family)
                     .map_err(|e| gguf_error(&path, e))?;
-                let session = Mutex::new(native::Session::new(&model));
-                Engine::Native { model, session }
+                let sessions = native::SessionPool::new(&model, 1);
+                Engine::Native {
+                    model,
+                    sessions,
+                    batcher: native::Batcher::default(),
+                }
             }
             None => {
                 let Some(generation) = Generation::of_architecture(&arch) else {
@@ -853,9 +860,11 @@ impl LocalChat {
                 .unwrap_or(0) as u32
         };
         match &self.engine {
-            Engine::Native { model, session } => {
+            Engine::Native {
+                model, sessions, ..
+            } => {
                 let fail = |e: String| gguf_error(&self.path, e);
-                let mut session = self.lock(session)?;
+                let mut session = sessions.take(prompt);
                 session.clear();
                 session.reserve(prompt.len() + gen_tokens);
                 let started = std::time::Instant::now();
@@ -885,6 +894,103 @@ impl LocalChat {
                 }
                 Ok((prompt_secs, started.elapsed().as_secs_f64()))
             }
+        }
+    }
+
+    /// Seconds to generate `gen_tokens` tokens (greedy, stop tokens ignored) after each of
+    /// `prompts` at once, one thread per sequence, their steps batched as concurrent calls'
+    /// are: what `llm bench --sequences N` measures. The prompts run first, untimed.
+    pub fn bench_generate_many(&self, prompts: &[Vec<u32>], gen_tokens: usize) -> Result<f64> {
+        let Engine::Native {
+            model,
+            sessions,
+            batcher,
+        } = &self.engine
+        else {
+            return Err(gguf_error(
+                &self.path,
+                "several sequences at once need the native engine (llama, qwen2, qwen3)",
+            ));
+        };
+        if prompts.len() > sessions.capacity() {
+            return Err(gguf_error(
+                &self.path,
+                format!(
+                    "{} sequences but room for {}",
+                    prompts.len(),
+                    sessions.capacity()
+                ),
+            ));
+        }
+        let argmax = |v: &[f32]| {
+            (0..v.len())
+                .max_by(|&i, &j| v[i].total_cmp(&v[j]).then(j.cmp(&i)))
+                .unwrap_or(0) as u32
+        };
+        let ready = std::sync::Barrier::new(prompts.len() + 1);
+        let fail = |e: String| gguf_error(&self.path, e);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = prompts
+                .iter()
+                .map(|prompt| {
+                    let ready = &ready;
+                    scope.spawn(move || -> Result<()> {
+                        let mut session = sessions.take(prompt);
+                        session.clear();
+                        session.reserve(prompt.len() + gen_tokens);
+                        let prefilled = session.prefill(model, prompt);
+                        let decoding = batcher.join();
+                        ready.wait();
+                        let (mut logits, _) = prefilled.map_err(fail)?;
+                        for _ in 0..gen_tokens {
+                            logits = decoding
+                                .steps(model, &mut session, &[argmax(&logits)])
+                                .map_err(fail)?;
+                        }
+                        drop(decoding);
+                        session.clear();
+                        Ok(())
+                    })
+                })
+                .collect();
+            ready.wait();
+            let started = std::time::Instant::now();
+            for worker in workers {
+                worker
+                    .join()
+                    .map_err(|_| gguf_error(&self.path, "a bench sequence panicked"))??;
+            }
+            Ok(started.elapsed().as_secs_f64())
+        })
+    }
+
+    /// Lets up to `sequences` calls run at once (natively: one KV cache each, their generated
+    /// tokens stepped together in one pass over the weights); the candle engine (Gemma) runs
+    /// one call at a time whatever this says. Answers do not depend on it.
+    pub fn with_sequences(mut self, sequences: usize) -> Self {
+        if let Engine::Native {
+            model, sessions, ..
+        } = &mut self.engine
+        {
+            *sessions = native::SessionPool::new(model, sequences);
+        }
+        self
+    }
+
+    /// Decoding passes run so far and the sequence steps they held (more steps than passes:
+    /// sequences were decoded together); zeros on the candle engine.
+    pub fn decode_passes(&self) -> (u64, u64) {
+        match &self.engine {
+            Engine::Native { batcher, .. } => batcher.counts(),
+            Engine::Candle(_) => (0, 0),
+        }
+    }
+
+    /// How many calls may run at once (see [`LocalChat::with_sequences`]).
+    pub fn sequences(&self) -> usize {
+        match &self.engine {
+            Engine::Native { sessions, .. } => sessions.capacity(),
+            Engine::Candle(_) => 1,
         }
     }
 
@@ -962,8 +1068,11 @@ impl LocalChat {
             None => None,
         };
         match &self.engine {
-            Engine::Native { model, session } => {
-                let mut session = self.lock(session)?;
+            Engine::Native {
+                model,
+                sessions,
+                batcher,
+            } => {
                 let native_fail = |e: String| gguf_error(&self.path, e);
                 if budget == 0 {
                     return Ok(generated);
@@ -974,11 +1083,15 @@ impl LocalChat {
                 let forced = self.forced(&mut constraint, budget)?;
                 input.extend(&forced);
                 generated.extend(forced);
+                let mut session = sessions.take(&input);
                 session.reserve(prompt_ids.len() + budget);
                 let started = std::time::Instant::now();
                 let (mut logits, reuse) = session.prefill(model, &input).map_err(native_fail)?;
                 let prompt_secs = started.elapsed().as_secs_f64();
                 let mut passes = 1;
+                // From here on this sequence's steps share passes with the other calls' (when
+                // several run at once); its answer is the same either way.
+                let decoding = batcher.join();
                 while generated.len() < budget
                     && let Some(next) = self.choose(&mut constraint, logits, &mut sample)?
                 {
@@ -992,9 +1105,17 @@ impl LocalChat {
                     {
                         break;
                     }
-                    logits = session.steps(model, &run).map_err(native_fail)?;
+                    logits = match decoding.steps(model, &mut session, &run) {
+                        Ok(logits) => logits,
+                        Err(e) => {
+                            // The cache may hold part of the failed pass: start afresh.
+                            session.clear();
+                            return Err(native_fail(e));
+                        }
+                    };
                     passes += 1;
                 }
+                drop(decoding);
                 tracing::debug!(
                     "generated {} tokens in {passes} passes ({:.1} s) after a {}-token prompt \
                      ({} reused, {} computed in {prompt_secs:.1} s)",
@@ -1130,8 +1251,10 @@ impl LocalChat {
     /// The logits the model gives the token after `prompt_ids`.
     pub fn next_logits(&self, prompt_ids: &[u32]) -> Result<Vec<f32>> {
         match &self.engine {
-            Engine::Native { model, session } => {
-                let mut session = self.lock(session)?;
+            Engine::Native {
+                model, sessions, ..
+            } => {
+                let mut session = sessions.take(prompt_ids);
                 session
                     .prefill(model, prompt_ids)
                     .map(|(logits, _)| logits)
@@ -1172,8 +1295,10 @@ impl LocalChat {
         }
         let mut rows = Vec::with_capacity(continuation.len());
         match &self.engine {
-            Engine::Native { model, session } => {
-                let mut session = self.lock(session)?;
+            Engine::Native {
+                model, sessions, ..
+            } => {
+                let mut session = sessions.take(prompt_ids);
                 let native_fail = |e: String| gguf_error(&self.path, e);
                 session.reserve(prompt_ids.len() + continuation.len());
                 let (logits, _) = session.prefill(model, prompt_ids).map_err(native_fail)?;
@@ -1232,7 +1357,7 @@ impl Chat for LocalChat {
     }
 
     fn max_concurrency(&self) -> usize {
-        1
+        self.sequences()
     }
 
     fn chat(&self, messages: &[Message], params: &ChatParams) -> Result<String> {

@@ -233,7 +233,8 @@ pub struct LlmSection {
     /// Model name as the server knows it.
     #[serde(default)]
     pub model: Option<String>,
-    /// Requests in flight at once (server only).
+    /// Requests in flight at once, per server; with `gguf`, calls decoded together (their
+    /// generated tokens share each pass over the weights; answers do not change).
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     /// Seconds allowed for one request.

@@ -112,7 +112,8 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             base_url: None,
             base_urls: Vec::new(),
             model: None,
-            concurrency: 1,
+            // Four calls decoded together, sharing each pass over the weights.
+            concurrency: 4,
             timeout_seconds: 300.0,
             max_retries: 0,
             temperature: 0.0,

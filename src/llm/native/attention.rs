@@ -39,6 +39,11 @@ impl KvCache {
         }
     }
 
+    /// An empty cache of the same shape (no allocation).
+    pub fn emptied(&self) -> Self {
+        Self::new(self.keys.len(), self.kv_heads, self.head_dim)
+    }
+
     /// Positions held.
     pub fn len(&self) -> usize {
         self.len

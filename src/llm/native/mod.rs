@@ -8,11 +8,13 @@
 //! results do not depend on how a prompt is split, so reuse never changes an answer.
 
 pub mod attention;
+pub mod batch;
 pub mod model;
 pub mod quant;
 
 pub use attention::KvCache;
-pub use model::{Config, Family, Model};
+pub use batch::{Batcher, Decoding, PooledSession, SessionPool};
+pub use model::{Config, Family, Model, Run};
 
 /// Returns the heap pages freed since the last call to the kernel. The prompt path's
 /// activations (a 512-token piece: ~12 MB for SmolLM2-135M, ~40 MB for Qwen2.5-0.5B) are freed
@@ -77,6 +79,27 @@ impl Session {
         self.cache.is_empty()
     }
 
+    /// Prompt tokens this session could reuse for `prompt` (those it shares with the cached
+    /// prompt).
+    pub fn shared_prefix(&self, prompt: &[u32]) -> usize {
+        self.prompt_tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
+    /// Moves the cache out (for a batched pass; an empty one is left in its place).
+    pub(crate) fn take_cache(&mut self) -> KvCache {
+        let empty = self.cache.emptied();
+        std::mem::replace(&mut self.cache, empty)
+    }
+
+    /// Puts back the cache [`Session::take_cache`] moved out.
+    pub(crate) fn put_cache(&mut self, cache: KvCache) {
+        self.cache = cache;
+    }
+
     /// Bytes of keys and values held.
     pub fn cache_bytes(&self) -> usize {
         self.cache.bytes()
@@ -98,12 +121,7 @@ impl Session {
         if prompt.is_empty() {
             return Err("empty prompt".into());
         }
-        let common = self
-            .prompt_tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = self.shared_prefix(prompt);
         let keep = common.min(prompt.len() - 1);
         self.cache.truncate(keep);
         self.prompt_tokens.truncate(keep);

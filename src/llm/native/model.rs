@@ -15,7 +15,7 @@ use candle_core::quantized::gguf_file;
 use memmap2::Mmap;
 
 use super::attention::{KvCache, attention};
-use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec, matvec_many};
+use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec_many};
 use crate::embed::kernels::ops::exp_fast;
 
 /// The families this model runs.
@@ -90,6 +90,14 @@ enum Products {
     Matrix,
     /// The integer matrix x vector kernels, several rows at once (generated tokens).
     Integer,
+}
+
+/// One sequence's tokens in a pass and the KV cache they extend.
+pub struct Run<'a> {
+    /// The tokens, appended to the cache in order.
+    pub tokens: &'a [u32],
+    /// The sequence's cache.
+    pub cache: &'a mut KvCache,
 }
 
 /// A loaded model (weights memory-mapped from the GGUF file).
@@ -356,7 +364,7 @@ impl Model {
         if tokens.is_empty() {
             return Err("empty prompt".into());
         }
-        let x = self.forward(tokens, cache, Products::Matrix)?;
+        let x = self.forward(&mut [Run { tokens, cache }], Products::Matrix)?;
         if !logits {
             return Ok(Vec::new());
         }
@@ -373,27 +381,47 @@ impl Model {
     /// read once for all of them; returns the logits of the last. The keys, values and logits
     /// are bit for bit those of one [`Model::step`] per token.
     pub fn steps(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, String> {
-        if tokens.is_empty() {
-            return Err("no token to run".into());
-        }
-        let x = self.forward(tokens, cache, Products::Integer)?;
-        Ok(self.logits(&x[x.len() - self.config.hidden..]))
+        let mut logits = self.steps_many(&mut [Run { tokens, cache }])?;
+        Ok(logits.pop().unwrap_or_default())
     }
 
-    /// The transformer blocks over `tokens` at the end of `cache` (their keys and values
-    /// appended to it); returns the last block's output, `[n][hidden]`.
-    fn forward(
-        &self,
-        tokens: &[u32],
-        cache: &mut KvCache,
-        products: Products,
-    ) -> Result<Vec<f32>, String> {
-        let n = tokens.len();
+    /// [`Model::steps`] for several sequences at once, each with its own cache: every weight
+    /// row is read once for all their tokens, which is what makes decoding N sequences together
+    /// cheaper than N one after another. Returns each run's last logits, bit for bit those of
+    /// [`Model::steps`] on that run alone.
+    pub fn steps_many(&self, runs: &mut [Run<'_>]) -> Result<Vec<Vec<f32>>, String> {
+        if runs.is_empty() || runs.iter().any(|r| r.tokens.is_empty()) {
+            return Err("no token to run".into());
+        }
+        let x = self.forward(runs, Products::Integer)?;
+        let d = self.config.hidden;
+        let mut last = Vec::with_capacity(runs.len() * d);
+        let mut end = 0;
+        for run in runs.iter() {
+            end += run.tokens.len();
+            last.extend_from_slice(&x[(end - 1) * d..end * d]);
+        }
+        Ok(self.logits_many(&last))
+    }
+
+    /// The transformer blocks over each run's tokens at the end of its cache (their keys and
+    /// values appended to it); returns the last block's output, `[tokens of all runs][hidden]`
+    /// in run order. Each run attends to its own cache only.
+    fn forward(&self, runs: &mut [Run<'_>], products: Products) -> Result<Vec<f32>, String> {
         let c = &self.config;
         let (d, qw, kvw) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let start = cache.len();
+        let tokens: Vec<u32> = runs.iter().flat_map(|r| r.tokens.iter().copied()).collect();
+        let n = tokens.len();
+        // Per token: its run and its position in that run's sequence.
+        let mut positions = Vec::with_capacity(n);
+        let mut spans = Vec::with_capacity(runs.len());
+        for run in runs.iter() {
+            let (first, start) = (positions.len(), run.cache.len());
+            positions.extend(start..start + run.tokens.len());
+            spans.push((first, positions.len(), start));
+        }
         let mut x = vec![0f32; n * d];
-        self.embed(tokens, &mut x)?;
+        self.embed(&tokens, &mut x)?;
         let mut h = vec![0f32; n * d];
         let mut q = vec![0f32; n * qw];
         let mut k = vec![0f32; n * kvw];
@@ -414,17 +442,27 @@ impl Model {
                 &mut acts,
                 &mut [&mut q[..], &mut k[..], &mut v[..]],
             );
-            for t in 0..n {
+            for (t, &pos) in positions.iter().enumerate() {
                 self.finish_qkv(
                     layer,
-                    start + t,
+                    pos,
                     &mut q[t * qw..(t + 1) * qw],
                     &mut k[t * kvw..(t + 1) * kvw],
                     &mut v[t * kvw..(t + 1) * kvw],
                 );
             }
-            cache.append(li, &k, &v);
-            attention(cache, li, c.heads, &q, start, &mut attn);
+            for (run, &(first, end, start)) in runs.iter_mut().zip(&spans) {
+                run.cache
+                    .append(li, &k[first * kvw..end * kvw], &v[first * kvw..end * kvw]);
+                attention(
+                    run.cache,
+                    li,
+                    c.heads,
+                    &q[first * qw..end * qw],
+                    start,
+                    &mut attn[first * qw..end * qw],
+                );
+            }
             self.project(products, &[&layer.wo], &attn, &mut acts, &mut [&mut o[..]]);
             add_in_place(&mut x, &o);
             rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
@@ -526,13 +564,27 @@ impl Model {
     }
 
     fn logits(&self, last: &[f32]) -> Vec<f32> {
+        self.logits_many(last).pop().unwrap_or_default()
+    }
+
+    /// The logits of each row of `last` (`[rows][hidden]`), the output head's weights read
+    /// once for all; each row's are those of [`matvec`](super::quant::matvec) on it alone.
+    fn logits_many(&self, last: &[f32]) -> Vec<Vec<f32>> {
+        let rows = last.len() / self.config.hidden;
         let mut h = vec![0f32; last.len()];
         rms_norm_rows(last, &self.out_norm, self.config.eps, &mut h);
-        let mut act = Q8Activation::new();
-        act.quantize(&h);
-        let mut logits = vec![0f32; self.output.rows];
-        matvec(self.isa, &[&self.output], &h, &act, &mut [&mut logits[..]]);
-        logits
+        let acts: Vec<Q8Activation> = h
+            .chunks_exact(self.config.hidden)
+            .map(|row| {
+                let mut act = Q8Activation::new();
+                act.quantize(row);
+                act
+            })
+            .collect();
+        let vocab = self.output.rows;
+        let mut logits = vec![0f32; rows * vocab];
+        matvec_many(self.isa, &[&self.output], &h, &acts, &mut [&mut logits[..]]);
+        logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
     }
 }
 
