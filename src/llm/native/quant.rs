@@ -232,6 +232,8 @@ pub struct Q8Activation {
     scales: Vec<f32>,
     /// scale * (sum of the 16 values), per 16 values.
     scaled_sums16: Vec<f32>,
+    /// The two of each 32 values added, per 32 values (what K-quant minimums multiply).
+    scaled_sums32: Vec<f32>,
 }
 
 impl Q8Activation {
@@ -241,6 +243,7 @@ impl Q8Activation {
             qs: Vec::new(),
             scales: Vec::new(),
             scaled_sums16: Vec::new(),
+            scaled_sums32: Vec::new(),
         }
     }
 
@@ -250,6 +253,7 @@ impl Q8Activation {
         self.qs.clear();
         self.scales.clear();
         self.scaled_sums16.clear();
+        self.scaled_sums32.clear();
         for block in x.chunks_exact(32) {
             let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
             let scale = max / 127.0;
@@ -261,13 +265,15 @@ impl Q8Activation {
                 self.qs.push(q);
             }
             self.scales.push(scale);
-            self.scaled_sums16.push(scale * sums[0] as f32);
-            self.scaled_sums16.push(scale * sums[1] as f32);
+            let (low, high) = (scale * sums[0] as f32, scale * sums[1] as f32);
+            self.scaled_sums16.push(low);
+            self.scaled_sums16.push(high);
+            self.scaled_sums32.push(low + high);
         }
     }
 
     fn scaled_sum32(&self, block: usize) -> f32 {
-        self.scaled_sums16[2 * block] + self.scaled_sums16[2 * block + 1]
+        self.scaled_sums32[block]
     }
 }
 
@@ -655,6 +661,9 @@ mod x86 {
                     for i in 0..rows {
                         let row = m.row(first + i);
                         let sums = match m.qtype {
+                            QType::Q4K if VNNI => wide::dot_qk45::<false, C>(row, acts),
+                            QType::Q5K if VNNI => wide::dot_qk45::<true, C>(row, acts),
+                            QType::Q6K if VNNI => wide::dot_q6k::<C>(row, acts),
                             QType::Q4K => dot_qk45::<VNNI, false, C>(row, acts),
                             QType::Q5K => dot_qk45::<VNNI, true, C>(row, acts),
                             QType::Q6K => dot_q6k::<VNNI, C>(row, acts),
@@ -1046,6 +1055,236 @@ mod x86 {
         // SAFETY: AVX is enabled by the caller.
         std::array::from_fn(|c| unsafe { hsum(acc[c]) } + offset[c])
     }
+
+    /// The K-quant kernels on 512-bit registers (VNNI machines): two 32-value sub-blocks (Q4_K,
+    /// Q5_K) or four 16-value ones (Q6_K) per `VPDPBUSD`, their scales gathered per super-block
+    /// with one vector multiply per activation, the minimums' and offsets' terms accumulated as
+    /// vectors. Per activation this is about a third of the 256-bit kernels' instructions, which
+    /// is what bounds decoding several sequences at once. The sums run in a fixed order: the
+    /// same on every call and for one activation or four.
+    pub(super) mod wide {
+        use std::arch::x86_64::*;
+
+        use super::super::Q8Activation;
+        use super::{half, prefetch, scale_min_k4};
+
+        /// Lanes 0-7 take element `2k` of the scales, lanes 8-15 element `2k + 1`.
+        #[inline(always)]
+        unsafe fn pair_index(k: i32) -> __m512i {
+            unsafe {
+                _mm512_set_epi32(
+                    2 * k + 1,
+                    2 * k + 1,
+                    2 * k + 1,
+                    2 * k + 1,
+                    2 * k + 1,
+                    2 * k + 1,
+                    2 * k + 1,
+                    2 * k + 1,
+                    2 * k,
+                    2 * k,
+                    2 * k,
+                    2 * k,
+                    2 * k,
+                    2 * k,
+                    2 * k,
+                    2 * k,
+                )
+            }
+        }
+
+        /// Lanes `4i..4i + 4` take element `4p + i` of the scales.
+        #[inline(always)]
+        unsafe fn quad_index(p: i32) -> __m512i {
+            let e = 4 * p;
+            unsafe {
+                _mm512_set_epi32(
+                    e + 3,
+                    e + 3,
+                    e + 3,
+                    e + 3,
+                    e + 2,
+                    e + 2,
+                    e + 2,
+                    e + 2,
+                    e + 1,
+                    e + 1,
+                    e + 1,
+                    e + 1,
+                    e,
+                    e,
+                    e,
+                    e,
+                )
+            }
+        }
+
+        /// Q4_K (`FIVE` false) and Q5_K: value = d sc q - dmin m, 8 sub-blocks of 32.
+        ///
+        /// # Safety
+        /// AVX2, F16C, AVX512F and AVX512-VNNI must be enabled; the activations must cover the
+        /// row.
+        #[inline(always)]
+        pub(in super::super) unsafe fn dot_qk45<const FIVE: bool, const C: usize>(
+            row: &[u8],
+            acts: [&Q8Activation; C],
+        ) -> [f32; C] {
+            let size = if FIVE { 176 } else { 144 };
+            let qs_at = if FIVE { 48 } else { 16 };
+            let blocks = row.len() / size;
+            assert!(acts.iter().all(|a| a.qs.len() >= blocks * 256
+                && a.scales.len() >= blocks * 8
+                && a.scaled_sums32.len() >= blocks * 8));
+            // SAFETY: the features are enabled by the caller; every load below is inside the
+            // row's blocks or the activations' first `blocks * 256` values (asserted).
+            unsafe {
+                let mut acc = [_mm512_setzero_ps(); C];
+                let mut mins = [_mm256_setzero_ps(); C];
+                let index = [pair_index(0), pair_index(1), pair_index(2), pair_index(3)];
+                let low = _mm256_set1_epi8(0x0f);
+                for (s, block) in row.chunks_exact(size).enumerate() {
+                    prefetch(row.as_ptr(), row.len() + s * size, size);
+                    let d = half(block, 0);
+                    let dmin = half(block, 2);
+                    let (mut sc, mut mn) = ([0f32; 8], [0f32; 8]);
+                    for j in 0..8 {
+                        let (a, b) = scale_min_k4(j, &block[4..16]);
+                        sc[j] = d * a;
+                        mn[j] = dmin * b;
+                    }
+                    let sc = _mm256_loadu_ps(sc.as_ptr());
+                    let mn = _mm256_loadu_ps(mn.as_ptr());
+                    let high = if FIVE {
+                        _mm256_loadu_si256(block.as_ptr().add(16).cast())
+                    } else {
+                        _mm256_setzero_si256()
+                    };
+                    let fifth = |j: i32| {
+                        _mm256_slli_epi16(
+                            _mm256_and_si256(
+                                _mm256_srl_epi16(high, _mm_cvtsi32_si128(j)),
+                                _mm256_set1_epi8(1),
+                            ),
+                            4,
+                        )
+                    };
+                    let mut weights = [_mm512_setzero_si512(); 4];
+                    for (chunk, w) in weights.iter_mut().enumerate() {
+                        let bytes =
+                            _mm256_loadu_si256(block.as_ptr().add(qs_at + 32 * chunk).cast());
+                        let mut lo = _mm256_and_si256(bytes, low);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+                        if FIVE {
+                            lo = _mm256_or_si256(lo, fifth(2 * chunk as i32));
+                            hi = _mm256_or_si256(hi, fifth(2 * chunk as i32 + 1));
+                        }
+                        *w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                    }
+                    for c in 0..C {
+                        let act = acts[c];
+                        let scales =
+                            _mm256_mul_ps(sc, _mm256_loadu_ps(act.scales.as_ptr().add(s * 8)));
+                        let scales = _mm512_castps256_ps512(scales);
+                        mins[c] = _mm256_fmadd_ps(
+                            mn,
+                            _mm256_loadu_ps(act.scaled_sums32.as_ptr().add(s * 8)),
+                            mins[c],
+                        );
+                        for (chunk, w) in weights.iter().enumerate() {
+                            let a = _mm512_loadu_si512(
+                                act.qs.as_ptr().add(s * 256 + 64 * chunk).cast(),
+                            );
+                            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *w, a);
+                            let scale = _mm512_permutexvar_ps(index[chunk], scales);
+                            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[c]);
+                        }
+                    }
+                }
+                std::array::from_fn(|c| _mm512_reduce_add_ps(acc[c]) - super::hsum(mins[c]))
+            }
+        }
+
+        /// Q6_K: value = d sc (q - 32), 16 sub-blocks of 16 with signed 8-bit scales.
+        ///
+        /// # Safety
+        /// As [`dot_qk45`].
+        #[inline(always)]
+        pub(in super::super) unsafe fn dot_q6k<const C: usize>(
+            row: &[u8],
+            acts: [&Q8Activation; C],
+        ) -> [f32; C] {
+            let blocks = row.len() / 210;
+            assert!(acts.iter().all(|a| a.qs.len() >= blocks * 256
+                && a.scales.len() >= blocks * 8
+                && a.scaled_sums16.len() >= blocks * 16));
+            // SAFETY: as in dot_qk45.
+            unsafe {
+                let mut acc = [_mm512_setzero_ps(); C];
+                let mut offsets = [_mm512_setzero_ps(); C];
+                let index = [quad_index(0), quad_index(1), quad_index(2), quad_index(3)];
+                let doubled = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+                let low = _mm256_set1_epi8(0x0f);
+                let two = _mm256_set1_epi8(3);
+                for (s, block) in row.chunks_exact(210).enumerate() {
+                    prefetch(row.as_ptr(), row.len() + s * 210, 210);
+                    let d = _mm512_set1_ps(half(block, 208));
+                    // d * the sixteen sub-block scales.
+                    let sc = _mm512_mul_ps(
+                        d,
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                            block.as_ptr().add(192).cast(),
+                        ))),
+                    );
+                    let mut weights = [_mm512_setzero_si512(); 4];
+                    for h in 0..2 {
+                        let ql0 = _mm256_loadu_si256(block.as_ptr().add(64 * h).cast());
+                        let ql1 = _mm256_loadu_si256(block.as_ptr().add(64 * h + 32).cast());
+                        let hb = _mm256_loadu_si256(block.as_ptr().add(128 + 32 * h).cast());
+                        let top = |shift: i32| super::two_bits_at_four(hb, shift, two);
+                        let ws = [
+                            _mm256_or_si256(_mm256_and_si256(ql0, low), top(0)),
+                            _mm256_or_si256(_mm256_and_si256(ql1, low), top(2)),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                                top(4),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                                top(6),
+                            ),
+                        ];
+                        weights[2 * h] =
+                            _mm512_inserti64x4(_mm512_castsi256_si512(ws[0]), ws[1], 1);
+                        weights[2 * h + 1] =
+                            _mm512_inserti64x4(_mm512_castsi256_si512(ws[2]), ws[3], 1);
+                    }
+                    for c in 0..C {
+                        let act = acts[c];
+                        let act_scales = _mm512_permutexvar_ps(
+                            doubled,
+                            _mm512_castps256_ps512(_mm256_loadu_ps(act.scales.as_ptr().add(s * 8))),
+                        );
+                        let scales = _mm512_mul_ps(sc, act_scales);
+                        offsets[c] = _mm512_fmadd_ps(
+                            sc,
+                            _mm512_loadu_ps(act.scaled_sums16.as_ptr().add(s * 16)),
+                            offsets[c],
+                        );
+                        for (pair, w) in weights.iter().enumerate() {
+                            let a =
+                                _mm512_loadu_si512(act.qs.as_ptr().add(s * 256 + 64 * pair).cast());
+                            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *w, a);
+                            let scale = _mm512_permutexvar_ps(index[pair], scales);
+                            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[c]);
+                        }
+                    }
+                }
+                std::array::from_fn(|c| {
+                    _mm512_reduce_add_ps(acc[c]) - 32.0 * _mm512_reduce_add_ps(offsets[c])
+                })
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1106,7 +1345,7 @@ mod tests {
         for dtype in TYPES {
             let (m, _file) = matrix(dtype, rows, cols, 7);
             let mut row = vec![0f32; cols];
-            for isa in [Isa::Portable, Isa::detect()] {
+            for isa in isas_here() {
                 let mut out = vec![0f32; rows];
                 matvec(isa, &[&m], &x, &act, &mut [&mut out[..]]);
                 let int8 = isa != Isa::Portable && m.qtype.has_int8_kernel();
@@ -1132,6 +1371,16 @@ mod tests {
         }
     }
 
+    /// Every kernel family this CPU can run (the AVX2 kernels too on a VNNI machine).
+    fn isas_here() -> Vec<Isa> {
+        let mut isas = vec![Isa::Portable];
+        if Isa::detect() == Isa::Avx512Vnni {
+            isas.push(Isa::Avx2);
+        }
+        isas.push(Isa::detect());
+        isas
+    }
+
     /// Several inputs at once give each input the bits it gets alone, for every type and
     /// every group size (the kernels take four inputs per pass, then the rest).
     #[test]
@@ -1149,7 +1398,7 @@ mod tests {
                 .collect();
             for dtype in TYPES {
                 let (m, _file) = matrix(dtype, rows, cols, 11);
-                for isa in [Isa::Portable, Isa::detect()] {
+                for isa in isas_here() {
                     let mut many = vec![0f32; n * rows];
                     matvec_many(isa, &[&m], &xs, &acts, &mut [&mut many[..]]);
                     for (t, act) in acts.iter().enumerate() {
