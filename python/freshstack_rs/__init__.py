@@ -1,0 +1,172 @@
+"""freshstack from Python: the FreshStack evaluation (a drop-in for the reference package's
+``EvaluateRetrieval``), native dense encoders, hybrid BM25 + dense search over a freshstack
+index, fusion and dataset loading, all offline and in-process.
+
+>>> import freshstack_rs as fs
+>>> alpha, coverage, recall = fs.EvaluateRetrieval(k_values=[10, 20, 50]).evaluate(
+...     qrels_nuggets=qrels_nuggets, query_to_nuggets=query_to_nuggets,
+...     qrels_query=qrels_query, results=results)
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _native
+from ._native import FreshstackError, Index, fuse, paired_significance
+
+__all__ = [
+    "DataLoader",
+    "Encoder",
+    "EvaluateRetrieval",
+    "FreshstackError",
+    "Index",
+    "evaluate_metrics",
+    "fuse",
+    "load_dataset",
+    "paired_significance",
+]
+__version__ = _native.__version__
+
+logger = logging.getLogger(__name__)
+
+
+class EvaluateRetrieval:
+    """The reference's evaluator (``freshstack.retrieval.evaluation.EvaluateRetrieval`` of
+    freshstack 0.0.6), computed in Rust: the same arguments, the same three dicts with the same
+    keys and values (alpha-nDCG only for k <= 20, as ndeval; means rounded to 4 decimals)."""
+
+    def __init__(self, k_values: Sequence[int] = (1, 3, 5, 10, 100, 1000)):
+        self.k_values = list(k_values)
+        self.top_k = max(self.k_values)
+        self.results: Dict[str, Dict[str, float]] = {}
+
+    def evaluate(
+        self,
+        qrels_nuggets: Dict[str, Dict[str, int]],
+        query_to_nuggets: Dict[str, List[str]],
+        qrels_query: Dict[str, Dict[str, int]],
+        results: Dict[str, Dict[str, float]],
+    ) -> Tuple[Dict[str, float], Dict[str, float], Dict[str, float]]:
+        """alpha-nDCG@k, Coverage@k and Recall@k of ``results`` (the questions of
+        ``qrels_query`` only)."""
+        if not qrels_nuggets or not qrels_query or not results:
+            raise ValueError("qrels and results must be provided for evaluation.")
+        alpha, coverage, recall = _native.evaluate(
+            qrels_nuggets, query_to_nuggets, qrels_query, results, self.k_values
+        )
+        for metric in (alpha, coverage, recall):
+            for name, value in metric.items():
+                logger.info("%s: %.4f", name, value)
+        return alpha, coverage, recall
+
+
+def evaluate_metrics(
+    qrels_nuggets: Dict[str, Dict[str, int]],
+    query_to_nuggets: Dict[str, List[str]],
+    results: Dict[str, Dict[str, float]],
+    metrics: Sequence[str] = ("alpha_ndcg", "coverage", "recall"),
+    k_values: Sequence[int] = (),
+) -> Tuple[Dict[str, float], Dict[str, Dict[str, float]]]:
+    """Any measures of ``freshstack eval`` (alpha_ndcg, coverage, recall, ndcg, mrr, precision,
+    hole, judged; each at ``k_values``, or its default k when empty): ``(means, per_query)``
+    keyed ``name@k``. Query-level relevance is derived from the nugget labels."""
+    return _native.evaluate_metrics(
+        qrels_nuggets, query_to_nuggets, results, list(metrics), list(k_values)
+    )
+
+
+class Encoder:
+    """A dense encoder run natively: a model directory, a Hugging Face cache id
+    (``sentence-transformers/all-MiniLM-L6-v2``) or a model card, read offline.
+
+    ``encode`` returns unit-length ``float32`` rows. ``encode_queries`` / ``encode_corpus`` are
+    the names BEIR and MTEB call, so the encoder can stand where those expect a model."""
+
+    def __init__(
+        self,
+        model: str,
+        max_length: Optional[int] = None,
+        dimensions: Optional[int] = None,
+    ):
+        self._inner = _native.Encoder(model, max_length=max_length, dimensions=dimensions)
+
+    @property
+    def dim(self) -> int:
+        """Width of the vectors."""
+        return self._inner.dim
+
+    def encode(
+        self,
+        texts,
+        batch_size: int = 256,
+        kind: str = "document",
+        **_ignored,
+    ) -> np.ndarray:
+        """``texts`` (a str or a list of str) as an array ``[n, dim]`` (``[dim]`` for one
+        str); ``kind`` is ``"query"`` or ``"document"`` (the model's templates)."""
+        if isinstance(texts, str):
+            return self._inner.encode([texts], batch_size, kind)[0]
+        return self._inner.encode(list(texts), batch_size, kind)
+
+    def encode_queries(self, queries, batch_size: int = 256, **kwargs) -> np.ndarray:
+        """Queries, with the model's query template."""
+        return self.encode(list(queries), batch_size=batch_size, kind="query")
+
+    def encode_corpus(self, corpus, batch_size: int = 256, **kwargs) -> np.ndarray:
+        """Documents: strs, or BEIR rows ``{"title", "text"}`` (title and text joined by a
+        space, as BEIR's sentence-transformers wrapper does)."""
+        if isinstance(corpus, dict):
+            corpus = [corpus[k] for k in corpus]
+        texts = [
+            d if isinstance(d, str) else (d.get("title", "") + " " + d.get("text", "")).strip()
+            for d in corpus
+        ]
+        return self.encode(texts, batch_size=batch_size, kind="document")
+
+
+def load_dataset(
+    queries: str, corpus: str, split: str = "test", corpus_split: str = "train"
+) -> dict:
+    """A dataset as dicts: ``queries`` and ``corpus`` are local paths (an export directory or
+    its files) or ``ORG/NAME:TOPIC`` ids in the Hugging Face cache (never downloaded). Keys:
+    corpus, queries, nuggets, qrels_nuggets, qrels_query, query_to_nuggets."""
+    return _native.load_dataset(queries, corpus, split, corpus_split)
+
+
+class DataLoader:
+    """The reference's ``DataLoader`` over :func:`load_dataset`: ``load()`` gives
+    ``(corpus, queries, nuggets)``, ``load_qrels()`` ``(qrels_nuggets, qrels_query,
+    query_to_nuggets)``."""
+
+    def __init__(
+        self,
+        queries_repo: str = "freshstack/queries-oct-2024",
+        corpus_repo: str = "freshstack/corpus-oct-2024",
+        topic: Optional[str] = None,
+    ):
+        def spec(repo: str) -> str:
+            # A hub id takes the topic as its config; a local path stays as it is.
+            if topic and ":" not in repo and not os.path.exists(repo):
+                return f"{repo}:{topic}"
+            return repo
+
+        self._queries = spec(queries_repo)
+        self._corpus = spec(corpus_repo)
+        self._data: Optional[dict] = None
+
+    def _loaded(self, split: str) -> dict:
+        if self._data is None:
+            self._data = load_dataset(self._queries, self._corpus, split=split)
+        return self._data
+
+    def load(self, split: str = "test"):
+        d = self._loaded(split)
+        return d["corpus"], d["queries"], d["nuggets"]
+
+    def load_qrels(self, split: str = "test"):
+        d = self._loaded(split)
+        return d["qrels_nuggets"], d["qrels_query"], d["query_to_nuggets"]

@@ -1,0 +1,659 @@
+//! `freshstack_rs._native`: the Python module over the freshstack library. A thin layer: it
+//! converts Python values into the library's types (checking them, so that a wrong value is a
+//! `TypeError` or `ValueError` naming the argument and the key), calls the library with the GIL
+//! released, and converts the results back. The Python package (`freshstack_rs/__init__.py`)
+//! adds the reference-compatible classes on top.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use freshstack::dataset::{DatasetPart, DatasetSpec, TextKind};
+use freshstack::embed::{EncoderOptions, TextEncoder, resolve_model};
+use freshstack::eval::{EvalConfig, Judgments, Metric, MetricAt, paired_tests};
+use freshstack::search::{FusionMethod, FusionOptions, QueryEncoderOptions, RetrieverSpec};
+use freshstack::{Encoder as _, NoProgress, NuggetQrels, Run, SearchOptions};
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+create_exception!(
+    _native,
+    FreshstackError,
+    PyValueError,
+    "An error of the freshstack library: its one-line message (file, line and field where it \
+     has them)."
+);
+
+fn library_error(e: freshstack::Error) -> PyErr {
+    FreshstackError::new_err(e.to_string())
+}
+
+/// The `str` keys and values of a Python mapping, in its iteration order.
+fn dict_of<'py>(argument: &str, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    value.cast::<PyDict>().cloned().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{argument}: expected a dict, got {}",
+            type_name(value)
+        ))
+    })
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn key_of(argument: &str, key: &Bound<'_, PyAny>) -> PyResult<String> {
+    if key.cast::<PyString>().is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "{argument}: keys must be str, got {} ({})",
+            type_name(key),
+            key.repr().map(|r| r.to_string()).unwrap_or_default()
+        )));
+    }
+    key.extract::<String>()
+}
+
+/// Per question, its (document, score or label) pairs, in the dict's order.
+type NestedScores = Vec<(String, Vec<(String, f64)>)>;
+
+/// `{str: {str: number}}` (a run or qrels): the inner numbers as f64, finite.
+fn nested_scores(argument: &str, value: &Bound<'_, PyAny>) -> PyResult<NestedScores> {
+    let outer = dict_of(argument, value)?;
+    let mut rows = Vec::with_capacity(outer.len());
+    for (query, docs) in outer.iter() {
+        let query = key_of(argument, &query)?;
+        let docs = dict_of(&format!("{argument}[{query:?}]"), &docs)?;
+        let mut scored = Vec::with_capacity(docs.len());
+        for (doc, score) in docs.iter() {
+            let doc = key_of(&format!("{argument}[{query:?}]"), &doc)?;
+            let score: f64 = score.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{argument}[{query:?}][{doc:?}]: expected a number, got {}",
+                    type_name(&score)
+                ))
+            })?;
+            if !score.is_finite() {
+                return Err(PyValueError::new_err(format!(
+                    "{argument}[{query:?}][{doc:?}]: {score} is not a finite number"
+                )));
+            }
+            scored.push((doc, score));
+        }
+        rows.push((query, scored));
+    }
+    Ok(rows)
+}
+
+/// An integer relevance label (bool, int, or a float that is a whole number).
+fn label_of(argument: &str, score: f64) -> PyResult<i32> {
+    if score.fract() != 0.0 || score.abs() > f64::from(i32::MAX) {
+        return Err(PyValueError::new_err(format!(
+            "{argument}: label {score} is not an integer"
+        )));
+    }
+    Ok(score as i32)
+}
+
+fn run_of(
+    argument: &str,
+    value: &Bound<'_, PyAny>,
+    keep: Option<&HashMap<String, ()>>,
+) -> PyResult<Run> {
+    let mut run = Run::new("run");
+    for (query, docs) in nested_scores(argument, value)? {
+        if keep.is_some_and(|k| !k.contains_key(&query)) {
+            continue;
+        }
+        for (doc, score) in docs {
+            run.push(&query, &doc, score);
+        }
+    }
+    Ok(run)
+}
+
+fn run_to_dict<'py>(py: Python<'py>, run: &Run) -> PyResult<Bound<'py, PyDict>> {
+    use freshstack::dataset::Rankings;
+    let out = PyDict::new(py);
+    for index in 0..run.num_rankings() {
+        let docs = PyDict::new(py);
+        for doc in run.ranking_docs(index) {
+            docs.set_item(doc.doc_id, doc.score)?;
+        }
+        out.set_item(run.ranking_query_id(index), docs)?;
+    }
+    Ok(out)
+}
+
+fn means_dict<'py>(
+    py: Python<'py>,
+    label: &str,
+    measures: &[MetricAt],
+    means: &[f64],
+) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    for (m, v) in measures.iter().zip(means) {
+        out.set_item(format!("{label}@{}", m.k), *v)?;
+    }
+    Ok(out)
+}
+
+/// The reference's three measures (alpha-nDCG@k for k <= 20, Coverage@k, Recall@k on
+/// `qrels_query`) as three dicts keyed like `freshstack.retrieval.evaluation`'s.
+#[pyfunction]
+#[pyo3(signature = (qrels_nuggets, query_to_nuggets, qrels_query, results, k_values))]
+fn evaluate<'py>(
+    py: Python<'py>,
+    qrels_nuggets: &Bound<'py, PyAny>,
+    query_to_nuggets: &Bound<'py, PyAny>,
+    qrels_query: &Bound<'py, PyAny>,
+    results: &Bound<'py, PyAny>,
+    k_values: Vec<usize>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    if k_values.is_empty() {
+        return Err(PyValueError::new_err("k_values: give at least one cutoff"));
+    }
+    let nugget_labels: HashMap<String, Vec<(String, f64)>> =
+        nested_scores("qrels_nuggets", qrels_nuggets)?
+            .into_iter()
+            .collect();
+    let mut nuggets = NuggetQrels::new();
+    for (query, ids) in dict_of("query_to_nuggets", query_to_nuggets)?.iter() {
+        let query = key_of("query_to_nuggets", &query)?;
+        let where_ = format!("query_to_nuggets[{query:?}]");
+        let ids = ids.cast::<PyList>().map_err(|_| {
+            PyTypeError::new_err(format!("{where_}: expected a list of nugget ids"))
+        })?;
+        for id in ids.iter() {
+            let id = key_of(&where_, &id)?;
+            nuggets.add_nugget(&query, &id);
+            for (doc, label) in nugget_labels.get(&id).into_iter().flatten() {
+                let label = label_of(&format!("qrels_nuggets[{id:?}][{doc:?}]"), *label)?;
+                nuggets.set(&query, &id, doc, label);
+            }
+        }
+    }
+    let mut query_level = NuggetQrels::new();
+    let mut judged_queries = HashMap::new();
+    for (query, docs) in nested_scores("qrels_query", qrels_query)? {
+        query_level.add_nugget(&query, &query);
+        for (doc, label) in docs {
+            let label = label_of(&format!("qrels_query[{query:?}][{doc:?}]"), label)?;
+            query_level.set(&query, &query, &doc, label);
+        }
+        judged_queries.insert(query, ());
+    }
+    if nuggets.is_empty() || query_level.is_empty() {
+        return Err(PyValueError::new_err(
+            "qrels and results must be provided for evaluation",
+        ));
+    }
+    // As the reference: only the run's questions that qrels_query has.
+    let run = run_of("results", results, Some(&judged_queries))?;
+    let small: Vec<usize> = k_values.iter().copied().filter(|&k| k <= 20).collect();
+    let (alpha, coverage, recall) = py
+        .detach(|| -> freshstack::Result<_> {
+            let mut config = EvalConfig::new(&[Metric::Coverage], &k_values)?;
+            // alpha-nDCG only where ndeval computes it (the reference drops k > 20).
+            let mut measures: Vec<MetricAt> = small
+                .iter()
+                .map(|&k| MetricAt {
+                    metric: Metric::AlphaNdcg,
+                    k,
+                })
+                .collect();
+            measures.extend(config.measures);
+            config.measures = measures;
+            let judgments = Judgments::new(&nuggets);
+            let evaluation = freshstack::evaluate(&judgments, &run, &config);
+            let recall_config = EvalConfig::new(&[Metric::Recall], &k_values)?;
+            let recall = freshstack::evaluate(&Judgments::new(&query_level), &run, &recall_config);
+            let split = small.len();
+            Ok((
+                (
+                    evaluation.measures[..split].to_vec(),
+                    evaluation.means[..split].to_vec(),
+                ),
+                (
+                    evaluation.measures[split..].to_vec(),
+                    evaluation.means[split..].to_vec(),
+                ),
+                (recall.measures, recall.means),
+            ))
+        })
+        .map_err(library_error)?;
+    Ok((
+        means_dict(py, "alpha-nDCG", &alpha.0, &alpha.1)?,
+        means_dict(py, "Coverage", &coverage.0, &coverage.1)?,
+        means_dict(py, "Recall", &recall.0, &recall.1)?,
+    ))
+}
+
+/// Every measure of `freshstack eval` (`metrics`: names such as `alpha_ndcg`, `coverage`,
+/// `recall`, `ndcg`, `mrr`, `precision`, `hole`, `judged`) of a run against nugget judgments
+/// (`qrels_nuggets` keyed by nugget id, `query_to_nuggets`): `(means, per_query)`, keys
+/// `name@k`.
+#[pyfunction]
+#[pyo3(signature = (qrels_nuggets, query_to_nuggets, results, metrics, k_values))]
+fn evaluate_metrics<'py>(
+    py: Python<'py>,
+    qrels_nuggets: &Bound<'py, PyAny>,
+    query_to_nuggets: &Bound<'py, PyAny>,
+    results: &Bound<'py, PyAny>,
+    metrics: Vec<String>,
+    k_values: Vec<usize>,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    let metrics: Vec<Metric> = metrics
+        .iter()
+        .map(|m| m.parse::<Metric>())
+        .collect::<freshstack::Result<_>>()
+        .map_err(|e| PyValueError::new_err(format!("metrics: {e}")))?;
+    let nugget_labels: HashMap<String, Vec<(String, f64)>> =
+        nested_scores("qrels_nuggets", qrels_nuggets)?
+            .into_iter()
+            .collect();
+    let mut nuggets = NuggetQrels::new();
+    for (query, ids) in dict_of("query_to_nuggets", query_to_nuggets)?.iter() {
+        let query = key_of("query_to_nuggets", &query)?;
+        let ids: Vec<String> = ids.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "query_to_nuggets[{query:?}]: expected a list of str"
+            ))
+        })?;
+        for id in ids {
+            nuggets.add_nugget(&query, &id);
+            for (doc, label) in nugget_labels.get(&id).into_iter().flatten() {
+                let label = label_of(&format!("qrels_nuggets[{id:?}][{doc:?}]"), *label)?;
+                nuggets.set(&query, &id, doc, label);
+            }
+        }
+    }
+    let run = run_of("results", results, None)?;
+    let evaluation = py
+        .detach(|| -> freshstack::Result<_> {
+            let config = EvalConfig::new(&metrics, &k_values)?;
+            Ok(freshstack::evaluate(
+                &Judgments::new(&nuggets),
+                &run,
+                &config,
+            ))
+        })
+        .map_err(library_error)?;
+    let means = PyDict::new(py);
+    for (m, v) in evaluation.measures.iter().zip(&evaluation.means) {
+        means.set_item(m.to_string(), *v)?;
+    }
+    let per_query = PyDict::new(py);
+    for q in &evaluation.per_query {
+        let row = PyDict::new(py);
+        for (m, v) in evaluation.measures.iter().zip(&q.values) {
+            row.set_item(m.to_string(), *v)?;
+        }
+        per_query.set_item(&q.query_id, row)?;
+    }
+    Ok((means, per_query))
+}
+
+/// Paired tests of two systems' per-question scores: `{"t_test": p, "randomization": p}`.
+#[pyfunction]
+#[pyo3(signature = (a, b, permutations = 10_000, seed = 0))]
+fn paired_significance<'py>(
+    py: Python<'py>,
+    a: Vec<f64>,
+    b: Vec<f64>,
+    permutations: usize,
+    seed: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    if a.len() != b.len() || a.is_empty() {
+        return Err(PyValueError::new_err(format!(
+            "a and b: need the same non-zero number of scores, got {} and {}",
+            a.len(),
+            b.len()
+        )));
+    }
+    if let Some(v) = a.iter().chain(&b).find(|v| !v.is_finite()) {
+        return Err(PyValueError::new_err(format!(
+            "a, b: {v} is not a finite score"
+        )));
+    }
+    let test = py.detach(|| paired_tests(&a, &b, permutations, seed));
+    let out = PyDict::new(py);
+    out.set_item("mean_difference", test.mean_difference)?;
+    out.set_item("t_test", test.t_test_p)?;
+    out.set_item("randomization", test.randomization_p)?;
+    Ok(out)
+}
+
+/// Fuses runs (dicts) by normalized sum (the paper's) or reciprocal rank.
+#[pyfunction]
+#[pyo3(signature = (runs, method = "normalized_sum", depth = 100, weights = None, rrf_k = 60.0))]
+fn fuse<'py>(
+    py: Python<'py>,
+    runs: Vec<Bound<'py, PyAny>>,
+    method: &str,
+    depth: usize,
+    weights: Option<Vec<f64>>,
+    rrf_k: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let method = match method {
+        "normalized_sum" => FusionMethod::NormalizedSum,
+        "rrf" => FusionMethod::Rrf { k: rrf_k },
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "method: {other:?} is not \"normalized_sum\" or \"rrf\""
+            )));
+        }
+    };
+    let runs: Vec<Run> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| run_of(&format!("runs[{i}]"), r, None))
+        .collect::<PyResult<_>>()?;
+    let options = FusionOptions {
+        method,
+        depth,
+        weights,
+        ..FusionOptions::default()
+    };
+    let refs: Vec<&Run> = runs.iter().collect();
+    let fused = py
+        .detach(|| freshstack::search::fuse(&refs, &options, "fused"))
+        .map_err(library_error)?;
+    run_to_dict(py, &fused)
+}
+
+fn text_kind(kind: &str) -> PyResult<TextKind> {
+    match kind {
+        "query" => Ok(TextKind::Query),
+        "document" => Ok(TextKind::Document),
+        other => Err(PyValueError::new_err(format!(
+            "kind: {other:?} is not \"query\" or \"document\""
+        ))),
+    }
+}
+
+/// A dense encoder run natively (CPU): a model directory, a Hugging Face cache id or a model
+/// card, as `freshstack embed --model` takes.
+#[pyclass(module = "freshstack_rs._native", frozen)]
+struct Encoder {
+    inner: Arc<TextEncoder>,
+    name: String,
+}
+
+#[pymethods]
+impl Encoder {
+    #[new]
+    #[pyo3(signature = (model, max_length = None, dimensions = None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        max_length: Option<usize>,
+        dimensions: Option<usize>,
+    ) -> PyResult<Self> {
+        let name = model.to_string();
+        let inner = py
+            .detach(|| -> freshstack::Result<TextEncoder> {
+                let files = resolve_model(&name)?;
+                TextEncoder::load(
+                    &files,
+                    &EncoderOptions {
+                        max_length,
+                        dimensions,
+                        ..EncoderOptions::default()
+                    },
+                )
+            })
+            .map_err(library_error)?;
+        Ok(Self {
+            inner: Arc::new(inner),
+            name: model.to_string(),
+        })
+    }
+
+    /// Width of the vectors.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// What the encoder was opened from.
+    #[getter]
+    fn model(&self) -> &str {
+        &self.name
+    }
+
+    /// `texts` as a `float32` array `[len(texts), dim]`, unit length, each row the model's
+    /// embedding of its text (`kind` picks the query or document template). `batch_size`
+    /// texts go to the encoder per call (the vectors do not depend on it).
+    #[pyo3(signature = (texts, batch_size = 256, kind = "document"))]
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        batch_size: usize,
+        kind: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let kind = text_kind(kind)?;
+        if batch_size == 0 {
+            return Err(PyValueError::new_err("batch_size: must be at least 1"));
+        }
+        let dim = self.inner.dim();
+        let encoder = Arc::clone(&self.inner);
+        let mut data = Vec::with_capacity(texts.len() * dim);
+        for chunk in texts.chunks(batch_size) {
+            let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            let embeddings = py
+                .detach(|| encoder.embed(&refs, kind, &NoProgress))
+                .map_err(library_error)?;
+            data.extend_from_slice(&embeddings.data);
+            // Ctrl-C between batches raises KeyboardInterrupt.
+            py.check_signals()?;
+        }
+        let rows = texts.len();
+        let array = PyArray1::from_vec(py, data);
+        Ok(array.reshape([rows, dim])?.into_any())
+    }
+}
+
+/// An index directory (`freshstack index`): BM25, dense models, HNSW; queries of dense
+/// retrievers are encoded with the model the index recorded.
+#[pyclass(module = "freshstack_rs._native", frozen)]
+struct Index {
+    engine: freshstack::Engine,
+}
+
+fn search_options(retriever: &str, k: usize, exact: bool) -> PyResult<SearchOptions> {
+    let retriever: RetrieverSpec = retriever
+        .parse()
+        .map_err(|e: freshstack::Error| PyValueError::new_err(format!("retriever: {e}")))?;
+    if k == 0 {
+        return Err(PyValueError::new_err("k: must be at least 1"));
+    }
+    Ok(SearchOptions {
+        retriever,
+        k,
+        ann: if exact {
+            freshstack::search::Ann::Exact
+        } else {
+            freshstack::search::Ann::Hnsw
+        },
+        ..SearchOptions::default()
+    })
+}
+
+#[pymethods]
+impl Index {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let engine = py
+            .detach(|| {
+                freshstack::Engine::open_with_encoders(&path, &QueryEncoderOptions::default())
+            })
+            .map_err(library_error)?;
+        Ok(Self { engine })
+    }
+
+    /// Documents in the index.
+    fn __len__(&self) -> usize {
+        self.engine.live_ids().count()
+    }
+
+    /// The top `k` of `query` as `[(doc_id, score)]`, best first.
+    #[pyo3(signature = (query, k = 10, retriever = "bm25", exact = false))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        query: &str,
+        k: usize,
+        retriever: &str,
+        exact: bool,
+    ) -> PyResult<Vec<(String, f64)>> {
+        let options = search_options(retriever, k, exact)?;
+        let hits = py
+            .detach(|| self.engine.search(query, &options))
+            .map_err(library_error)?;
+        Ok(hits.into_iter().map(|d| (d.doc_id, d.score)).collect())
+    }
+
+    /// A run for `queries` (`{query_id: text}`): `{query_id: {doc_id: score}}`.
+    #[pyo3(signature = (queries, k = 100, retriever = "bm25", exact = false))]
+    fn retrieve<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: usize,
+        retriever: &str,
+        exact: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let options = search_options(retriever, k, exact)?;
+        let mut ids = Vec::new();
+        let mut texts = Vec::new();
+        for (id, text) in dict_of("queries", queries)?.iter() {
+            let id = key_of("queries", &id)?;
+            let text: String = text
+                .extract()
+                .map_err(|_| PyTypeError::new_err(format!("queries[{id:?}]: expected str")))?;
+            ids.push(id);
+            texts.push(text);
+        }
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let results = py
+            .detach(|| self.engine.search_batch(&refs, &options))
+            .map_err(library_error)?;
+        let out = PyDict::new(py);
+        for (id, hits) in ids.iter().zip(results) {
+            let docs = PyDict::new(py);
+            for hit in hits {
+                docs.set_item(hit.doc_id, hit.score)?;
+            }
+            out.set_item(id, docs)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A dataset (a local export directory or files, or `ORG/NAME:TOPIC` in the Hugging Face cache,
+/// offline) as the reference's `DataLoader` gives it: a dict with `corpus`
+/// (`{id: {"title", "text"}}`), `queries` (`{id: "title text"}`), `nuggets` (`{id: text}`),
+/// `qrels_nuggets`, `qrels_query` and `query_to_nuggets`.
+#[pyfunction]
+#[pyo3(signature = (queries, corpus, split = "test", corpus_split = "train"))]
+fn load_dataset<'py>(
+    py: Python<'py>,
+    queries: &str,
+    corpus: &str,
+    split: &str,
+    corpus_split: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (questions, documents) = py
+        .detach(|| -> freshstack::Result<_> {
+            let cache = freshstack::dataset::hub_cache_dir();
+            let q_files = freshstack::dataset::resolve_files(
+                &DatasetSpec::from(queries),
+                DatasetPart::Queries,
+                split,
+                &cache,
+            )?;
+            let c_files = freshstack::dataset::resolve_files(
+                &DatasetSpec::from(corpus),
+                DatasetPart::Corpus,
+                corpus_split,
+                &cache,
+            )?;
+            Ok((
+                freshstack::dataset::load_queries(&q_files)?,
+                freshstack::dataset::load_corpus(&c_files)?,
+            ))
+        })
+        .map_err(library_error)?;
+    let out = PyDict::new(py);
+    let corpus_dict = PyDict::new(py);
+    for d in &documents {
+        let row = PyDict::new(py);
+        row.set_item("text", &d.text)?;
+        row.set_item("title", &d.title)?;
+        corpus_dict.set_item(&d.id, row)?;
+    }
+    let queries_dict = PyDict::new(py);
+    let nuggets_dict = PyDict::new(py);
+    let qrels_nuggets = PyDict::new(py);
+    let qrels_query = PyDict::new(py);
+    let query_to_nuggets = PyDict::new(py);
+    for q in &questions {
+        queries_dict.set_item(
+            q.query_id.to_string(),
+            format!("{} {}", q.query_title, q.query_text),
+        )?;
+        if q.nuggets.is_empty() {
+            continue;
+        }
+        let ids = PyList::empty(py);
+        let relevant = PyDict::new(py);
+        for n in &q.nuggets {
+            nuggets_dict.set_item(&n.id, &n.text)?;
+            ids.append(&n.id)?;
+            let docs = PyDict::new(py);
+            for doc in &n.relevant_corpus_ids {
+                docs.set_item(doc, 1)?;
+                relevant.set_item(doc, 1)?;
+            }
+            qrels_nuggets.set_item(&n.id, docs)?;
+        }
+        qrels_query.set_item(q.query_id.to_string(), relevant)?;
+        query_to_nuggets.set_item(q.query_id.to_string(), ids)?;
+    }
+    out.set_item("corpus", corpus_dict)?;
+    out.set_item("queries", queries_dict)?;
+    out.set_item("nuggets", nuggets_dict)?;
+    out.set_item("qrels_nuggets", qrels_nuggets)?;
+    out.set_item("qrels_query", qrels_query)?;
+    out.set_item("query_to_nuggets", query_to_nuggets)?;
+    Ok(out)
+}
+
+/// Panics inside Rust: for the test that a panic reaches Python as an exception, never an abort.
+#[pyfunction]
+fn _panic_for_test() {
+    panic!("a deliberate panic");
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("FreshstackError", m.py().get_type::<FreshstackError>())?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(paired_significance, m)?)?;
+    m.add_function(wrap_pyfunction!(fuse, m)?)?;
+    m.add_function(wrap_pyfunction!(load_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add_class::<Encoder>()?;
+    m.add_class::<Index>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,93 @@
+"""An index built by the CLI, searched from Python (BM25, dense with the recorded encoder,
+fusion), fusion of dict runs, and a dataset read offline from a Hugging Face cache layout."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import freshstack_rs as fs
+
+from conftest import ROOT, model_dir, run
+
+DOCS = [
+    ("r/x/routes.php_0_10", "Route::get('/user/{id}', function (string $id) { return $id; });"),
+    ("r/x/queue.php_0_10", "php artisan queue:work --tries=3 runs the queue worker with retries"),
+    ("r/x/cache.php_0_10", "Cache::remember('users', 60, fn () => User::all()); caches a query"),
+    ("r/x/mail.php_0_10", "Mail::to($user)->send(new OrderShipped($order)); sends a mailable"),
+]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, freshstack_bin):
+    d = tmp_path_factory.mktemp("index")
+    corpus = d / "corpus.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"_id": i, "title": "", "text": t, "metadata": {"repo": "r/x"}}) + "\n"
+            for i, t in DOCS
+        )
+    )
+    minilm = model_dir("all-MiniLM-L6-v2")
+    out = d / "idx"
+    run([freshstack_bin, "index", "--corpus", corpus, "--bm25", "--dense", f"minilm={minilm}", "--index", out])
+    return out
+
+
+def test_bm25_dense_and_fusion_search(index):
+    engine = fs.Index(str(index))
+    assert len(engine) == 4
+    hits = engine.search("queue worker retries", k=2)
+    # BM25 returns only documents holding a query term.
+    assert [d for d, _ in hits] == ["r/x/queue.php_0_10"]
+    assert engine.search("run the queue worker with a query cache", k=2)[0][1] > 0
+    dense = engine.search("how do I send an email to a user", k=1, retriever="dense:minilm")
+    assert dense[0][0] == "r/x/mail.php_0_10"
+    exact = engine.search("how do I send an email to a user", k=1, retriever="dense:minilm", exact=True)
+    assert exact == dense
+    fused = engine.search("cache a query result", k=4, retriever="fusion")
+    assert fused[0][0] == "r/x/cache.php_0_10" and len(fused) == 4
+
+
+def test_retrieve_gives_a_run_and_bad_retriever_is_an_error(index):
+    engine = fs.Index(str(index))
+    queries = {"1": "queue worker", "2": "route parameter"}
+    results = engine.retrieve(queries, k=3)
+    assert list(results) == ["1", "2"]
+    assert next(iter(results["2"])) == "r/x/routes.php_0_10"
+    for q, text in queries.items():
+        assert list(results[q].items()) == engine.search(text, k=3)
+    with pytest.raises(ValueError, match="retriever"):
+        engine.search("x", retriever="splade")
+    with pytest.raises(fs.FreshstackError):
+        fs.Index(str(index / "missing"))
+
+
+def test_fuse_normalized_sum_and_rrf():
+    a = {"q": {"d1": 3.0, "d2": 2.0, "d3": 1.0}}
+    b = {"q": {"d3": 10.0, "d2": 5.0, "d4": 0.0}}
+    fused = fs.fuse([a, b])
+    # Min-max per run, then summed: d2 0.5 + 0.5, d3 0 + 1, d1 1 + 0, d4 0.
+    assert fused["q"]["d4"] == 0.0
+    assert {d: round(s, 6) for d, s in fused["q"].items() if d != "d4"} == {"d1": 1.0, "d2": 1.0, "d3": 1.0}
+    rrf = fs.fuse([a, b], method="rrf", rrf_k=60)
+    assert list(rrf["q"])[0] in ("d2", "d3")
+    assert abs(rrf["q"]["d2"] - (1 / 62 + 1 / 62)) < 1e-12
+    with pytest.raises(ValueError, match="method"):
+        fs.fuse([a], method="max")
+
+
+def test_load_dataset_from_a_hub_cache(monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(ROOT / "tests" / "fixtures" / "benchmark" / "hf" / "hub"))
+    loader = fs.DataLoader("freshstack/queries-tiny", "freshstack/corpus-tiny", topic="tiny")
+    corpus, queries, nuggets = loader.load()
+    qrels_nuggets, qrels_query, query_to_nuggets = loader.load_qrels()
+    assert corpus and queries and nuggets
+    for qid, ids in query_to_nuggets.items():
+        assert qid in queries
+        for nid in ids:
+            assert nid in nuggets
+            for doc in qrels_nuggets[nid]:
+                assert qrels_query[qid][doc] == 1
+    with pytest.raises(fs.FreshstackError):
+        fs.load_dataset("freshstack/queries-tiny:nope", "freshstack/corpus-tiny:nope")
