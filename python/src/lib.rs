@@ -12,12 +12,12 @@ use freshstack::dataset::{DatasetPart, DatasetSpec, TextKind};
 use freshstack::embed::{EncoderOptions, TextEncoder, resolve_model};
 use freshstack::eval::{EvalConfig, Judgments, Metric, MetricAt, paired_tests};
 use freshstack::search::{FusionMethod, FusionOptions, QueryEncoderOptions, RetrieverSpec};
-use freshstack::{Encoder as _, NoProgress, NuggetQrels, Run, SearchOptions};
+use freshstack::{Encoder as _, NoProgress, NuggetQrels, Run, ScoredDoc, SearchOptions};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyFloat, PyList, PyString};
 
 create_exception!(
     _native,
@@ -63,31 +63,62 @@ fn key_of(argument: &str, key: &Bound<'_, PyAny>) -> PyResult<String> {
 /// Per question, its (document, score or label) pairs, in the dict's order.
 type NestedScores = Vec<(String, Vec<(String, f64)>)>;
 
-/// `{str: {str: number}}` (a run or qrels): the inner numbers as f64, finite.
-fn nested_scores(argument: &str, value: &Bound<'_, PyAny>) -> PyResult<NestedScores> {
-    let outer = dict_of(argument, value)?;
-    let mut rows = Vec::with_capacity(outer.len());
-    for (query, docs) in outer.iter() {
-        let query = key_of(argument, &query)?;
-        let docs = dict_of(&format!("{argument}[{query:?}]"), &docs)?;
-        let mut scored = Vec::with_capacity(docs.len());
-        for (doc, score) in docs.iter() {
-            let doc = key_of(&format!("{argument}[{query:?}]"), &doc)?;
-            let score: f64 = score.extract().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "{argument}[{query:?}][{doc:?}]: expected a number, got {}",
-                    type_name(&score)
-                ))
-            })?;
-            if !score.is_finite() {
-                return Err(PyValueError::new_err(format!(
-                    "{argument}[{query:?}][{doc:?}]: {score} is not a finite number"
-                )));
-            }
-            scored.push((doc, score));
-        }
-        rows.push((query, scored));
+/// A finite number (int, float or bool); the error names `where_()`, built only on failure.
+fn finite_number(value: &Bound<'_, PyAny>, where_: impl Fn() -> String) -> PyResult<f64> {
+    let number = match value.cast::<PyFloat>() {
+        Ok(float) => float.value(),
+        Err(_) => value.extract::<f64>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{}: expected a number, got {}",
+                where_(),
+                type_name(value)
+            ))
+        })?,
+    };
+    if !number.is_finite() {
+        return Err(PyValueError::new_err(format!(
+            "{}: {number} is not a finite number",
+            where_()
+        )));
     }
+    Ok(number)
+}
+
+/// Visits `{str: {str: number}}` (a run or qrels) in the dicts' order: `each(query, pairs)`.
+fn for_each_nested(
+    argument: &str,
+    value: &Bound<'_, PyAny>,
+    mut each: impl FnMut(String, Vec<(String, f64)>) -> PyResult<()>,
+) -> PyResult<()> {
+    for (query, docs) in dict_of(argument, value)?.iter() {
+        let query = key_of(argument, &query)?;
+        let docs = docs.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{argument}[{query:?}]: expected a dict, got {}",
+                type_name(&docs)
+            ))
+        })?;
+        let mut pairs = Vec::with_capacity(docs.len());
+        for (doc, score) in docs.iter() {
+            let doc = match doc.cast::<PyString>() {
+                Ok(_) => doc.extract::<String>()?,
+                Err(_) => return Err(key_of(&format!("{argument}[{query:?}]"), &doc).unwrap_err()),
+            };
+            let score = finite_number(&score, || format!("{argument}[{query:?}][{doc:?}]"))?;
+            pairs.push((doc, score));
+        }
+        each(query, pairs)?;
+    }
+    Ok(())
+}
+
+/// `{str: {str: number}}` collected.
+fn nested_scores(argument: &str, value: &Bound<'_, PyAny>) -> PyResult<NestedScores> {
+    let mut rows = Vec::new();
+    for_each_nested(argument, value, |query, pairs| {
+        rows.push((query, pairs));
+        Ok(())
+    })?;
     Ok(rows)
 }
 
@@ -101,20 +132,133 @@ fn label_of(argument: &str, score: f64) -> PyResult<i32> {
     Ok(score as i32)
 }
 
-fn run_of(
+/// A byte range of [`DictRun::text`].
+type Span = std::ops::Range<usize>;
+
+/// A run read from a dict: every id in one text buffer (no allocation per document), the
+/// rankings as spans into it, in the dict's order.
+struct DictRun {
+    text: String,
+    /// Per question: its id's span and its documents' (span, score).
+    rankings: Vec<(Span, Vec<(Span, f64)>)>,
+    by_query: HashMap<String, usize>,
+}
+
+impl freshstack::dataset::Rankings for DictRun {
+    fn run_name(&self) -> &str {
+        "run"
+    }
+    fn num_rankings(&self) -> usize {
+        self.rankings.len()
+    }
+    fn ranking_query_id(&self, index: usize) -> &str {
+        &self.text[self.rankings[index].0.clone()]
+    }
+    fn ranking_docs(&self, index: usize) -> Vec<freshstack::dataset::DocRef<'_>> {
+        self.rankings[index]
+            .1
+            .iter()
+            .map(|(span, score)| freshstack::dataset::DocRef {
+                doc_id: &self.text[span.clone()],
+                score: *score,
+            })
+            .collect()
+    }
+    fn find_query(&self, query_id: &str) -> Option<usize> {
+        self.by_query.get(query_id).copied()
+    }
+}
+
+/// Appends the UTF-8 of the `str` `key` to `text`; its span there.
+fn push_str_key(
+    text: &mut String,
+    key: &Bound<'_, PyAny>,
+    where_: impl Fn() -> String,
+) -> PyResult<Span> {
+    let Ok(string) = key.cast::<PyString>() else {
+        return Err(key_of(&where_(), key).unwrap_err());
+    };
+    let start = text.len();
+    text.push_str(utf8_of(string)?);
+    Ok(start..text.len())
+}
+
+unsafe extern "C" {
+    /// CPython's UTF-8 view of a `str` (cached in the object). In the limited API only from
+    /// 3.10, but exported with the same signature by every CPython 3 and PyPy's cpyext.
+    fn PyUnicode_AsUTF8AndSize(
+        unicode: *mut pyo3::ffi::PyObject,
+        size: *mut pyo3::ffi::Py_ssize_t,
+    ) -> *const std::ffi::c_char;
+}
+
+/// The UTF-8 of `string`, borrowed from the object: no allocation per id.
+fn utf8_of<'a>(string: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    let mut size: pyo3::ffi::Py_ssize_t = 0;
+    // SAFETY: `string` is a live `str` (we hold a reference, and the GIL); the returned buffer
+    // belongs to it and lives as long as it does, which bounds the borrow.
+    let data = unsafe { PyUnicode_AsUTF8AndSize(string.as_ptr(), &mut size) };
+    if data.is_null() {
+        // A lone surrogate: Python raised UnicodeEncodeError.
+        return Err(PyErr::fetch(string.py()));
+    }
+    // SAFETY: `size` bytes at `data` (CPython's contract), valid UTF-8 (strict encoding).
+    Ok(unsafe {
+        std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast::<u8>(), size as usize))
+    })
+}
+
+/// A `{query: {doc: score}}` dict as a run (only the questions in `keep`, when given).
+fn dict_run(
     argument: &str,
     value: &Bound<'_, PyAny>,
     keep: Option<&HashMap<String, ()>>,
-) -> PyResult<Run> {
-    let mut run = Run::new("run");
-    for (query, docs) in nested_scores(argument, value)? {
-        if keep.is_some_and(|k| !k.contains_key(&query)) {
+) -> PyResult<DictRun> {
+    let outer = dict_of(argument, value)?;
+    let mut run = DictRun {
+        text: String::new(),
+        rankings: Vec::with_capacity(outer.len()),
+        by_query: HashMap::with_capacity(outer.len()),
+    };
+    for (query, docs) in outer.iter() {
+        let query = key_of(argument, &query)?;
+        if keep.is_some_and(|k| !k.contains_key(&query)) || run.by_query.contains_key(&query) {
             continue;
         }
-        for (doc, score) in docs {
-            run.push(&query, &doc, score);
+        let docs = docs.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{argument}[{query:?}]: expected a dict, got {}",
+                type_name(&docs)
+            ))
+        })?;
+        let start = run.text.len();
+        run.text.push_str(&query);
+        let query_span = start..run.text.len();
+        let mut scored = Vec::with_capacity(docs.len());
+        for (doc, score) in docs.iter() {
+            let span = push_str_key(&mut run.text, &doc, || format!("{argument}[{query:?}]"))?;
+            let score = finite_number(&score, || {
+                format!("{argument}[{query:?}][{:?}]", &run.text[span.clone()])
+            })?;
+            scored.push((span, score));
         }
+        run.by_query.insert(query, run.rankings.len());
+        run.rankings.push((query_span, scored));
     }
+    Ok(run)
+}
+
+fn run_of(argument: &str, value: &Bound<'_, PyAny>) -> PyResult<Run> {
+    let mut run = Run::new("run");
+    for_each_nested(argument, value, |query, pairs| {
+        // Dict keys are distinct: no duplicate bookkeeping needed.
+        let docs = pairs
+            .into_iter()
+            .map(|(doc_id, score)| ScoredDoc { doc_id, score })
+            .collect();
+        run.push_ranking(&query, docs);
+        Ok(())
+    })?;
     Ok(run)
 }
 
@@ -195,7 +339,7 @@ fn evaluate<'py>(
         ));
     }
     // As the reference: only the run's questions that qrels_query has.
-    let run = run_of("results", results, Some(&judged_queries))?;
+    let run = dict_run("results", results, Some(&judged_queries))?;
     let small: Vec<usize> = k_values.iter().copied().filter(|&k| k <= 20).collect();
     let (alpha, coverage, recall) = py
         .detach(|| -> freshstack::Result<_> {
@@ -274,7 +418,7 @@ fn evaluate_metrics<'py>(
             }
         }
     }
-    let run = run_of("results", results, None)?;
+    let run = dict_run("results", results, None)?;
     let evaluation = py
         .detach(|| -> freshstack::Result<_> {
             let config = EvalConfig::new(&metrics, &k_values)?;
@@ -353,7 +497,7 @@ fn fuse<'py>(
     let runs: Vec<Run> = runs
         .iter()
         .enumerate()
-        .map(|(i, r)| run_of(&format!("runs[{i}]"), r, None))
+        .map(|(i, r)| run_of(&format!("runs[{i}]"), r))
         .collect::<PyResult<_>>()?;
     let options = FusionOptions {
         method,
