@@ -140,8 +140,10 @@ fn bad_judge_settings_are_refused_before_any_call() {
         ),
         (
             &["--verdict", "maybe"][..],
-            "expected generate, probability, terms or quote",
+            "expected generate, probability, terms, quote or graded",
         ),
+        (&["--verdict", "terms", "--votes", "3"][..], "--votes"),
+        (&["--verdict", "terms", "--votes", "0"][..], "--votes"),
     ] {
         let mut args = judge_args(&files, &out);
         args.extend(extra);
@@ -245,6 +247,153 @@ fn quote_verdict_keeps_only_verdicts_whose_quote_is_in_the_document() {
             .iter()
             .all(|s| s["required"] == json!(["quote", "supported"]))
     );
+}
+
+/// A judge biased by position: the first document of every call supports every nugget; the
+/// others support a nugget when they name its flag (`--max-tokens`, `o200k_base`).
+fn first_position_judge(messages: &[freshstack::llm::Message]) -> String {
+    let user = &messages
+        .iter()
+        .find(|m| m.content.contains("\nDocuments:\n"))
+        .unwrap()
+        .content;
+    let documents = user.split("\nDocuments:\n").nth(1).unwrap();
+    let documents = documents
+        .split("\nReply with one JSON object")
+        .next()
+        .unwrap();
+    let judgments: Vec<Value> = documents
+        .split("[D")
+        .skip(1)
+        .enumerate()
+        .map(|(i, text)| {
+            json!({
+                "doc": format!("D{}", i + 1),
+                "reasoning": "read",
+                "supported": {
+                    "N1": i == 0 || text.contains("--max-tokens"),
+                    "N2": i == 0 || text.contains("o200k_base"),
+                },
+            })
+        })
+        .collect();
+    json!({ "judgments": judgments }).to_string()
+}
+
+/// `--votes 3`: each call asked three times, the documents shuffled after the first; every row
+/// keeps its three votes and takes their majority, and the summary gives the second vote's
+/// agreement with the first.
+#[test]
+fn votes_shuffle_the_documents_and_take_the_majority() {
+    let server = FakeServer::start(first_position_judge);
+    let dir = tempfile::tempdir().unwrap();
+    let files = pool_fixture(dir.path());
+    let out = dir.path().join("judgments.jsonl");
+    let summary = dir.path().join("summary.json");
+    let mut args = judge_args(&files, &out);
+    args.extend([
+        "--votes",
+        "3",
+        "--llm-base-url",
+        &server.url,
+        "--llm-model",
+        "m",
+        "--no-cache",
+        "--summary",
+        summary.to_str().unwrap(),
+    ]);
+    let run = freshstack(&args);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("self-consistency"), "{stderr}");
+    assert_eq!(
+        server.requests.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "one call of 3 documents, asked 3 times"
+    );
+    let judged = rows(&out);
+    assert_eq!(judged.len(), 6);
+    for row in &judged {
+        let votes: Vec<bool> = row["votes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_bool().unwrap())
+            .collect();
+        assert_eq!(votes.len(), 3, "{row}");
+        let yes = votes.iter().filter(|&&v| v).count();
+        assert_eq!(row["supported"], yes >= 2, "{row}");
+        if row["doc_id"] == "d1" {
+            // First in pool order: the biased first vote says yes to both nuggets.
+            assert!(votes[0], "{row}");
+        }
+    }
+    // A document that names a nugget's flag wins every vote, wherever it stands.
+    let d1_n1 = judged
+        .iter()
+        .find(|r| r["doc_id"] == "d1" && r["nugget_id"] == "7_0")
+        .unwrap();
+    assert_eq!(d1_n1["votes"], json!([true, true, true]));
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let kappa = summary["self_consistency"].as_f64().unwrap();
+    assert!((-1.0..=1.0).contains(&kappa), "{summary}");
+    // Seeded shuffles: the same bytes again.
+    let first = std::fs::read(&out).unwrap();
+    assert!(freshstack(&args).status.success());
+    assert_eq!(std::fs::read(&out).unwrap(), first);
+}
+
+#[test]
+fn graded_verdict_reads_three_grades_from_a_real_model() {
+    let Some(gguf) = model_path(
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "scripts/setup-llm.sh",
+        "graded_verdict_reads_three_grades_from_a_real_model",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let files = pool_fixture(dir.path());
+    let out = dir.path().join("judgments.jsonl");
+    let mut args = judge_args(&files, &out);
+    args.extend([
+        "--verdict",
+        "graded",
+        "--threshold",
+        "0.5",
+        "--term-weight",
+        "0",
+        "--llm-gguf",
+        gguf.to_str().unwrap(),
+        "--no-cache",
+    ]);
+    let run = freshstack(&args);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let judged = rows(&out);
+    assert_eq!(judged.len(), 6);
+    for row in &judged {
+        let expected = row["probability"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&expected), "{row}");
+        assert_eq!(
+            row["supported"].as_bool().unwrap(),
+            expected >= 0.5,
+            "{row}"
+        );
+        let grade = row["grade"].as_str().unwrap();
+        assert!(["full", "partial", "none"].contains(&grade), "{row}");
+        let rationale = row["rationale"].as_str().unwrap();
+        assert!(
+            rationale.starts_with(&format!("grade {grade}, expected ")),
+            "{row}"
+        );
+    }
+    let first = std::fs::read(&out).unwrap();
+    assert!(freshstack(&args).status.success());
+    assert_eq!(std::fs::read(&out).unwrap(), first);
 }
 
 #[test]

@@ -40,7 +40,9 @@ pub struct JudgeArgs {
     /// probability of "yes", with the term coverage, against --threshold; native GGUF only) or
     /// terms (no model: the share of the nugget's own terms in the document) or quote (one
     /// pair per call: the model quotes the line stating the nugget, then its verdict; the
-    /// quote must be in the document and hold --threshold of the nugget's terms).
+    /// quote must be in the document and hold --threshold of the nugget's terms) or graded (one
+    /// pair per call graded full, partial or none; the expected grade, with the term coverage,
+    /// against --threshold).
     #[arg(long, default_value = "generate", value_name = "VERDICT")]
     verdict: Verdict,
     /// The score a supported pair reaches, in [0, 1]: probability verdict (1 - term weight) x
@@ -54,6 +56,11 @@ pub struct JudgeArgs {
     /// question lacks) in the document, in [0, 1]; 0 turns the gate off.
     #[arg(long, default_value_t = 0.0, value_name = "SHARE")]
     min_term_coverage: f64,
+    /// Ask each generate call this many times, the documents shuffled after the first; a
+    /// pair is supported when most of its votes say so. The summary gives the second vote's
+    /// agreement with the first (self-consistency kappa).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    votes: usize,
     /// Also write the stage summary (JSON) here.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
@@ -68,6 +75,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("judge threshold", "--threshold"),
     ("judge term weight", "--term-weight"),
     ("judge min term coverage", "--min-term-coverage"),
+    ("judge votes", "--votes"),
     ("pool", "--pool"),
 ];
 
@@ -85,6 +93,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         threshold: args.threshold,
         term_weight: args.term_weight,
         min_term_coverage: args.min_term_coverage,
+        votes: args.votes,
     };
     let llm = if args.verdict.asks_model() || args.llm.is_configured() {
         args.llm.open(&args.out)?
@@ -122,6 +131,12 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         summary.documents_truncated,
         stats_line(&llm)
     );
+    if let Some(kappa) = summary.self_consistency {
+        eprintln!(
+            "self-consistency: the second vote (documents shuffled) agrees with the first at \
+             kappa {kappa:.3}"
+        );
+    }
     super::warn_if_schema_refused(&summary.stage);
     Ok(())
 }

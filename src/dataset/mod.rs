@@ -29,6 +29,7 @@ mod records;
 mod round;
 mod run;
 mod run_file;
+mod seeded;
 mod shard;
 pub(crate) mod tempfiles;
 mod url;
@@ -51,11 +52,12 @@ pub use question::{Nugget, QueryId, Question, QuestionMetadata, read_questions};
 pub(crate) use question::{RowIds, borrowed_id, string_id};
 pub use records::{
     DropReason, DroppedNugget, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, Quote,
-    VariantsRecord,
+    SupportGrade, VariantsRecord,
 };
 pub use round::py_round;
 pub use run::{Ranking, Run, ScoreText, ScoredDoc, check_trec_tag, score_key, write_trec_rankings};
 pub use run_file::{DocRef, Rankings, RunFile};
+pub use seeded::SplitMix64;
 pub use shard::{SHARD_FORMAT, Shard, ShardInfo, keys_hash, shard_info_path};
 pub use tempfiles::{OutputLock, STALE_AFTER, remove_temporaries_on_signals};
 pub use url::is_web_url;

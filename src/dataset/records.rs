@@ -115,6 +115,42 @@ pub struct JudgmentRecord {
     /// found there makes the pair not supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quote: Option<Quote>,
+    /// The grade the model found most likely (the `graded` verdict); `supported` comes from
+    /// the expected grade against the threshold, so it can differ from this most likely one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grade: Option<SupportGrade>,
+    /// Every vote's verdict when each call was asked more than once (`votes` > 1 with the
+    /// `generate` verdict): the first with the documents in pool order, the others shuffled;
+    /// `null` where that vote's answer was unusable. `supported` is their strict majority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub votes: Option<Vec<Option<bool>>>,
+}
+
+/// How much of a nugget a document states (TREC 2025 RAG's support assessment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SupportGrade {
+    /// The document states the whole nugget.
+    Full,
+    /// It states part of it.
+    Partial,
+    /// It does not state it.
+    None,
+}
+
+impl SupportGrade {
+    /// Every grade, from most to least support.
+    pub const ALL: [SupportGrade; 3] = [Self::Full, Self::Partial, Self::None];
+
+    /// The grade's value on the [0, 1] scale that maps it to a binary label: full 1, partial
+    /// 0.5, none 0.
+    pub fn value(self) -> f64 {
+        match self {
+            Self::Full => 1.0,
+            Self::Partial => 0.5,
+            Self::None => 0.0,
+        }
+    }
 }
 
 /// Evidence a judge quoted from a document.

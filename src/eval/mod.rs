@@ -13,6 +13,7 @@
 //!
 //! Imports only `dataset`.
 
+pub mod agreement;
 mod job;
 mod judgments;
 mod load;

@@ -3,6 +3,8 @@
 //!
 //! The randomization test is seeded, so p-values are reproducible run to run.
 
+use crate::dataset::SplitMix64;
+
 /// p-values of one comparison.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PairedTest {
@@ -67,7 +69,7 @@ pub fn randomization_test(a: &[f64], b: &[f64], permutations: usize, seed: u64) 
     let observed = diffs.iter().sum::<f64>().abs();
     // Sums that differ by rounding only must count as equal.
     let tolerance = 1e-9 * diffs.iter().map(|d| d.abs()).sum::<f64>().max(1e-300);
-    let mut rng = SplitMix64(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut hits = 0usize;
     for _ in 0..permutations {
         let mut sum = 0.0f64;
@@ -75,7 +77,7 @@ pub fn randomization_test(a: &[f64], b: &[f64], permutations: usize, seed: u64) 
         let mut left = 0u32;
         for d in &diffs {
             if left == 0 {
-                bits = rng.next();
+                bits = rng.next_u64();
                 left = 64;
             }
             sum += if bits & 1 == 1 { *d } else { -*d };
@@ -87,19 +89,6 @@ pub fn randomization_test(a: &[f64], b: &[f64], permutations: usize, seed: u64) 
         }
     }
     (hits + 1) as f64 / (permutations + 1) as f64
-}
-
-/// SplitMix64 (Steele, Lea, Flood 2014): a tiny, well-mixed generator; enough for sign flips.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
 }
 
 /// ln Γ(x) for x > 0 (Lanczos approximation, g = 7, 9 coefficients; ~1e-15 relative).

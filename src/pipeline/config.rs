@@ -344,8 +344,10 @@ pub struct JudgeSection {
     /// Most tokens per answer.
     #[serde(default = "default_judge_tokens")]
     pub max_tokens: u32,
-    /// How the model gives its verdict: `generate` (the paper's batched protocol) or
-    /// `probability` (one pair per call, the probability of "yes" against `threshold`).
+    /// How the model gives its verdict: `generate` (the paper's batched protocol),
+    /// `probability` (one pair per call, the probability of "yes" against `threshold`),
+    /// `terms` (no model), `quote` (a quote checked against the document) or `graded`
+    /// (full / partial / none, the expected grade against `threshold`).
     #[serde(default)]
     pub verdict: crate::pipeline::judge::Verdict,
     /// The score a supported pair reaches under the `probability` and `terms` verdicts, in
@@ -360,6 +362,18 @@ pub struct JudgeSection {
     /// (0: no gate).
     #[serde(default)]
     pub min_term_coverage: f64,
+    /// How many times each `generate` call is asked, the documents shuffled after the first;
+    /// the majority decides (1: once). Left out of the fingerprint's JSON at 1, so builds made
+    /// before it existed resume.
+    #[serde(default = "one_vote", skip_serializing_if = "is_one_vote")]
+    pub votes: usize,
+}
+
+fn one_vote() -> usize {
+    1
+}
+fn is_one_vote(votes: &usize) -> bool {
+    *votes == 1
 }
 
 fn default_threshold() -> f64 {
@@ -390,6 +404,7 @@ impl Default for JudgeSection {
             threshold: default_threshold(),
             term_weight: default_term_weight(),
             min_term_coverage: 0.0,
+            votes: one_vote(),
         }
     }
 }
@@ -685,6 +700,20 @@ impl BuildConfig {
         }
         if self.judge.docs_per_call == 0 {
             return bad("judge.docs_per_call", "must be at least 1".into());
+        }
+        if self.judge.votes == 0 {
+            return bad("judge.votes", "must be at least 1".into());
+        }
+        if self.judge.votes > 1 && self.judge.verdict != crate::pipeline::judge::Verdict::Generate {
+            return bad(
+                "judge.votes",
+                format!(
+                    "{} votes need verdict = \"generate\" (the {} verdict judges one pair per \
+                     call: no document order to shuffle)",
+                    self.judge.votes,
+                    self.judge.verdict.name()
+                ),
+            );
         }
         for (field, value) in [
             ("judge.threshold", self.judge.threshold),

@@ -148,6 +148,8 @@ pub(crate) mod tests {
             probability: None,
             term_coverage: None,
             quote: None,
+            grade: None,
+            votes: None,
         }
     }
 

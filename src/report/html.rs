@@ -430,6 +430,12 @@ fn judge_health_section(h: &mut String, health: &JudgeHealth) {
             ))],
         ));
     }
+    if let Some(kappa) = health.self_consistency {
+        rows.push((
+            "Self-consistency: second vote (shuffled) vs first, kappa".into(),
+            vec![format!("{kappa:.3}")],
+        ));
+    }
     html_table(h, "judge-health", &["Measure", "Value"], &rows);
     if !health.by_position.is_empty() {
         let rows: Vec<Row> = health

@@ -59,6 +59,9 @@ pub struct JudgeHealth {
     pub quotes_verified: u64,
     /// Agreement with `DIR/reference-labels.jsonl`, when present.
     pub agreement: Option<AgreementReport>,
+    /// With more than one vote per call: Cohen's kappa of the second vote (documents
+    /// shuffled) against the first ([`crate::pipeline::judge::self_consistency`]).
+    pub self_consistency: Option<f64>,
 }
 
 /// The judge health of the build in `dir`; `None` when `dir/work/judgments.jsonl` is absent
@@ -136,6 +139,7 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
         nuggets_dropped_cut: cut,
         nuggets_dropped_restating: restating,
         agreement,
+        self_consistency: crate::pipeline::judge::self_consistency(&judgments),
     }))
 }
 
@@ -152,6 +156,8 @@ fn verdict_of(judgments: &[JudgmentRecord]) -> &'static str {
         .any(|r| r.quote.is_some() || r.rationale == crate::pipeline::judge::NO_STATEMENT)
     {
         "quote"
+    } else if judgments.iter().any(|r| r.grade.is_some()) {
+        "graded"
     } else if judgments.iter().any(|r| r.probability.is_some()) {
         "probability"
     } else if !judgments.is_empty()
@@ -260,5 +266,32 @@ mod tests {
         assert_eq!(generate.verdict, "generate");
         let page = crate::report::html::judge_health_page_section(&generate);
         assert!(!page.contains("Evidence quotes"), "{page}");
+        assert!(!page.contains("Self-consistency"), "{page}");
+    }
+
+    #[test]
+    fn voted_rows_give_the_self_consistency_of_the_shuffled_vote() {
+        let voted = |doc: &str, votes: [bool; 2]| {
+            let mut value: serde_json::Value =
+                serde_json::from_str(&row(doc, votes[0], "reason", None)).unwrap();
+            value["votes"] = serde_json::json!(votes);
+            value.to_string() + "\n"
+        };
+        // Two of four pairs agree, one each way: p_o 0.5, p_e 0.5, kappa 0.
+        let health = health_of(&[
+            voted("a", [true, true]),
+            voted("b", [false, false]),
+            voted("c", [true, false]),
+            voted("d", [false, true]),
+        ]);
+        assert_eq!(health.self_consistency, Some(0.0));
+        let page = crate::report::html::judge_health_page_section(&health);
+        assert!(page.contains("Self-consistency"), "{page}");
+        let graded: serde_json::Value = serde_json::json!({
+            "query_id": "q", "nugget_id": "q_0", "doc_id": "a", "supported": true,
+            "rationale": "grade full, expected 0.900; 1 of 1 nugget terms in the document: x",
+            "probability": 0.9, "term_coverage": 1.0, "grade": "full",
+        });
+        assert_eq!(health_of(&[graded.to_string() + "\n"]).verdict, "graded");
     }
 }

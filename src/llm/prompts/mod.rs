@@ -71,6 +71,14 @@ pub const JUDGE_QUOTE: Prompt = Prompt {
     text: include_str!("judge-quote.v1.txt"),
 };
 
+/// One document and one nugget -> `full`, `partial` or `none`, read as the probability of
+/// each grade (the `graded` verdict, TREC 2025's support assessment). Document first, as in
+/// [`JUDGE_POINTWISE`]. Placeholders: `doc_id`, `document`, `nugget`.
+pub const JUDGE_GRADED: Prompt = Prompt {
+    id: "judge-graded.v1",
+    text: include_str!("judge-graded.v1.txt"),
+};
+
 /// Follow-up when an answer cannot be parsed. Placeholders: `problem`, `format`.
 pub const REPAIR: Prompt = Prompt {
     id: "repair.v1",

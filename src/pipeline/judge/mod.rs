@@ -2,10 +2,12 @@
 //! documents with all the question's nuggets in one call; the model reasons briefly, then gives
 //! per document the nuggets it supports. One output row per (question, nugget, document).
 //!
-//! Two verdicts ([`Verdict`]): `generate`, the paper's protocol above, and `probability`
-//! (`pointwise.rs`): one (document, nugget) pair per call, read as the model's probability of
-//! "yes" against a threshold. Either can be gated by the share of the nugget's own terms that
-//! the document holds ([`evidence`]).
+//! Five verdicts ([`Verdict`]): `generate`, the paper's protocol above, optionally asked
+//! several times with the documents shuffled and decided by majority (`votes`); and the
+//! pointwise ones (`pointwise.rs`), one (document, nugget) pair per call: `probability` (the
+//! model's probability of "yes"), `graded` (of full / partial / none), `quote` (evidence
+//! checked against the document) and `terms` (no model). Any can be gated by the share of the
+//! nugget's own terms that the document holds ([`evidence`]).
 //!
 //! Documents are truncated to fit the model's context: the prompt without documents, the answer
 //! budget and the documents must fit in `context_tokens` (counted with cl100k_base, an
@@ -32,10 +34,10 @@ use super::workers::{
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
 use crate::dataset::{
     AtomicWriter, Document, Fingerprint, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow,
-    QueryId, Question, Shard, for_each_jsonl, read_jsonl_lines, read_questions,
+    QueryId, Question, Shard, SplitMix64, for_each_jsonl, read_jsonl_lines, read_questions,
 };
 use crate::error::{Error, Result};
-use crate::llm::prompts::{JUDGE, JUDGE_POINTWISE, JUDGE_QUOTE};
+use crate::llm::prompts::{JUDGE, JUDGE_GRADED, JUDGE_POINTWISE, JUDGE_QUOTE};
 use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
 use crate::progress::Progress;
@@ -70,6 +72,10 @@ pub struct JudgeConfig {
     /// A supported verdict also needs at least this share of the nugget's own terms in the
     /// document ([`evidence::term_coverage`]); 0 turns the gate off.
     pub min_term_coverage: f64,
+    /// How many times each `generate` call is asked: the first with the documents in pool
+    /// order, the others with them in a seeded shuffle; a pair is supported when a strict
+    /// majority of its usable votes say so. 1: asked once.
+    pub votes: usize,
 }
 
 /// How the judge model gives its verdict.
@@ -91,6 +97,10 @@ pub enum Verdict {
     /// so, the quote is found in the document (whitespace normalised) and it holds at least
     /// `threshold` of the nugget's own terms.
     Quote,
+    /// One (document, nugget) pair per call, graded full / partial / none (TREC 2025's support
+    /// assessment), read as the probability of each grade; the expected grade (full 1, partial
+    /// 0.5) takes the place of P(yes) in the `probability` verdict's score.
+    Graded,
 }
 
 impl Verdict {
@@ -101,6 +111,7 @@ impl Verdict {
             Self::Probability => "probability",
             Self::Terms => "terms",
             Self::Quote => "quote",
+            Self::Graded => "graded",
         }
     }
 
@@ -111,12 +122,19 @@ impl Verdict {
             Self::Generate => &JUDGE,
             Self::Probability | Self::Terms => &JUDGE_POINTWISE,
             Self::Quote => &JUDGE_QUOTE,
+            Self::Graded => &JUDGE_GRADED,
         }
     }
 
     /// Whether this verdict calls the model.
     pub fn asks_model(self) -> bool {
         self != Self::Terms
+    }
+
+    /// Whether this verdict reads the model's next-token probabilities (the backend must give
+    /// them).
+    pub fn reads_probabilities(self) -> bool {
+        matches!(self, Self::Probability | Self::Graded)
     }
 }
 
@@ -128,8 +146,10 @@ impl std::str::FromStr for Verdict {
             "probability" => Ok(Self::Probability),
             "terms" => Ok(Self::Terms),
             "quote" => Ok(Self::Quote),
+            "graded" => Ok(Self::Graded),
             other => Err(format!(
-                "unknown verdict {other:?} (expected generate, probability, terms or quote)"
+                "unknown verdict {other:?} (expected generate, probability, terms, quote or \
+                 graded)"
             )),
         }
     }
@@ -171,6 +191,7 @@ impl Default for JudgeConfig {
             threshold: DEFAULT_THRESHOLD,
             term_weight: DEFAULT_TERM_WEIGHT,
             min_term_coverage: 0.0,
+            votes: 1,
         }
     }
 }
@@ -196,6 +217,10 @@ pub struct JudgeSummary {
     /// Rows carried over from an old build (`freshstack refresh`), not asked.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reused: u64,
+    /// With `votes` > 1: Cohen's kappa of the second vote (documents shuffled) against the
+    /// first (pool order) over the pairs both judged: how far the verdicts survive a new order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_consistency: Option<f64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -546,6 +571,8 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
                     probability: None,
                     term_coverage: coverage,
                     quote: None,
+                    grade: None,
+                    votes: None,
                 },
                 None => JudgmentRecord {
                     query_id: q.query_id.clone(),
@@ -558,6 +585,8 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
                     probability: None,
                     term_coverage: None,
                     quote: None,
+                    grade: None,
+                    votes: None,
                 },
             });
         }
@@ -569,6 +598,113 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
         truncated,
     })
 }
+
+/// The seed of vote `vote`'s shuffle of a batch: from the question and the batch's documents,
+/// so that a rerun, a shard or a resumed build draws the same order whatever the threads.
+fn shuffle_seed(batch: &Batch<'_>, vote: usize) -> u64 {
+    let mut builder = Fingerprint::builder("judge vote order")
+        .text("query_id", batch.question.query_id.as_str())
+        .number("vote", vote as u64);
+    for doc in &batch.docs {
+        builder = builder.text("doc", &doc.id);
+    }
+    let bytes = builder.finish();
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&bytes.as_bytes()[..8]);
+    u64::from_le_bytes(seed)
+}
+
+/// Judges `batch` `config.votes` times, the first with its documents in pool order, the others
+/// in seeded shuffles, and takes the strict majority of the usable votes per pair; each row
+/// keeps every vote (`votes`). One vote is [`judge_batch`] unchanged.
+fn judge_batch_voting(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<BatchResult> {
+    let first = judge_batch(llm, config, batch)?;
+    if config.votes <= 1 {
+        return Ok(first);
+    }
+    let mut others = Vec::with_capacity(config.votes - 1);
+    for vote in 1..config.votes {
+        let mut docs = batch.docs.clone();
+        SplitMix64::new(shuffle_seed(batch, vote)).shuffle(&mut docs);
+        let shuffled = Batch {
+            question: batch.question,
+            nuggets: batch.nuggets,
+            docs,
+        };
+        others.push(judge_batch(llm, config, &shuffled)?);
+    }
+    Ok(combine_votes(first, others))
+}
+
+/// The majority of `first` (pool order) and `others` (shuffled) per pair: supported when more
+/// than half of the usable votes say so, no verdict when none is usable. A row's rationale
+/// is its first usable vote's.
+fn combine_votes(first: BatchResult, others: Vec<BatchResult>) -> BatchResult {
+    let by_pair: Vec<HashMap<(&str, &str), &JudgmentRecord>> = others
+        .iter()
+        .map(|result| {
+            result
+                .rows
+                .iter()
+                .map(|r| ((r.nugget_id.as_str(), r.doc_id.as_str()), r))
+                .collect()
+        })
+        .collect();
+    let mut counts = first.counts;
+    let mut failed = first.failed;
+    for other in &others {
+        counts.repairs += other.counts.repairs;
+        counts.schema_mismatches += other.counts.schema_mismatches;
+        failed |= other.failed;
+    }
+    let rows = first
+        .rows
+        .iter()
+        .map(|row| {
+            let key = (row.nugget_id.as_str(), row.doc_id.as_str());
+            let mut voters = vec![row];
+            voters.extend(by_pair.iter().filter_map(|m| m.get(&key).copied()));
+            let votes: Vec<Option<bool>> = voters.iter().map(|r| r.supported).collect();
+            let judged = votes.iter().flatten().count();
+            let yes = votes.iter().flatten().filter(|&&v| v).count();
+            let mut combined = match voters.iter().find(|r| r.supported.is_some()) {
+                Some(usable) => JudgmentRecord {
+                    supported: Some(2 * yes > judged),
+                    ..(*usable).clone()
+                },
+                None => row.clone(),
+            };
+            combined.votes = Some(votes);
+            combined
+        })
+        .collect();
+    BatchResult {
+        rows,
+        counts,
+        failed,
+        truncated: first.truncated,
+    }
+}
+
+/// Cohen's kappa of the second vote against the first over the pairs both judged (`None`
+/// without votes, or when chance agreement is total).
+pub fn self_consistency(rows: &[JudgmentRecord]) -> Option<f64> {
+    let (first, second): (Vec<bool>, Vec<bool>) = rows
+        .iter()
+        .filter_map(|r| match r.votes.as_deref() {
+            Some([Some(a), Some(b), ..]) => Some((*a, *b)),
+            _ => None,
+        })
+        .unzip();
+    if first.is_empty() {
+        return None;
+    }
+    crate::eval::agreement::cohen_kappa(&first, &second).kappa
+}
+
+/// Below this self-consistency a build warns: the verdicts depend on document order more than
+/// on the documents.
+pub const LOW_SELF_CONSISTENCY: f64 = 0.4;
 
 /// Reads the corpus, keeping only the documents in `wanted`.
 fn read_pool_documents(corpus: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, Document>> {
@@ -630,7 +766,21 @@ pub(super) fn judge_carrying(
     check_unit_interval("judge threshold", config.threshold)?;
     check_unit_interval("judge term weight", config.term_weight)?;
     check_unit_interval("judge min term coverage", config.min_term_coverage)?;
-    if config.verdict == Verdict::Probability && !llm.chat_backend().gives_probabilities() {
+    if config.votes == 0 {
+        return Err(Error::invalid("judge votes", "must be at least 1"));
+    }
+    if config.votes > 1 && config.verdict != Verdict::Generate {
+        return Err(Error::invalid(
+            "judge votes",
+            format!(
+                "{} votes need verdict = \"generate\": the {} verdict judges one pair per call, \
+                 so there is no document order to shuffle",
+                config.votes,
+                config.verdict.name()
+            ),
+        ));
+    }
+    if config.verdict.reads_probabilities() && !llm.chat_backend().gives_probabilities() {
         // The backend's own refusal names it and says what to use instead.
         llm.chat_backend().choice_probabilities(&[], &[])?;
     }
@@ -683,6 +833,9 @@ pub(super) fn judge_carrying(
             config.term_weight,
             config.min_term_coverage
         ));
+    }
+    if config.votes > 1 {
+        extra.push_str(&format!(" votes={}", config.votes));
     }
     let settings = stage_settings(
         llm,
@@ -771,7 +924,7 @@ pub(super) fn judge_carrying(
                     });
                 }
             }
-            Verdict::Probability | Verdict::Terms | Verdict::Quote => {
+            Verdict::Probability | Verdict::Terms | Verdict::Quote | Verdict::Graded => {
                 for doc in asked {
                     by_document
                         .entry(doc.id.as_str())
@@ -797,7 +950,7 @@ pub(super) fn judge_carrying(
         Verdict::Generate => {
             progress.begin("judging", Some(batches.len() as u64));
             let results = run_items(&batches, workers, progress, |batch| {
-                judge_batch(llm, config, batch)
+                judge_batch_voting(llm, config, batch)
             });
             progress.finish();
             let results = results?;
@@ -814,7 +967,7 @@ pub(super) fn judge_carrying(
                 rows.extend(result.rows);
             }
         }
-        Verdict::Probability | Verdict::Terms | Verdict::Quote => {
+        Verdict::Probability | Verdict::Terms | Verdict::Quote | Verdict::Graded => {
             progress.begin("judging documents", Some(documents_asked.len() as u64));
             let results = run_items(&documents_asked, workers, progress, |item| {
                 pointwise::judge_document(llm, config, item)
@@ -866,6 +1019,16 @@ pub(super) fn judge_carrying(
         writer.write_json_line(row)?;
     }
     summary.judgments = rows.len() as u64;
+    summary.self_consistency = self_consistency(&rows);
+    if let Some(kappa) = summary.self_consistency
+        && kappa < LOW_SELF_CONSISTENCY
+    {
+        tracing::warn!(
+            "the judge's verdicts with the documents shuffled agree with those in pool order \
+             at kappa {kappa:.2} (below {LOW_SELF_CONSISTENCY}): they follow the order more \
+             than the documents (docs/judging.md)"
+        );
+    }
     let judged = summary.judgments - summary.unjudged;
     if judged > 0 && summary.supported as f64 > LENIENT_SUPPORT_RATE * judged as f64 {
         tracing::warn!(
@@ -924,6 +1087,7 @@ impl Builder<'_> {
                 threshold: section.threshold,
                 term_weight: section.term_weight,
                 min_term_coverage: section.min_term_coverage,
+                votes: section.votes,
             };
             let inputs = JudgeInputs {
                 questions: &questions,

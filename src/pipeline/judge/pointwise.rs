@@ -1,5 +1,4 @@
-//! The `probability` and `terms` verdicts. `probability`: one document and one nugget per
-//! question to the model, which is
+//! The pointwise verdicts, one (document, nugget) pair per call. `probability`: the model is
 //! read, not asked to write: the probability that its answer starts with "yes" rather than
 //! "no" ([`crate::llm::Llm::choice_probabilities`]), averaged with the share of the nugget's own
 //! terms the document holds ([`super::evidence`]) by `term_weight`; a pair is supported when
@@ -7,7 +6,8 @@
 //! share of terms alone is the score. `quote`: the model copies the document's sentence or
 //! line that states the nugget before its verdict; the quote must be in the document
 //! (whitespace normalised) and hold `threshold` of the nugget's terms, so that a lenient "yes"
-//! needs evidence that checks.
+//! needs evidence that checks. `graded`: like `probability`, over the three grades full,
+//! partial and none (TREC 2025's support assessment); the expected grade replaces P(yes).
 //!
 //! Small models asked for per-nugget booleans over a batch of documents say "supported" to
 //! nearly everything; a probability with a threshold sets the operating point where the labels
@@ -18,15 +18,43 @@ use std::fmt::Write as _;
 
 use super::super::workers::{AskCounts, ParseOutcome, ask, call_params};
 use super::{JudgeConfig, Verdict, truncate_to_tokens};
-use crate::dataset::{Document, JudgmentRecord, NuggetText, Question, Quote};
+use crate::dataset::{Document, JudgmentRecord, NuggetText, Question, Quote, SupportGrade};
 use crate::error::Result;
-use crate::llm::prompts::{JUDGE_POINTWISE, JUDGE_QUOTE};
+use crate::llm::prompts::{JUDGE_GRADED, JUDGE_POINTWISE, JUDGE_QUOTE};
 use crate::llm::{Llm, parse};
 use serde_json::{Value, json};
 
 /// The spellings of the two answers whose first tokens are read.
 const YES: &[&str] = &["yes", "Yes", "YES", " yes", " Yes"];
 const NO: &[&str] = &["no", "No", "NO", " no", " No"];
+
+/// The spellings of the three grades of the `graded` verdict, in [`SupportGrade::ALL`]'s order.
+const GRADES: [&[&str]; 3] = [
+    &["full", "Full", "FULL", " full", " Full"],
+    &["partial", "Partial", "PARTIAL", " partial", " Partial"],
+    &["none", "None", "NONE", " none", " None"],
+];
+
+/// The `graded` verdict's reading of the three grades' probabilities (full, partial, none):
+/// the most likely grade (ties to the more supportive) and the expected grade on [0, 1].
+pub fn grade_of(probabilities: &[f64]) -> (SupportGrade, f64) {
+    let mut best = 0;
+    for (i, p) in probabilities
+        .iter()
+        .enumerate()
+        .take(SupportGrade::ALL.len())
+    {
+        if *p > probabilities[best] {
+            best = i;
+        }
+    }
+    let expected = SupportGrade::ALL
+        .iter()
+        .zip(probabilities)
+        .map(|(grade, p)| grade.value() * p)
+        .sum();
+    (SupportGrade::ALL[best], expected)
+}
 
 /// Most found terms a rationale lists.
 const RATIONALE_TERMS: usize = 8;
@@ -134,6 +162,20 @@ fn rationale(probability: Option<f64>, coverage: &TermCoverage, place: &str) -> 
     text
 }
 
+/// The rationale of a `graded` row: the most likely grade, the expected one, and the terms.
+fn graded_rationale(grade: SupportGrade, expected: Option<f64>, coverage: &TermCoverage) -> String {
+    let name = match grade {
+        SupportGrade::Full => "full",
+        SupportGrade::Partial => "partial",
+        SupportGrade::None => "none",
+    };
+    format!(
+        "grade {name}, expected {:.3}; {}",
+        expected.unwrap_or_default(),
+        rationale(None, coverage, "document")
+    )
+}
+
 /// Judges every nugget of every question of `item` against its document.
 pub(super) fn judge_document(
     llm: &Llm,
@@ -165,15 +207,23 @@ pub(super) fn judge_document(
                 rows.push(row);
                 continue;
             }
-            let probability = match config.verdict {
-                Verdict::Terms => None,
+            let vars = [
+                ("doc_id", item.doc.id.as_str()),
+                ("document", shown.trim_end()),
+                ("nugget", nugget.text.trim()),
+            ];
+            let (probability, grade) = match config.verdict {
+                Verdict::Terms => (None, None),
+                Verdict::Graded => {
+                    let messages = JUDGE_GRADED.render(&vars)?;
+                    let (grade, expected) =
+                        grade_of(&llm.choice_probabilities(&messages, &GRADES)?);
+                    (Some(expected), Some(grade))
+                }
                 _ => {
-                    let messages = JUDGE_POINTWISE.render(&[
-                        ("doc_id", item.doc.id.as_str()),
-                        ("document", shown.trim_end()),
-                        ("nugget", nugget.text.trim()),
-                    ])?;
-                    Some(llm.choice_probabilities(&messages, &[YES, NO])?[0])
+                    let messages = JUDGE_POINTWISE.render(&vars)?;
+                    let yes = llm.choice_probabilities(&messages, &[YES, NO])?[0];
+                    (Some(yes), None)
                 }
             };
             let share = coverage.share();
@@ -187,12 +237,17 @@ pub(super) fn judge_document(
                 nugget_id: nugget.id.clone(),
                 doc_id: item.doc.id.clone(),
                 supported: Some(supported),
-                rationale: rationale(probability, &coverage, "document"),
+                rationale: match grade {
+                    Some(grade) => graded_rationale(grade, probability, &coverage),
+                    None => rationale(probability, &coverage, "document"),
+                },
                 error: None,
                 raw: None,
                 probability,
                 term_coverage: Some(share),
                 quote: None,
+                grade,
+                votes: None,
             });
         }
     }
@@ -245,6 +300,8 @@ fn judge_quote(
         probability: None,
         term_coverage: Some(document_share),
         quote: None,
+        grade: None,
+        votes: None,
     };
     let Some((quote, said_supported)) = answer.value else {
         row.raw = Some(answer.raw);
@@ -313,6 +370,25 @@ mod tests {
         );
         assert!(parse_quote("yes").is_err());
         assert!(parse_quote(r#"{"quote": "x", "supported": "maybe"}"#).is_err());
+    }
+
+    #[test]
+    fn grades_read_as_the_most_likely_and_the_expected_grade() {
+        let (grade, expected) = grade_of(&[0.2, 0.5, 0.3]);
+        assert_eq!(grade, SupportGrade::Partial);
+        assert!((expected - 0.45).abs() < 1e-12, "{expected}");
+        assert_eq!(grade_of(&[0.0, 0.0, 1.0]), (SupportGrade::None, 0.0));
+        assert_eq!(grade_of(&[1.0, 0.0, 0.0]), (SupportGrade::Full, 1.0));
+        // A tie goes to the more supportive grade; the threshold decides the label anyway.
+        assert_eq!(grade_of(&[0.4, 0.4, 0.2]).0, SupportGrade::Full);
+        let coverage = TermCoverage {
+            looked_for: vec!["k1".into()],
+            found: vec![],
+        };
+        assert_eq!(
+            graded_rationale(SupportGrade::Partial, Some(0.45), &coverage),
+            "grade partial, expected 0.450; 0 of 1 nugget terms in the document"
+        );
     }
 
     #[test]

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::SplitMix64;
 use super::annotations::{NuggetAnnotation, QuestionAnnotation};
 use super::score::{NuggetQuality, cohen_kappa, kappa_text, question_score};
+use crate::dataset::SplitMix64;
 use crate::dataset::{JudgmentRecord, PoolRow, read_jsonl_lines};
 use crate::error::{Error, Result};
 
@@ -287,7 +287,7 @@ fn bootstrap_kappa(pairs: &[(bool, bool)]) -> Option<[f64; 2]> {
     if pairs.is_empty() {
         return None;
     }
-    let mut rng = SplitMix64(BOOTSTRAP_SEED);
+    let mut rng = SplitMix64::new(BOOTSTRAP_SEED);
     let mut kappas = Vec::with_capacity(BOOTSTRAP_ROUNDS);
     let (mut a, mut b) = (vec![false; pairs.len()], vec![false; pairs.len()]);
     for _ in 0..BOOTSTRAP_ROUNDS {

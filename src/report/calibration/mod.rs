@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Document, QueryId, read_questions};
+use crate::dataset::{AtomicWriter, Document, QueryId, SplitMix64, read_questions};
 use crate::error::{Error, Result};
 
 pub(crate) use agreement::read_positions;
@@ -178,25 +178,6 @@ impl CalibrationSample {
     }
 }
 
-/// SplitMix64 (Steele, Lea and Flood 2014): a tiny generator spelled out here so that a seed
-/// gives the same sample whatever the versions of the crates.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n` > 0), by Lemire's multiply-shift.
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
-    }
-}
-
 /// Samples questions of the exported dataset in `dir` (`queries.jsonl`, `corpus.jsonl`) for
 /// review: `options.questions` of the questions that have nuggets (all of them when fewer),
 /// drawn by a partial Fisher-Yates shuffle of the questions in id order, then per sampled
@@ -221,7 +202,7 @@ pub fn sample(dir: &Path, options: &SampleOptions) -> Result<CalibrationSample> 
     eligible.sort_by(|a, b| a.query_id.cmp(&b.query_id));
     let questions_eligible = eligible.len();
     let take = options.questions.min(eligible.len());
-    let mut rng = SplitMix64(options.seed);
+    let mut rng = SplitMix64::new(options.seed);
     let mut order: Vec<usize> = (0..eligible.len()).collect();
     for i in 0..take {
         let j = i + rng.below(order.len() - i);
