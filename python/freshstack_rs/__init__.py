@@ -24,6 +24,7 @@ __all__ = [
     "EvaluateRetrieval",
     "FreshstackError",
     "Index",
+    "MtebEncoder",
     "evaluate_metrics",
     "fuse",
     "load_dataset",
@@ -126,6 +127,84 @@ class Encoder:
             for d in corpus
         ]
         return self.encode(texts, batch_size=batch_size, kind="document")
+
+
+def _prompt_kind(prompt_type) -> str:
+    """MTEB's ``PromptType`` (an enum whose value is ``"query"`` or ``"document"`` /
+    ``"passage"``, or its value itself, or None) as this encoder's text kind."""
+    value = getattr(prompt_type, "value", prompt_type)
+    if value is None or value in ("document", "passage"):
+        return "document"
+    if value == "query":
+        return "query"
+    raise ValueError(f"prompt_type: {prompt_type!r} is not query, document or passage")
+
+
+def _batch_texts(batch) -> List[str]:
+    """The texts of one MTEB batch: a dict of columns (``text``, or ``title`` + ``body`` /
+    ``text`` joined by a space), or a list of strs."""
+    if isinstance(batch, str):
+        return [batch]
+    if isinstance(batch, dict):
+        if "text" in batch:
+            return [str(t) for t in batch["text"]]
+        if "body" in batch:
+            titles = batch.get("title") or [""] * len(batch["body"])
+            return [(str(a) + " " + str(b)).strip() for a, b in zip(titles, batch["body"])]
+        raise TypeError(f"inputs: a batch has no 'text' column (columns: {sorted(batch)})")
+    return [str(t) for t in batch]
+
+
+class MtebEncoder:
+    """An :class:`Encoder` in the shape MTEB calls (``mteb.evaluate(model, tasks)``): MTEB 2's
+    ``encode(inputs, *, task_metadata, hf_split, hf_subset, prompt_type)`` over batches of
+    ``{"text": [...]}`` and MTEB 1's ``encode(sentences, *, task_name, prompt_type)``, plus
+    ``similarity`` and ``similarity_pairwise`` (cosine: the vectors are unit length). Queries
+    (``prompt_type`` query) get the model's query template, everything else its document one.
+    """
+
+    def __init__(self, encoder, batch_size: int = 256, **kwargs):
+        self.encoder = encoder if isinstance(encoder, Encoder) else Encoder(encoder, **kwargs)
+        self.batch_size = batch_size
+
+    def encode(self, inputs, *, prompt_type=None, batch_size: Optional[int] = None, **_ignored) -> np.ndarray:
+        """Vectors ``[n, dim]`` for ``inputs``: a str, a list of strs, or an iterable of MTEB
+        batches (a ``DataLoader``); ``task_metadata``, ``hf_split``, ``hf_subset`` and
+        ``task_name`` are accepted and not needed."""
+        kind = _prompt_kind(prompt_type)
+        size = batch_size or self.batch_size
+        if isinstance(inputs, str):
+            texts = [inputs]
+        elif isinstance(inputs, (list, tuple)) and all(isinstance(t, str) for t in inputs):
+            texts = list(inputs)
+        else:
+            texts = []
+            for batch in inputs:
+                texts.extend(_batch_texts(batch))
+        if not texts:
+            return np.zeros((0, self.encoder.dim), dtype=np.float32)
+        return self.encoder.encode(texts, batch_size=size, kind=kind)
+
+    def similarity(self, a, b) -> np.ndarray:
+        """Cosine similarity of every row of ``a`` with every row of ``b``: ``[len(a), len(b)]``."""
+        a, b = _unit_rows(a), _unit_rows(b)
+        return a @ b.T
+
+    def similarity_pairwise(self, a, b) -> np.ndarray:
+        """Cosine similarity of row ``i`` of ``a`` with row ``i`` of ``b``."""
+        a, b = _unit_rows(a), _unit_rows(b)
+        if a.shape != b.shape:
+            raise ValueError(f"similarity_pairwise: shapes {a.shape} and {b.shape} differ")
+        return (a * b).sum(axis=1)
+
+
+def _unit_rows(x) -> np.ndarray:
+    """``x`` as float32 rows of unit length (a zero row stays zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
 
 
 def load_dataset(

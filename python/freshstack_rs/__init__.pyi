@@ -1,4 +1,4 @@
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,21 @@ class Encoder:
         batch_size: int = ...,
         **kwargs: object,
     ) -> npt.NDArray[np.float32]: ...
+
+class MtebEncoder:
+    encoder: Encoder
+    batch_size: int
+    def __init__(self, encoder: Union[Encoder, str], batch_size: int = ..., **kwargs: object) -> None: ...
+    def encode(
+        self,
+        inputs: Union[str, Sequence[str], Iterable[Union[Dict[str, Sequence[str]], Sequence[str]]]],
+        *,
+        prompt_type: object = ...,
+        batch_size: Optional[int] = ...,
+        **_ignored: object,
+    ) -> npt.NDArray[np.float32]: ...
+    def similarity(self, a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
+    def similarity_pairwise(self, a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
 
 class Index:
     def __init__(self, path: str) -> None: ...

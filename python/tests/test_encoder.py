@@ -51,3 +51,43 @@ def test_bad_model_and_kind_are_errors():
         encoder.encode(["x"], kind="passage")
     with pytest.raises(TypeError):
         encoder.encode([1, 2])
+
+
+class _PromptType:
+    """Stands for mteb.types.PromptType (an enum with a ``value``): mteb pulls in torch, which
+    the tests never install."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def test_mteb_adapter_takes_mteb_batches_and_prompt_types():
+    encoder = fs.Encoder(str(model_dir("all-MiniLM-L6-v2")))
+    model = fs.MtebEncoder(encoder, batch_size=4)
+    texts = reference("minilm")["texts"][:6]
+    # MTEB 2 hands a DataLoader of column batches; MTEB 1 a list of sentences.
+    loader = [{"text": texts[:4]}, {"text": texts[4:]}]
+    from_batches = model.encode(
+        loader, task_metadata=None, hf_split="test", hf_subset="default", prompt_type=None
+    )
+    from_list = model.encode(texts, task_name="FreshStackRetrieval")
+    assert from_batches.shape == (6, 384)
+    assert np.allclose(from_batches, from_list, atol=1e-6)
+    assert np.allclose(from_list, encoder.encode(texts, kind="document"), atol=1e-6)
+    queries = model.encode(loader, prompt_type=_PromptType("query"))
+    assert np.allclose(queries, encoder.encode(texts, kind="query"), atol=1e-6)
+    passages = model.encode(loader, prompt_type=_PromptType("passage"))
+    assert np.allclose(passages, from_list, atol=1e-6)
+    # Title + body batches join the two as BEIR does.
+    joined = model.encode([{"title": ["A"], "body": ["b c"]}])
+    assert np.allclose(joined, encoder.encode(["A b c"]), atol=1e-6)
+    # Cosine similarities, full and pairwise.
+    sim = model.similarity(from_list[:2], from_list)
+    assert sim.shape == (2, 6) and np.allclose(np.diag(sim[:, :2]), 1.0, atol=1e-5)
+    pairwise = model.similarity_pairwise(from_list, from_list[::-1])
+    assert pairwise.shape == (6,) and np.isclose(pairwise[0], sim[0, 5], atol=1e-6)
+    assert model.encode([]).shape == (0, 384)
+    with pytest.raises(ValueError, match="prompt_type"):
+        model.encode(texts, prompt_type="summary")
+    with pytest.raises(TypeError, match="text"):
+        model.encode([{"image": [1]}])
