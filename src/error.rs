@@ -106,6 +106,13 @@ pub enum Error {
         /// What is wrong (column, row, the paths looked for).
         message: String,
     },
+    /// The caller asked the work to stop ([`crate::progress::Progress::cancelled`]); what was
+    /// finished is kept, so a rerun resumes.
+    #[error("interrupted: {what} stopped on request (finished work is kept; rerun to resume)")]
+    Interrupted {
+        /// The work that stopped.
+        what: String,
+    },
 }
 
 impl Error {

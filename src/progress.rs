@@ -14,6 +14,12 @@ pub trait Progress: Sync {
     }
     /// The step is over.
     fn finish(&self) {}
+    /// Whether the caller asked the work to stop (a Python caller's Ctrl-C): long loops look
+    /// before each item and stop with [`crate::Error::Interrupted`]. Called from worker
+    /// threads, so it must be cheap.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// Ignores all progress.

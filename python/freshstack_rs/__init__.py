@@ -9,6 +9,7 @@ index, fusion and dataset loading, all offline and in-process.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -25,10 +26,12 @@ __all__ = [
     "FreshstackError",
     "Index",
     "MtebEncoder",
+    "build",
     "evaluate_metrics",
     "fuse",
     "load_dataset",
     "paired_significance",
+    "refresh",
 ]
 __version__ = _native.__version__
 
@@ -205,6 +208,40 @@ def _unit_rows(x) -> np.ndarray:
         x = x[None, :]
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.where(norms > 0, norms, 1.0)
+
+
+def _config_args(config) -> dict:
+    """A build config as the native call takes it: a TOML path, or a dict (the TOML file's
+    tables as nested dicts; relative paths resolve against the working directory)."""
+    if isinstance(config, dict):
+        return {"config_json": json.dumps(config)}
+    if isinstance(config, (str, os.PathLike)):
+        return {"config_path": os.fspath(config)}
+    raise TypeError(f"config: expected a path or a dict, got {type(config).__name__}")
+
+
+def build(config, out, logger: Optional[logging.Logger] = None) -> dict:
+    """``freshstack build``: the whole pipeline (questions, corpus, index, nuggets, variants,
+    pool, judge, export, report) into ``out``, resuming what an earlier run finished.
+    ``config`` is a TOML path or the same settings as a dict. Progress and each stage's line
+    go to ``logger`` (default ``logging.getLogger("freshstack_rs")``) at INFO. Ctrl-C stops
+    the build at its next item or stage and raises KeyboardInterrupt; a rerun resumes.
+    Returns ``{"out", "questions", "documents", "stages": [{"stage", "ran", "seconds",
+    "detail"}]}``."""
+    return _native.build(logger or logger_default(), os.fspath(out), **_config_args(config))
+
+
+def refresh(from_dir, config, out, logger: Optional[logging.Logger] = None) -> dict:
+    """``freshstack refresh``: a new build in ``out`` from the finished build ``from_dir`` with
+    the newer inputs ``config`` names, carrying over every unchanged result; as :func:`build`."""
+    return _native.refresh(
+        logger or logger_default(), os.fspath(from_dir), os.fspath(out), **_config_args(config)
+    )
+
+
+def logger_default() -> logging.Logger:
+    """The logger :func:`build` and :func:`refresh` report to unless given another."""
+    return logger
 
 
 def load_dataset(

@@ -1,3 +1,5 @@
+import logging
+import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -73,6 +75,19 @@ class MtebEncoder:
     ) -> npt.NDArray[np.float32]: ...
     def similarity(self, a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
     def similarity_pairwise(self, a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
+
+def build(
+    config: Union[str, "os.PathLike[str]", Dict[str, object]],
+    out: Union[str, "os.PathLike[str]"],
+    logger: Optional[logging.Logger] = ...,
+) -> Dict[str, object]: ...
+def refresh(
+    from_dir: Union[str, "os.PathLike[str]"],
+    config: Union[str, "os.PathLike[str]", Dict[str, object]],
+    out: Union[str, "os.PathLike[str]"],
+    logger: Optional[logging.Logger] = ...,
+) -> Dict[str, object]: ...
+def logger_default() -> logging.Logger: ...
 
 class Index:
     def __init__(self, path: str) -> None: ...

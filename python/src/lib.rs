@@ -5,8 +5,10 @@
 //! adds the reference-compatible classes on top.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use freshstack::dataset::{DatasetPart, DatasetSpec, TextKind};
 use freshstack::embed::{EncoderOptions, TextEncoder, resolve_model};
@@ -782,6 +784,239 @@ fn load_dataset<'py>(
 }
 
 /// Panics inside Rust: for the test that a panic reaches Python as an exception, never an abort.
+/// The library's progress as lines on a Python logger (at most one every
+/// [`PROGRESS_EVERY`] per step, plus its start and end), and a flag the build looks at before
+/// each item: set when Ctrl-C reaches the waiting Python thread.
+struct LogProgress {
+    logger: Py<PyAny>,
+    cancel: AtomicBool,
+    step: Mutex<Step>,
+}
+
+/// The step in progress.
+struct Step {
+    label: String,
+    total: Option<u64>,
+    done: u64,
+    logged: Instant,
+}
+
+/// Least time between two progress lines of one step.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+impl LogProgress {
+    fn new(logger: Py<PyAny>) -> Self {
+        Self {
+            logger,
+            cancel: AtomicBool::new(false),
+            step: Mutex::new(Step {
+                label: String::new(),
+                total: None,
+                done: 0,
+                logged: Instant::now(),
+            }),
+        }
+    }
+
+    fn info(&self, line: String) {
+        Python::attach(|py| {
+            // A logger that fails to log must not fail the build.
+            let _ = self.logger.bind(py).call_method1("info", (line,));
+        });
+    }
+}
+
+impl freshstack::Progress for LogProgress {
+    fn begin(&self, label: &str, total: Option<u64>) {
+        if let Ok(mut step) = self.step.lock() {
+            *step = Step {
+                label: label.to_string(),
+                total,
+                done: 0,
+                logged: Instant::now(),
+            };
+        }
+        self.info(match total {
+            Some(total) => format!("{label}: 0/{total}"),
+            None => format!("{label}: started"),
+        });
+    }
+
+    fn advance(&self, units: u64) {
+        let line = match self.step.lock() {
+            Ok(mut step) => {
+                step.done += units;
+                if step.logged.elapsed() < PROGRESS_EVERY {
+                    return;
+                }
+                step.logged = Instant::now();
+                match step.total {
+                    Some(total) => format!(
+                        "{}: {}/{total} ({:.0}%)",
+                        step.label,
+                        step.done,
+                        100.0 * step.done as f64 / total.max(1) as f64
+                    ),
+                    None => format!("{}: {}", step.label, step.done),
+                }
+            }
+            Err(_) => return,
+        };
+        self.info(line);
+    }
+
+    fn finish(&self) {
+        let line = match self.step.lock() {
+            Ok(step) => format!("{}: done ({})", step.label, step.done),
+            Err(_) => return,
+        };
+        self.info(line);
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// A build config from a path (TOML) or from JSON text (a dict, dumped by the package; its
+/// relative paths resolve against the working directory).
+fn build_config(
+    config_path: Option<PathBuf>,
+    config_json: Option<String>,
+) -> PyResult<freshstack::pipeline::BuildConfig> {
+    use freshstack::pipeline::BuildConfig;
+    match (config_path, config_json) {
+        (Some(path), None) => BuildConfig::load(&path).map_err(library_error),
+        (None, Some(json)) => {
+            let base = std::env::current_dir()
+                .map_err(|e| PyValueError::new_err(format!("config: no working directory: {e}")))?;
+            BuildConfig::from_json(&json, Path::new("config"), &base).map_err(library_error)
+        }
+        _ => Err(PyTypeError::new_err(
+            "config: give a path to a TOML file or a dict",
+        )),
+    }
+}
+
+/// Runs `work` (a build) on its own thread while this one waits with the GIL released,
+/// looking for Ctrl-C every 50 ms: on Ctrl-C it asks the build to stop, waits for it to stop
+/// (at its next item or stage: nothing keeps running behind Python's back), then raises
+/// KeyboardInterrupt.
+fn run_interruptible<T: Send>(
+    py: Python<'_>,
+    progress: &LogProgress,
+    work: impl FnOnce() -> freshstack::Result<T> + Send,
+) -> PyResult<T> {
+    let (result, interrupt) = std::thread::scope(|scope| {
+        let handle = scope.spawn(work);
+        let mut interrupt: Option<PyErr> = None;
+        while !handle.is_finished() {
+            py.detach(|| std::thread::sleep(Duration::from_millis(50)));
+            if interrupt.is_none()
+                && let Err(e) = py.check_signals()
+            {
+                progress.cancel.store(true, Ordering::Relaxed);
+                interrupt = Some(e);
+            }
+        }
+        (handle.join(), interrupt)
+    });
+    if let Some(interrupt) = interrupt {
+        return Err(interrupt);
+    }
+    match result {
+        Ok(result) => result.map_err(library_error),
+        Err(_) => Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "the build panicked (a bug: please report it)",
+        )),
+    }
+}
+
+/// A build's summary as a dict: out, questions, documents, and per stage its name, whether it
+/// ran, its seconds and its one-line result.
+fn build_summary<'py>(
+    py: Python<'py>,
+    summary: &freshstack::pipeline::BuildSummary,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("out", summary.out.to_string_lossy().as_ref())?;
+    dict.set_item("questions", summary.questions)?;
+    dict.set_item("documents", summary.documents)?;
+    let stages = PyList::empty(py);
+    for stage in &summary.stages {
+        let row = PyDict::new(py);
+        row.set_item("stage", stage.stage)?;
+        row.set_item("ran", stage.ran)?;
+        row.set_item("seconds", stage.elapsed.as_secs_f64())?;
+        row.set_item("detail", &stage.detail)?;
+        stages.append(row)?;
+    }
+    dict.set_item("stages", stages)?;
+    Ok(dict)
+}
+
+/// `freshstack build`: the whole pipeline into `out`, resuming what a previous run finished;
+/// progress and each stage's line go to `logger`.
+#[pyfunction]
+#[pyo3(signature = (logger, out, config_path = None, config_json = None))]
+fn build<'py>(
+    py: Python<'py>,
+    logger: Py<PyAny>,
+    out: PathBuf,
+    config_path: Option<PathBuf>,
+    config_json: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let config = build_config(config_path, config_json)?;
+    let progress = LogProgress::new(logger);
+    let summary = run_interruptible(py, &progress, || {
+        freshstack::pipeline::build(
+            &config,
+            &out,
+            &freshstack::report::ReportOptions::default(),
+            &progress,
+            &mut |stage| progress.info(stage_line(stage)),
+        )
+    })?;
+    build_summary(py, &summary)
+}
+
+/// `freshstack refresh`: a new build in `out` from the finished build `from_dir`, carrying over
+/// what is unchanged; as [`build`].
+#[pyfunction]
+#[pyo3(signature = (logger, from_dir, out, config_path = None, config_json = None))]
+fn refresh<'py>(
+    py: Python<'py>,
+    logger: Py<PyAny>,
+    from_dir: PathBuf,
+    out: PathBuf,
+    config_path: Option<PathBuf>,
+    config_json: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let config = build_config(config_path, config_json)?;
+    let prepared =
+        freshstack::pipeline::Refresh::prepare(&config, &from_dir, &out).map_err(library_error)?;
+    let progress = LogProgress::new(logger);
+    let summary = run_interruptible(py, &progress, || {
+        prepared.run(
+            &freshstack::report::ReportOptions::default(),
+            &progress,
+            &mut |stage| progress.info(stage_line(stage)),
+        )
+    })?;
+    build_summary(py, &summary.build)
+}
+
+/// A stage's line, as `freshstack build` prints it.
+fn stage_line(stage: &freshstack::pipeline::StageOutcome) -> String {
+    format!(
+        "{} {:.1}s: {}{}",
+        stage.stage,
+        stage.elapsed.as_secs_f64(),
+        if stage.ran { "" } else { "skipped: " },
+        stage.detail
+    )
+}
+
 #[pyfunction]
 fn _panic_for_test() {
     panic!("a deliberate panic");
@@ -795,6 +1030,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(paired_significance, m)?)?;
     m.add_function(wrap_pyfunction!(fuse, m)?)?;
     m.add_function(wrap_pyfunction!(load_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(build, m)?)?;
+    m.add_function(wrap_pyfunction!(refresh, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add_class::<Encoder>()?;
     m.add_class::<Index>()?;

@@ -67,8 +67,14 @@ pub fn run_batches<T: Send>(
     } else {
         1
     };
+    let interrupted = || Error::Interrupted {
+        what: format!("encoding with {model}"),
+    };
     if workers <= 1 {
         for batch in batches {
+            if progress.cancelled() {
+                return Err(interrupted());
+            }
             let got = run(batch)?;
             store(batch, got)?;
             progress.advance(batch.len() as u64);
@@ -99,6 +105,10 @@ pub fn run_batches<T: Send>(
                     }
                 };
                 while !failed.load(Ordering::Relaxed) {
+                    if progress.cancelled() {
+                        fail(usize::MAX, interrupted());
+                        break;
+                    }
                     let at = next.fetch_add(1, Ordering::Relaxed);
                     let Some(batch) = batches.get(at) else { break };
                     let stored = pool

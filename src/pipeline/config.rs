@@ -471,6 +471,16 @@ impl BuildConfig {
         Ok(config)
     }
 
+    /// The same settings as JSON (the Python binding's dict): the fields and checks of the
+    /// TOML file, relative paths resolved against `base`; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &Path, base: &Path) -> Result<Self> {
+        let mut config: BuildConfig = serde_json::from_str(text)
+            .map_err(|e| Error::parse(origin, e.line(), e.to_string()))?;
+        config.resolve_paths(base);
+        config.validate(origin)?;
+        Ok(config)
+    }
+
     fn resolve_paths(&mut self, base: &Path) {
         let resolve = |p: &mut PathBuf| {
             if p.is_relative() {

@@ -192,17 +192,36 @@ pub(super) fn run_build(
         tokenizer_sha256: None,
         carry,
     };
+    // A request to stop is honoured between stages (and inside the stages that look).
+    let go_on = || -> Result<()> {
+        if progress.cancelled() {
+            return Err(Error::Interrupted {
+                what: "the build".into(),
+            });
+        }
+        Ok(())
+    };
+    go_on()?;
     run.questions(progress, on_stage)?;
+    go_on()?;
     run.corpus(progress, on_stage)?;
+    go_on()?;
     run.index(progress, on_stage)?;
+    go_on()?;
     run.nuggets(progress, on_stage)?;
+    go_on()?;
     run.variants(progress, on_stage)?;
+    go_on()?;
     run.pool(progress, on_stage)?;
+    go_on()?;
     run.judge(progress, on_stage)?;
+    go_on()?;
     run.export(on_stage)?;
     if let Some(carry) = carry {
+        go_on()?;
         run.changes(carry, progress, on_stage)?;
     }
+    go_on()?;
     run.report(report, progress, on_stage)?;
     // Last, so that it describes the settings of the finished build (what `refresh` checks).
     write_json_atomic(run.path(layout::SETTINGS), &result_settings(config)?)?;

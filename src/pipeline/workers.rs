@@ -32,7 +32,7 @@ pub(crate) fn run_items<T: Sync, R: Send>(
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) && !progress.cancelled() {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(item) = items.get(i) else { break };
                     match work(item) {
@@ -57,6 +57,11 @@ pub(crate) fn run_items<T: Sync, R: Send>(
     });
     if let Some(err) = first_error.into_inner().ok().flatten() {
         return Err(err);
+    }
+    if progress.cancelled() {
+        return Err(Error::Interrupted {
+            what: "the stage's calls".into(),
+        });
     }
     slots
         .into_iter()
