@@ -91,6 +91,16 @@ def logger_default() -> logging.Logger: ...
 
 class Index:
     def __init__(self, path: str) -> None: ...
+    @staticmethod
+    def build(
+        path: Union[str, "os.PathLike[str]"],
+        corpus: Union[str, "os.PathLike[str]"],
+        bm25: bool = ...,
+        dense: Sequence[str] = ...,
+        hnsw: bool = ...,
+        vector_dtype: str = ...,
+        logger: Optional[logging.Logger] = ...,
+    ) -> "Index": ...
     def __len__(self) -> int: ...
     def search(
         self, query: str, k: int = ..., retriever: str = ..., exact: bool = ...

@@ -645,6 +645,62 @@ impl Index {
         Ok(Self { engine })
     }
 
+    /// `freshstack index`: builds the index `path` over the JSONL corpus `corpus` (BM25, and a
+    /// dense part per model spec `NAME=MODEL` or `MODEL`, with HNSW graphs unless `hnsw` is
+    /// false), replacing an index there, and opens it. Progress goes to `logger`; Ctrl-C stops
+    /// the encoding at its next batch and raises KeyboardInterrupt (nothing is replaced).
+    #[staticmethod]
+    #[pyo3(signature = (path, corpus, bm25 = true, dense = Vec::new(), hnsw = true, vector_dtype = "f16", logger = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        py: Python<'_>,
+        path: PathBuf,
+        corpus: PathBuf,
+        bm25: bool,
+        dense: Vec<String>,
+        hnsw: bool,
+        vector_dtype: &str,
+        logger: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let logger = match logger {
+            Some(logger) => logger,
+            None => py
+                .import("logging")?
+                .call_method1("getLogger", ("freshstack_rs",))?
+                .unbind(),
+        };
+        use freshstack::dataset::VectorDtype;
+        let dense = dense
+            .iter()
+            .map(|spec| {
+                spec.parse::<freshstack::DenseModelSpec>()
+                    .map_err(|e| PyValueError::new_err(format!("dense: {spec:?}: {e}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let vector_dtype = match vector_dtype {
+            "f16" => VectorDtype::F16,
+            "f32" => VectorDtype::F32,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "vector_dtype: {other:?} is not \"f16\" or \"f32\""
+                )));
+            }
+        };
+        let config = freshstack::HybridIndexConfig {
+            corpus,
+            bm25: bm25.then(Default::default),
+            dense,
+            hnsw: hnsw.then(Default::default),
+            vector_dtype,
+            ..freshstack::HybridIndexConfig::default()
+        };
+        let progress = LogProgress::new(logger);
+        run_interruptible(py, &progress, || {
+            freshstack::build_hybrid_index(&config, &path, &progress)
+        })?;
+        Self::new(py, path)
+    }
+
     /// Documents in the index.
     fn __len__(&self) -> usize {
         self.engine.live_ids().count()

@@ -91,3 +91,29 @@ def test_load_dataset_from_a_hub_cache(monkeypatch):
                 assert qrels_query[qid][doc] == 1
     with pytest.raises(fs.FreshstackError):
         fs.load_dataset("freshstack/queries-tiny:nope", "freshstack/corpus-tiny:nope")
+
+
+def test_an_index_built_from_python_answers_as_the_cli_one(index, tmp_path):
+    """Index.build over the same corpus gives the same hits as the CLI's index."""
+    minilm = model_dir("all-MiniLM-L6-v2")
+    lines = []
+
+    class Lines:
+        def info(self, line):
+            lines.append(line)
+
+    built = fs.Index.build(
+        tmp_path / "idx", index.parent / "corpus.jsonl", dense=[f"minilm={minilm}"], logger=Lines()
+    )
+    cli = fs.Index(str(index))
+    assert len(built) == 4
+    for query in ("queue worker retries", "how do I send an email to a user"):
+        for retriever in ("bm25", "dense:minilm", "fusion"):
+            assert built.search(query, k=4, retriever=retriever) == cli.search(
+                query, k=4, retriever=retriever
+            )
+    assert any(line.startswith("bm25") for line in lines), lines
+    with pytest.raises(fs.FreshstackError, match="nothing to build"):
+        fs.Index.build(tmp_path / "none", index.parent / "corpus.jsonl", bm25=False)
+    with pytest.raises(ValueError, match="vector_dtype"):
+        fs.Index.build(tmp_path / "bad", index.parent / "corpus.jsonl", vector_dtype="f8")
