@@ -723,6 +723,61 @@ impl Index {
         Ok(hits.into_iter().map(|d| (d.doc_id, d.score)).collect())
     }
 
+    /// Dense top `k` for query vectors of model `model` (`""`: the index's only dense model):
+    /// a float32 array `[dim]` gives `[(doc_id, score)]`, `[n, dim]` a list of them, one per
+    /// row, by HNSW (rescored exactly) unless `exact`. Rows are used as given: normalise them
+    /// as the model's vectors are.
+    #[pyo3(signature = (vectors, k = 10, model = "", exact = false))]
+    fn search_vectors<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: &Bound<'py, PyAny>,
+        k: usize,
+        model: &str,
+        exact: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
+        let array: PyReadonlyArrayDyn<'py, f32> = vectors.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "vectors: expected a float32 numpy array, got {}",
+                type_name(vectors)
+            ))
+        })?;
+        let shape = array.shape().to_vec();
+        let (rows, dim) = match shape.as_slice() {
+            [dim] => (1, *dim),
+            [rows, dim] => (*rows, *dim),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "vectors: expected 1 or 2 dimensions, got shape {shape:?}"
+                )));
+            }
+        };
+        let data = array.as_slice().map_err(|_| {
+            PyValueError::new_err(
+                "vectors: the array is not C-contiguous (pass np.ascontiguousarray(vectors))",
+            )
+        })?;
+        let options = search_options("bm25", k, exact)?;
+        let queries: Vec<&[f32]> = if dim == 0 {
+            vec![&[]; rows]
+        } else {
+            data.chunks(dim).collect()
+        };
+        let results = py
+            .detach(|| self.engine.search_vectors(model, &queries, &options))
+            .map_err(library_error)?;
+        let pairs = |hits: Vec<ScoredDoc>| -> Vec<(String, f64)> {
+            hits.into_iter().map(|d| (d.doc_id, d.score)).collect()
+        };
+        if shape.len() == 1 {
+            let first = results.into_iter().next().unwrap_or_default();
+            return Ok(pairs(first).into_pyobject(py)?.into_any());
+        }
+        let all: Vec<Vec<(String, f64)>> = results.into_iter().map(pairs).collect();
+        Ok(all.into_pyobject(py)?.into_any())
+    }
+
     /// A run for `queries` (`{query_id: text}`): `{query_id: {doc_id: score}}`.
     #[pyo3(signature = (queries, k = 100, retriever = "bm25", exact = false))]
     fn retrieve<'py>(

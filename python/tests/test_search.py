@@ -117,3 +117,30 @@ def test_an_index_built_from_python_answers_as_the_cli_one(index, tmp_path):
         fs.Index.build(tmp_path / "none", index.parent / "corpus.jsonl", bm25=False)
     with pytest.raises(ValueError, match="vector_dtype"):
         fs.Index.build(tmp_path / "bad", index.parent / "corpus.jsonl", vector_dtype="f8")
+
+
+def test_search_vectors_takes_numpy_queries(index):
+    import numpy as np
+
+    engine = fs.Index(str(index))
+    encoder = fs.Encoder(str(model_dir("all-MiniLM-L6-v2")))
+    queries = ["how do I send an email to a user", "queue worker retries"]
+    vectors = encoder.encode(queries, kind="query")
+    for exact in (False, True):
+        batch = engine.search_vectors(vectors, k=3, model="minilm", exact=exact)
+        assert len(batch) == 2
+        for query, hits, vector in zip(queries, batch, vectors):
+            by_text = engine.search(query, k=3, retriever="dense:minilm", exact=exact)
+            assert [d for d, _ in hits] == [d for d, _ in by_text]
+            assert np.allclose([s for _, s in hits], [s for _, s in by_text], atol=1e-5)
+            assert engine.search_vectors(vector, k=3, exact=exact) == hits
+    with pytest.raises(TypeError, match="float32"):
+        engine.search_vectors(vectors.astype(np.float64))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        engine.search_vectors(np.repeat(vectors, 2, axis=1)[:, ::2])
+    with pytest.raises(fs.FreshstackError, match="dimension"):
+        engine.search_vectors(vectors[:, :100].copy())
+    bad = vectors.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(fs.FreshstackError, match="NaN"):
+        engine.search_vectors(bad)
