@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::support::{browse, chromium, copy_dir};
-use crate::util::{freshstack, write};
+use crate::support::{browse, chromium};
+use crate::util::{copy_dir, freshstack, write};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report")

@@ -1,7 +1,6 @@
 //! `freshstack eval` end to end: formats, outputs, errors.
 
-use std::path::Path;
-use std::process::Command;
+use crate::util::freshstack_in;
 
 const QUERIES: &str = r#"{"query_id": "q1", "query_title": "t", "query_text": "b", "answer_id": "1", "answer_text": "a", "metadata": {"date": null, "tags": []}, "nuggets": [{"_id": "q1_0", "text": "n", "relevant_corpus_ids": ["d1", "my doc"], "non_relevant_corpus_ids": ["d3"]}, {"_id": "q1_1", "text": "n", "relevant_corpus_ids": ["d2"], "non_relevant_corpus_ids": []}]}
 {"query_id": "q12", "query_title": "t", "query_text": "b", "answer_id": "2", "answer_text": "a", "metadata": {"date": null, "tags": []}, "nuggets": [{"_id": "q12_0", "text": "n", "relevant_corpus_ids": ["d9"], "non_relevant_corpus_ids": []}]}
@@ -10,14 +9,6 @@ const QUERIES: &str = r#"{"query_id": "q1", "query_title": "t", "query_text": "b
 const RUN_A: &str =
     "q1 Q0 d1 1 3 a\nq1 Q0 d3 2 2 a\nq1 Q0 my doc 3 1 a\nq12 Q0 d8 1 5 a\nq12 Q0 d9 2 4 a\n";
 const RUN_B: &str = "q1 Q0 d2 1 3 b\nq1 Q0 d1 2 2 b\nq12 Q0 d9 1 5 b\n";
-
-fn freshstack(args: &[&str], dir: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_freshstack"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
 
 fn setup() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -30,7 +21,7 @@ fn setup() -> tempfile::TempDir {
 #[test]
 fn json_for_one_run_has_the_paper_keys_in_order() {
     let dir = setup();
-    let out = freshstack(
+    let out = freshstack_in(
         &[
             "eval",
             "--queries",
@@ -61,7 +52,7 @@ fn ndeval_qrels_give_the_same_numbers() {
     let dir = setup();
     let qrels = "q1 q1_0 d1 1\nq1 q1_0 my doc 1\nq1 q1_0 d3 0\nq1 q1_1 d2 1\nq12 q12_0 d9 1\n";
     std::fs::write(dir.path().join("n.qrels"), qrels).unwrap();
-    let a = freshstack(
+    let a = freshstack_in(
         &[
             "eval",
             "--queries",
@@ -72,7 +63,7 @@ fn ndeval_qrels_give_the_same_numbers() {
         ],
         dir.path(),
     );
-    let b = freshstack(
+    let b = freshstack_in(
         &["eval", "--qrels", "n.qrels", "--run", "a.trec", "--json"],
         dir.path(),
     );
@@ -98,7 +89,7 @@ fn several_runs_table_json_and_per_query() {
         "--per-query",
         "out/pq.jsonl",
     ];
-    let out = freshstack(&args, dir.path());
+    let out = freshstack_in(&args, dir.path());
     assert!(
         out.status.success(),
         "{}",
@@ -122,13 +113,13 @@ fn several_runs_table_json_and_per_query() {
     let mut json_args = args.to_vec();
     json_args.truncate(json_args.len() - 2);
     json_args.push("--json");
-    let out = freshstack(&json_args, dir.path());
+    let out = freshstack_in(&json_args, dir.path());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["a"]["alpha_ndcg@1"].is_number());
     assert!(v["b"]["p_t_test"]["recall@5"].is_number());
     assert!(v["b"]["p_randomization"]["recall@5"].is_number());
     // Same seed, same p-values.
-    let again = freshstack(&json_args, dir.path());
+    let again = freshstack_in(&json_args, dir.path());
     assert_eq!(out.stdout, again.stdout);
 }
 
@@ -140,7 +131,7 @@ fn bad_input_fails_with_one_line_and_writes_nothing() {
         "q1 Q0 d1 1 3 a\nq1 Q0 d2 2 x a\n",
     )
     .unwrap();
-    let out = freshstack(
+    let out = freshstack_in(
         &[
             "eval",
             "--queries",
@@ -160,7 +151,7 @@ fn bad_input_fails_with_one_line_and_writes_nothing() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!dir.path().join("pq.jsonl").exists());
-    let out = freshstack(&["eval", "--run", "a.trec"], dir.path());
+    let out = freshstack_in(&["eval", "--run", "a.trec"], dir.path());
     assert!(!out.status.success());
 }
 
@@ -180,7 +171,7 @@ fn eval_on_an_empty_or_disjoint_run_warns_at_the_default_level() {
             "run other shares no question with the judgments",
         ),
     ] {
-        let out = freshstack(
+        let out = freshstack_in(
             &["eval", "--queries", "queries.jsonl", "--run", run],
             dir.path(),
         );
@@ -192,7 +183,7 @@ fn eval_on_an_empty_or_disjoint_run_warns_at_the_default_level() {
         );
     }
     // A run sharing questions: no such warning.
-    let out = freshstack(
+    let out = freshstack_in(
         &["eval", "--queries", "queries.jsonl", "--run", "a.trec"],
         dir.path(),
     );
@@ -208,7 +199,7 @@ fn eval_warns_about_a_repeated_query_id_naming_file_and_line() {
         format!("{QUERIES}\n{first}\n"),
     )
     .unwrap();
-    let out = freshstack(
+    let out = freshstack_in(
         &["eval", "--queries", "twice.jsonl", "--run", "a.trec"],
         dir.path(),
     );
@@ -228,7 +219,7 @@ fn fuse_rejects_infinite_scores_and_a_bad_rrf_k() {
         "q1 Q0 d1 1 1e400 i\nq1 Q0 d2 2 1 i\n",
     )
     .unwrap();
-    let out = freshstack(
+    let out = freshstack_in(
         &["fuse", "a.trec", "inf.trec", "--out", "f.trec"],
         dir.path(),
     );
@@ -240,7 +231,7 @@ fn fuse_rejects_infinite_scores_and_a_bad_rrf_k() {
         "{stderr}"
     );
     assert!(!dir.path().join("f.trec").exists());
-    let out = freshstack(
+    let out = freshstack_in(
         &[
             "fuse", "a.trec", "inf.trec", "--method", "rrf", "--out", "f.trec",
         ],
@@ -256,7 +247,7 @@ fn fuse_rejects_infinite_scores_and_a_bad_rrf_k() {
             .unwrap()
             .contains("NaN")
     );
-    let out = freshstack(
+    let out = freshstack_in(
         &[
             "fuse",
             "a.trec",

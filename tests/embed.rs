@@ -2,29 +2,15 @@
 //! skip loudly without it) and on broken model directories.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use freshstack::NoProgress;
 use freshstack::dataset::{Embeddings, Encoder, TextKind, read_npy_f32};
 use freshstack::embed::{EncoderOptions, ModelDType, TextEncoder, resolve_model};
 
+use crate::util::{freshstack, minilm_dir, real_model_dir};
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn minilm_dir() -> Option<PathBuf> {
-    real_model_dir("all-MiniLM-L6-v2", "scripts/setup.sh")
-}
-
-/// `models/NAME` when its weights are there; else `None`, saying loudly which setup fetches it.
-fn real_model_dir(name: &str, setup: &str) -> Option<PathBuf> {
-    let dir = root().join("models").join(name);
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!("SKIPPED: {} is missing: run {setup}", dir.display());
-        None
-    }
 }
 
 fn load(dir: &Path, options: &EncoderOptions) -> TextEncoder {
@@ -206,13 +192,6 @@ fn minilm_batched_equals_one_by_one() {
             .fold(0f32, f32::max);
         assert!(diff <= 1e-5, "text {i}: batched vs alone differ by {diff}");
     }
-}
-
-fn freshstack(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_freshstack"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 #[test]

@@ -16,7 +16,7 @@ use freshstack::search::{
     Ann, Engine, FusionMethod, QueryEncoderOptions, RetrieverSpec, SearchOptions,
 };
 
-use crate::util::write;
+use crate::util::{copy_dir, write};
 
 pub(crate) const DOCS: &[(&str, &str)] = &[
     (
@@ -456,19 +456,6 @@ fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
             serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
         }
         other => other,
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
     }
 }
 

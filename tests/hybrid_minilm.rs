@@ -2,7 +2,7 @@
 //! loudly without it): `index --dense` encodes the corpus, searches encode queries with the
 //! recorded model, `retrieve --retriever fusion` equals `fuse` over the single runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 use freshstack::NoProgress;
@@ -13,20 +13,7 @@ use freshstack::search::{
 };
 
 use crate::hybrid::{DOCS, corpus, options};
-use crate::util::{freshstack, write};
-
-fn minilm_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is missing: run scripts/setup.sh",
-            dir.display()
-        );
-        None
-    }
-}
+use crate::util::{freshstack, minilm_dir, run_ok, write};
 
 #[test]
 fn minilm_index_encodes_documents_and_queries() {
@@ -89,16 +76,6 @@ fn minilm_index_encodes_documents_and_queries() {
     assert_eq!(batch[0][0].doc_id, "laravel/docs/mail.md_0_10");
 }
 
-fn run_ok(args: &[&str]) -> String {
-    let out = freshstack(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn minilm_cli_index_and_fusion_retrieve() {
     let Some(model) = minilm_dir() else { return };
@@ -126,7 +103,7 @@ fn minilm_cli_index_and_fusion_retrieve() {
         ]
         .join("\n"),
     );
-    let out = run_ok(&[
+    let output = run_ok(&[
         "search",
         "--index",
         &p(&index),
@@ -137,6 +114,7 @@ fn minilm_cli_index_and_fusion_retrieve() {
         "--json",
         "email a user",
     ]);
+    let out = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(out.contains("laravel/docs/mail.md_0_10"), "{out}");
     let mut runs = Vec::new();
     for retriever in ["bm25", "dense:mini", "fusion"] {
@@ -217,7 +195,7 @@ fn minilm_cli_index_and_fusion_retrieve() {
             && stderr.contains("as mini=DIR"),
         "{stderr}"
     );
-    let out = run_ok(&[
+    let output = run_ok(&[
         "search",
         "--index",
         &p(&index),
@@ -227,6 +205,7 @@ fn minilm_cli_index_and_fusion_retrieve() {
         &format!("mini={}", model.display()),
         "email a user",
     ]);
+    let out = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         out.lines()
             .next()

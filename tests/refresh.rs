@@ -15,8 +15,8 @@ use freshstack::dataset::{Document, JudgmentRecord, PoolRow, Question, read_json
 use serde_json::Value;
 
 use crate::build::exported;
-use crate::support::{MockServer, copy_dir};
-use crate::util::{freshstack, write};
+use crate::support::MockServer;
+use crate::util::{copy_dir, freshstack, run_ok, write};
 
 /// (id, date, title, body, answer).
 type Row<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
@@ -211,21 +211,15 @@ docs_per_call = 2
 
 const WINDOW: &str = "[refresh]\nretire_before = \"2024-03-01\"\n";
 
-fn run_ok(args: &[&str]) -> String {
-    let output = freshstack(args);
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "{args:?}: {stderr}");
-    stderr
-}
-
 fn build(config: &Path, out: &Path) -> String {
-    run_ok(&[
+    let output = run_ok(&[
         "build",
         "--config",
         config.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
-    ])
+    ]);
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn refresh(from: &Path, config: &Path, out: &Path) -> std::process::Output {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use quick_xml::Reader;
 use quick_xml::events::Event;
 
-use crate::support::{browse, chromium, copy_dir};
-use crate::util::freshstack;
+use crate::support::{browse, chromium};
+use crate::util::{copy_dir, freshstack};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report")

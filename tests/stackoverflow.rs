@@ -2,7 +2,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use freshstack::Error;
 use freshstack::NoProgress;
@@ -12,6 +11,8 @@ use freshstack::source::stackoverflow::{
     DEFAULT_MAX_EVENT_BYTES, DayRange, DropReason, ImportConfig, TagFilter, TagMatch,
     import_questions, recent_topics, tag_cooccurrence,
 };
+
+use crate::util::freshstack;
 
 /// Escapes an attribute value as the dumps do (newlines as `&#xA;`).
 fn escape(value: &str) -> String {
@@ -448,13 +449,6 @@ fn tag_cooccurrence_and_recent_topics() {
     // laravel and eloquent were first used in 2022; php and python are new.
     assert_eq!(names, vec!["php", "python"]);
     assert_eq!(topics.topics[0].first_question, "2024-02-01");
-}
-
-fn freshstack(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_freshstack"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 #[test]

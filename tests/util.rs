@@ -22,6 +22,62 @@ pub fn freshstack(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs the `freshstack` binary with `args` in the working directory `dir`.
+#[allow(dead_code)]
+pub fn freshstack_in(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// Runs the `freshstack` binary with `args` and asserts that it succeeded (the failure shows
+/// the arguments and the error output).
+pub fn run_ok(args: &[&str]) -> Output {
+    let output = freshstack(args);
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Copies the directory `from` into `to` (created), recursively.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// `models/NAME` of this checkout when its weights (`model.safetensors`) are there; otherwise
+/// `None` after a loud SKIPPED line naming `setup`, the script that fetches it.
+pub fn real_model_dir(name: &str, setup: &str) -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name);
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!("SKIPPED: {} is missing: run {setup}", dir.display());
+        None
+    }
+}
+
+/// all-MiniLM-L6-v2's real weights ([`real_model_dir`]).
+pub fn minilm_dir() -> Option<PathBuf> {
+    real_model_dir("all-MiniLM-L6-v2", "scripts/setup.sh")
+}
+
 /// The shared test data directory (`../shared`), when present. Tests that need it print a loud
 /// SKIPPED line when it is not.
 #[allow(dead_code)]

@@ -544,20 +544,6 @@ fn read_request(
     Some(body)
 }
 
-/// Copies the directory `from` into `to` (created), recursively.
-pub(crate) fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// Debian's chromium, if installed.
 pub(crate) fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser", "google-chrome"]
