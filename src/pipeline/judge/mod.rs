@@ -1115,6 +1115,80 @@ mod tests {
     use super::*;
     use crate::llm::schema::{check_answer, check_portable, sorted_keys};
 
+    fn voted(doc: &str, supported: Option<bool>, rationale: &str) -> JudgmentRecord {
+        JudgmentRecord {
+            query_id: "q".into(),
+            nugget_id: "q_0".into(),
+            doc_id: doc.into(),
+            supported,
+            rationale: rationale.into(),
+            error: supported.is_none().then(|| "unusable".to_string()),
+            raw: supported.is_none().then(|| "?".to_string()),
+            probability: None,
+            term_coverage: None,
+            quote: None,
+            grade: None,
+            votes: None,
+        }
+    }
+
+    fn result(rows: Vec<JudgmentRecord>) -> BatchResult {
+        BatchResult {
+            failed: rows.iter().any(|r| r.supported.is_none()),
+            rows,
+            counts: AskCounts::default(),
+            truncated: 0,
+        }
+    }
+
+    #[test]
+    fn votes_take_the_strict_majority_of_the_usable_ones() {
+        let first = result(vec![
+            voted("a", Some(true), "a1"),
+            voted("b", None, ""),
+            voted("c", Some(true), "c1"),
+            voted("d", None, ""),
+        ]);
+        // The shuffled votes list the documents in another order.
+        let second = result(vec![
+            voted("d", None, ""),
+            voted("c", Some(false), "c2"),
+            voted("b", Some(true), "b2"),
+            voted("a", Some(true), "a2"),
+        ]);
+        let third = result(vec![
+            voted("b", Some(false), "b3"),
+            voted("a", Some(false), "a3"),
+            voted("c", Some(false), "c3"),
+            voted("d", None, ""),
+        ]);
+        let combined = combine_votes(first, vec![second, third]);
+        let by_doc: HashMap<&str, &JudgmentRecord> = combined
+            .rows
+            .iter()
+            .map(|r| (r.doc_id.as_str(), r))
+            .collect();
+        // Two of three.
+        assert_eq!(by_doc["a"].supported, Some(true));
+        assert_eq!(by_doc["a"].rationale, "a1");
+        assert_eq!(
+            by_doc["a"].votes,
+            Some(vec![Some(true), Some(true), Some(false)])
+        );
+        // One of two usable: a tie is not a majority; the first usable vote's reason stays.
+        assert_eq!(by_doc["b"].supported, Some(false));
+        assert_eq!(by_doc["b"].rationale, "b2");
+        assert!(by_doc["b"].error.is_none());
+        assert_eq!(by_doc["c"].supported, Some(false));
+        // No usable vote: no verdict, the first vote's error kept.
+        assert_eq!(by_doc["d"].supported, None);
+        assert_eq!(by_doc["d"].error.as_deref(), Some("unusable"));
+        assert!(combined.failed);
+        // Self-consistency over the pairs the first two votes both judged (a, c): they agree
+        // on a and not on c, and chance agreement is 0.5, so kappa is 0.
+        assert_eq!(self_consistency(&combined.rows), Some(0.0));
+    }
+
     #[test]
     fn parses_reasoning_then_json() {
         let text = "D1 shows the config key {x}. D2 is unrelated.\n\
