@@ -7,7 +7,7 @@ use freshstack::NoProgress;
 use freshstack::embed::resolve_model;
 use freshstack::rerank::{CrossEncoder, Reranker, RerankerOptions};
 
-use crate::util::{freshstack, write};
+use crate::util::{freshstack, run_ok, write};
 
 fn fixture(kind: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/rerank/tiny-{kind}"))
@@ -279,15 +279,6 @@ fn retrieve_and_search_rerank_like_the_rerank_command() {
          {\"_id\":\"q2\",\"text\":\"route parameter users\"}\n",
     );
     let index = dir.join("index");
-    let run_ok = |args: &[&str]| {
-        let output = freshstack(args);
-        assert!(
-            output.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output
-    };
     run_ok(&[
         "index",
         "--corpus",
