@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import json
 import logging
+import signal
 
 import pytest
 
@@ -132,10 +133,14 @@ def test_ctrl_c_stops_the_build_and_a_rerun_resumes(tmp_path):
 
     handler = Lines(press_once)
     logger.addHandler(handler)
+    # Python's own Ctrl-C handler, as in an interactive session: a process started in the
+    # background by a shell inherits SIGINT ignored, and interrupt_main() then does nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             fs.build(config, out, logger=logger)
     finally:
+        signal.signal(signal.SIGINT, previous)
         logger.removeHandler(handler)
     assert pressed
     assert not (out / "report.html").exists(), "the build stopped before its end"
