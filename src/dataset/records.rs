@@ -142,6 +142,15 @@ impl SupportGrade {
     /// Every grade, from most to least support.
     pub const ALL: [SupportGrade; 3] = [Self::Full, Self::Partial, Self::None];
 
+    /// The name rows and prompts use (`full`, `partial`, `none`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Partial => "partial",
+            Self::None => "none",
+        }
+    }
+
     /// The grade's value on the [0, 1] scale that maps it to a binary label: full 1, partial
     /// 0.5, none 0.
     pub fn value(self) -> f64 {

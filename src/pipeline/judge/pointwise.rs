@@ -38,22 +38,15 @@ const GRADES: [&[&str]; 3] = [
 /// The `graded` verdict's reading of the three grades' probabilities (full, partial, none):
 /// the most likely grade (ties to the more supportive) and the expected grade on [0, 1].
 pub fn grade_of(probabilities: &[f64]) -> (SupportGrade, f64) {
-    let mut best = 0;
-    for (i, p) in probabilities
-        .iter()
-        .enumerate()
-        .take(SupportGrade::ALL.len())
-    {
-        if *p > probabilities[best] {
-            best = i;
+    let mut best = (SupportGrade::Full, f64::NEG_INFINITY);
+    let mut expected = 0.0;
+    for (&grade, &p) in SupportGrade::ALL.iter().zip(probabilities) {
+        if p > best.1 {
+            best = (grade, p);
         }
+        expected += grade.value() * p;
     }
-    let expected = SupportGrade::ALL
-        .iter()
-        .zip(probabilities)
-        .map(|(grade, p)| grade.value() * p)
-        .sum();
-    (SupportGrade::ALL[best], expected)
+    (best.0, expected)
 }
 
 /// Most found terms a rationale lists.
@@ -163,15 +156,10 @@ fn rationale(probability: Option<f64>, coverage: &TermCoverage, place: &str) -> 
 }
 
 /// The rationale of a `graded` row: the most likely grade, the expected one, and the terms.
-fn graded_rationale(grade: SupportGrade, expected: Option<f64>, coverage: &TermCoverage) -> String {
-    let name = match grade {
-        SupportGrade::Full => "full",
-        SupportGrade::Partial => "partial",
-        SupportGrade::None => "none",
-    };
+fn graded_rationale(grade: SupportGrade, expected: f64, coverage: &TermCoverage) -> String {
     format!(
-        "grade {name}, expected {:.3}; {}",
-        expected.unwrap_or_default(),
+        "grade {}, expected {expected:.3}; {}",
+        grade.name(),
         rationale(None, coverage, "document")
     )
 }
@@ -237,9 +225,9 @@ pub(super) fn judge_document(
                 nugget_id: nugget.id.clone(),
                 doc_id: item.doc.id.clone(),
                 supported: Some(supported),
-                rationale: match grade {
-                    Some(grade) => graded_rationale(grade, probability, &coverage),
-                    None => rationale(probability, &coverage, "document"),
+                rationale: match (grade, probability) {
+                    (Some(grade), Some(expected)) => graded_rationale(grade, expected, &coverage),
+                    _ => rationale(probability, &coverage, "document"),
                 },
                 error: None,
                 raw: None,
@@ -386,7 +374,7 @@ mod tests {
             found: vec![],
         };
         assert_eq!(
-            graded_rationale(SupportGrade::Partial, Some(0.45), &coverage),
+            graded_rationale(SupportGrade::Partial, 0.45, &coverage),
             "grade partial, expected 0.450; 0 of 1 nugget terms in the document"
         );
     }
