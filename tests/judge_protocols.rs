@@ -343,6 +343,55 @@ fn votes_shuffle_the_documents_and_take_the_majority() {
     assert_eq!(std::fs::read(&out).unwrap(), first);
 }
 
+/// One vote: the self-check asks a seeded sample of the calls again with the documents
+/// shuffled (here, at share 1, the only call), keeps those answers as `recheck` beside labels
+/// that stay the first answer's, and gives their agreement as the self-consistency;
+/// `--self-check 0` asks once.
+#[test]
+fn self_check_re_asks_a_sample_shuffled_without_changing_labels() {
+    let server = FakeServer::start(first_position_judge);
+    let dir = tempfile::tempdir().unwrap();
+    let files = pool_fixture(dir.path());
+    let run_judge = |out: &std::path::Path, extra: &[&str]| {
+        let summary = out.with_extension("summary.json");
+        let mut args = judge_args(&files, out);
+        args.extend([
+            "--llm-base-url",
+            &server.url,
+            "--llm-model",
+            "m",
+            "--no-cache",
+            "--summary",
+            summary.to_str().unwrap(),
+        ]);
+        args.extend(extra);
+        let run = freshstack(&args);
+        let stderr = String::from_utf8_lossy(&run.stderr).to_string();
+        assert!(run.status.success(), "{stderr}");
+        let summary: Value =
+            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        (stderr, summary)
+    };
+    let requests = || server.requests.load(std::sync::atomic::Ordering::SeqCst);
+    let checked = dir.path().join("checked.jsonl");
+    let (stderr, summary) = run_judge(&checked, &["--self-check", "1"]);
+    assert!(stderr.contains("self-consistency"), "{stderr}");
+    assert_eq!(requests(), 2, "one call, asked again shuffled");
+    assert!(summary["self_consistency"].as_f64().is_some(), "{summary}");
+    let unchecked = dir.path().join("unchecked.jsonl");
+    let (stderr, summary) = run_judge(&unchecked, &["--self-check", "0"]);
+    assert_eq!(requests(), 3, "asked once");
+    assert!(!stderr.contains("self-consistency"), "{stderr}");
+    assert!(summary.get("self_consistency").is_none(), "{summary}");
+    let (checked, unchecked) = (rows(&checked), rows(&unchecked));
+    assert_eq!(checked.len(), unchecked.len());
+    for (with, without) in checked.iter().zip(&unchecked) {
+        assert_eq!(with["supported"], without["supported"], "{with}");
+        assert!(with["recheck"].is_boolean(), "{with}");
+        assert!(without.get("recheck").is_none(), "{without}");
+    }
+}
+
 #[test]
 fn graded_verdict_reads_three_grades_from_a_real_model() {
     let Some(gguf) = model_path(

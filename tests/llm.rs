@@ -296,9 +296,14 @@ fn unusable_judge_answers_are_recorded_not_defaulted() {
     );
     let out = dir.path().join("j.jsonl");
     let llm = client(&server.url, 2, None);
+    // No self-check: the one call's answer and its repairs are all that is counted here.
+    let config = JudgeConfig {
+        self_check: 0.0,
+        ..JudgeConfig::default()
+    };
     let summary = judge(
         &llm,
-        &JudgeConfig::default(),
+        &config,
         &JudgeInputs {
             questions: &questions,
             nuggets: &nuggets,

@@ -187,8 +187,10 @@ fn llm_stage_shards_merge_to_the_unsharded_bytes() {
         corpus: &corpus,
         pool: &pool,
     };
+    // Half the calls asked again shuffled: each shard must sample the calls the whole run does.
     let config = JudgeConfig {
         docs_per_call: 3,
+        self_check: 0.5,
         ..JudgeConfig::default()
     };
     let whole_judgments = out("judgments.jsonl");
@@ -209,6 +211,7 @@ fn llm_stage_shards_merge_to_the_unsharded_bytes() {
     merge_shards(&reversed, &out("judgments.merged.jsonl")).unwrap();
     let merged = std::fs::read(out("judgments.merged.jsonl")).unwrap();
     assert!(merged.len() > 500);
+    assert!(String::from_utf8_lossy(&merged).contains("\"recheck\""));
     assert_eq!(merged, std::fs::read(&whole_judgments).unwrap());
 
     // Refusals: a missing shard, shards of different stages, a file without a sidecar.

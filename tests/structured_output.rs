@@ -148,7 +148,12 @@ fn each_call_carries_its_schema_and_enforced_answers_need_no_repair() {
         pool: &pool,
     };
     let before = server.bodies().len();
-    let summary = judge(&llm, &JudgeConfig::default(), &inputs, &out, &NoProgress).unwrap();
+    // No self-check: the calls counted and the schemas compared are the two of the batches.
+    let config = JudgeConfig {
+        self_check: 0.0,
+        ..JudgeConfig::default()
+    };
+    let summary = judge(&llm, &config, &inputs, &out, &NoProgress).unwrap();
     assert_eq!((summary.stage.ok, summary.stage.repairs), (2, 0));
     assert_eq!(summary.stage.schema_mismatches, 0);
     assert_eq!(
@@ -178,7 +183,7 @@ fn each_call_carries_its_schema_and_enforced_answers_need_no_repair() {
     let first = std::fs::read(&out).unwrap();
     let requests = server.requests();
     let llm = client(&server.url, 2, Some(&cache));
-    let again = judge(&llm, &JudgeConfig::default(), &inputs, &out, &NoProgress).unwrap();
+    let again = judge(&llm, &config, &inputs, &out, &NoProgress).unwrap();
     assert_eq!((again.stage.llm.calls, server.requests()), (0, requests));
     assert_eq!(std::fs::read(&out).unwrap(), first);
 }

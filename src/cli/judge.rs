@@ -61,6 +61,11 @@ pub struct JudgeArgs {
     /// agreement with the first (self-consistency kappa).
     #[arg(long, default_value_t = 1, value_name = "N")]
     votes: usize,
+    /// With one vote, ask this share of the generate calls again with their documents
+    /// shuffled (each call drawn by a seeded hash): the summary gives the agreement of the answers
+    /// (self-consistency kappa); labels stay the first answer's. 0 turns it off.
+    #[arg(long, default_value_t = freshstack::pipeline::judge::DEFAULT_SELF_CHECK, value_name = "SHARE")]
+    self_check: f64,
     /// Also write the stage summary (JSON) here.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
@@ -76,6 +81,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("judge term weight", "--term-weight"),
     ("judge min term coverage", "--min-term-coverage"),
     ("judge votes", "--votes"),
+    ("judge self check", "--self-check"),
     ("pool", "--pool"),
 ];
 
@@ -94,6 +100,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         term_weight: args.term_weight,
         min_term_coverage: args.min_term_coverage,
         votes: args.votes,
+        self_check: args.self_check,
     };
     let llm = if args.verdict.asks_model() || args.llm.is_configured() {
         args.llm.open(&args.out)?
@@ -133,8 +140,8 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
     );
     if let Some(kappa) = summary.self_consistency {
         eprintln!(
-            "self-consistency: the second vote (documents shuffled) agrees with the first at \
-             kappa {kappa:.3}"
+            "self-consistency: the answers asked again with the documents shuffled agree with \
+             the first at kappa {kappa:.3}"
         );
     }
     super::warn_if_schema_refused(&summary.stage);

@@ -124,6 +124,12 @@ pub struct JudgmentRecord {
     /// `null` where that vote's answer was unusable. `supported` is their strict majority.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub votes: Option<Vec<Option<bool>>>,
+    /// The verdict of the same call asked again with its documents in a seeded shuffle, when
+    /// the call was in the judge's self-check sample (`self_check` with one vote) and that
+    /// answer was usable. It measures the judge (self-consistency) and never changes
+    /// `supported`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck: Option<bool>,
 }
 
 /// How much of a nugget a document states (TREC 2025 RAG's support assessment).

@@ -367,6 +367,22 @@ pub struct JudgeSection {
     /// before it existed resume.
     #[serde(default = "one_vote", skip_serializing_if = "is_one_vote")]
     pub votes: usize,
+    /// With one vote, the share of `generate` calls asked again with their documents
+    /// shuffled, to measure the judge's self-consistency (never changing a label), in [0, 1].
+    /// Left out of the fingerprint's JSON at its default, so builds made before it existed
+    /// resume.
+    #[serde(
+        default = "default_self_check",
+        skip_serializing_if = "is_default_self_check"
+    )]
+    pub self_check: f64,
+}
+
+fn default_self_check() -> f64 {
+    crate::pipeline::judge::DEFAULT_SELF_CHECK
+}
+fn is_default_self_check(share: &f64) -> bool {
+    *share == default_self_check()
 }
 
 fn one_vote() -> usize {
@@ -405,6 +421,7 @@ impl Default for JudgeSection {
             term_weight: default_term_weight(),
             min_term_coverage: 0.0,
             votes: one_vote(),
+            self_check: default_self_check(),
         }
     }
 }
@@ -729,6 +746,7 @@ impl BuildConfig {
             ("judge.threshold", self.judge.threshold),
             ("judge.term_weight", self.judge.term_weight),
             ("judge.min_term_coverage", self.judge.min_term_coverage),
+            ("judge.self_check", self.judge.self_check),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return bad(field, format!("{value} is outside [0, 1]"));

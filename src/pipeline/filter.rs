@@ -150,6 +150,7 @@ pub(crate) mod tests {
             quote: None,
             grade: None,
             votes: None,
+            recheck: None,
         }
     }
 

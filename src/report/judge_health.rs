@@ -59,8 +59,9 @@ pub struct JudgeHealth {
     pub quotes_verified: u64,
     /// Agreement with `DIR/reference-labels.jsonl`, when present.
     pub agreement: Option<AgreementReport>,
-    /// With more than one vote per call: Cohen's kappa of the second vote (documents
-    /// shuffled) against the first ([`crate::pipeline::judge::self_consistency`]).
+    /// Where calls were asked twice (votes, or the self-check's re-asked sample): Cohen's kappa
+    /// of the second answer (documents shuffled) against the first
+    /// ([`crate::pipeline::judge::self_consistency`]).
     pub self_consistency: Option<f64>,
 }
 

@@ -76,6 +76,11 @@ pub struct JudgeConfig {
     /// order, the others with them in a seeded shuffle; a pair is supported when a strict
     /// majority of its usable votes say so. 1: asked once.
     pub votes: usize,
+    /// With one vote, the share of `generate` calls asked a second time with their documents
+    /// in a seeded shuffle (each call drawn with this probability, seeded by its question and
+    /// documents): the second answers are kept as each row's `recheck` and give the judge's
+    /// self-consistency; they never change a label. In [0, 1]; 0 turns the check off.
+    pub self_check: f64,
 }
 
 /// How the judge model gives its verdict.
@@ -162,6 +167,10 @@ pub const LENIENT_SUPPORT_RATE: f64 = 0.5;
 /// The default threshold of the pointwise verdicts' score: chosen on judge-dev (docs/judging.md).
 pub const DEFAULT_THRESHOLD: f64 = 0.4;
 
+/// The default share of `generate` calls asked again in a shuffled order to measure the judge's
+/// self-consistency.
+pub const DEFAULT_SELF_CHECK: f64 = 0.1;
+
 /// The default weight of the term coverage in the `probability` verdict's score.
 pub const DEFAULT_TERM_WEIGHT: f64 = 0.5;
 
@@ -192,6 +201,7 @@ impl Default for JudgeConfig {
             term_weight: DEFAULT_TERM_WEIGHT,
             min_term_coverage: 0.0,
             votes: 1,
+            self_check: DEFAULT_SELF_CHECK,
         }
     }
 }
@@ -217,8 +227,9 @@ pub struct JudgeSummary {
     /// Rows carried over from an old build (`freshstack refresh`), not asked.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reused: u64,
-    /// With `votes` > 1: Cohen's kappa of the second vote (documents shuffled) against the
-    /// first (pool order) over the pairs both judged: how far the verdicts survive a new order.
+    /// Cohen's kappa of the second answer (documents shuffled: the second vote, or the
+    /// self-check's re-ask) against the first (pool order) over the pairs both judged: how far
+    /// the verdicts survive a new order. `None` when no call was asked twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_consistency: Option<f64>,
 }
@@ -232,6 +243,8 @@ struct Batch<'a> {
     question: &'a Question,
     nuggets: &'a [NuggetText],
     docs: Vec<&'a Document>,
+    /// In the self-check sample: asked again in a shuffled order ([`JudgeConfig::self_check`]).
+    recheck: bool,
 }
 
 /// A batch's rows plus counters.
@@ -573,6 +586,7 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
                     quote: None,
                     grade: None,
                     votes: None,
+                    recheck: None,
                 },
                 None => JudgmentRecord {
                     query_id: q.query_id.clone(),
@@ -587,6 +601,7 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
                     quote: None,
                     grade: None,
                     votes: None,
+                    recheck: None,
                 },
             });
         }
@@ -619,21 +634,62 @@ fn shuffle_seed(batch: &Batch<'_>, vote: usize) -> u64 {
 /// keeps every vote (`votes`). One vote is [`judge_batch`] unchanged.
 fn judge_batch_voting(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<BatchResult> {
     let first = judge_batch(llm, config, batch)?;
-    if config.votes <= 1 {
-        return Ok(first);
-    }
-    let mut others = Vec::with_capacity(config.votes - 1);
-    for vote in 1..config.votes {
+    let shuffled = |vote: usize| {
         let mut docs = batch.docs.clone();
         SplitMix64::new(shuffle_seed(batch, vote)).shuffle(&mut docs);
         let shuffled = Batch {
             question: batch.question,
             nuggets: batch.nuggets,
             docs,
+            recheck: false,
         };
-        others.push(judge_batch(llm, config, &shuffled)?);
+        judge_batch(llm, config, &shuffled)
+    };
+    if config.votes <= 1 {
+        if !batch.recheck {
+            return Ok(first);
+        }
+        return Ok(attach_recheck(first, shuffled(1)?));
+    }
+    let mut others = Vec::with_capacity(config.votes - 1);
+    for vote in 1..config.votes {
+        others.push(shuffled(vote)?);
     }
     Ok(combine_votes(first, others))
+}
+
+/// `first`'s rows with the verdicts of `again` (the same call, shuffled) as their `recheck`;
+/// the labels stay `first`'s. The second call's repairs count, its failure does not (no label
+/// depends on it).
+fn attach_recheck(mut first: BatchResult, again: BatchResult) -> BatchResult {
+    let verdicts: HashMap<(&str, &str), Option<bool>> = again
+        .rows
+        .iter()
+        .map(|r| ((r.nugget_id.as_str(), r.doc_id.as_str()), r.supported))
+        .collect();
+    for row in &mut first.rows {
+        row.recheck = verdicts
+            .get(&(row.nugget_id.as_str(), row.doc_id.as_str()))
+            .copied()
+            .flatten();
+    }
+    first.counts.repairs += again.counts.repairs;
+    first.counts.schema_mismatches += again.counts.schema_mismatches;
+    first
+}
+
+/// Whether `batch` is in the self-check sample: each call is, with probability `share`, by a
+/// seeded draw from its question and documents alone, so that a shard, a resumed build or
+/// another thread count samples the same calls (a small build may sample none).
+fn in_self_check(batch: &Batch<'_>, share: f64) -> bool {
+    if share <= 0.0 {
+        return false;
+    }
+    if share >= 1.0 {
+        return true;
+    }
+    let draw = SplitMix64::new(shuffle_seed(batch, 0)).next_u64();
+    (draw as f64) < share * u64::MAX as f64
 }
 
 /// The majority of `first` (pool order) and `others` (shuffled) per pair: supported when more
@@ -686,13 +742,14 @@ fn combine_votes(first: BatchResult, others: Vec<BatchResult>) -> BatchResult {
     }
 }
 
-/// Cohen's kappa of the second vote against the first over the pairs both judged (`None`
-/// without votes, or when chance agreement is total).
+/// Cohen's kappa of the second vote, or the self-check's re-ask, against the first answer over
+/// the pairs both judged (`None` when no call was asked twice, or chance agreement is total).
 pub fn self_consistency(rows: &[JudgmentRecord]) -> Option<f64> {
     let (first, second): (Vec<bool>, Vec<bool>) = rows
         .iter()
-        .filter_map(|r| match r.votes.as_deref() {
-            Some([Some(a), Some(b), ..]) => Some((*a, *b)),
+        .filter_map(|r| match (r.votes.as_deref(), r.recheck) {
+            (Some([Some(a), Some(b), ..]), _) => Some((*a, *b)),
+            (None, Some(again)) => r.supported.map(|first| (first, again)),
             _ => None,
         })
         .unzip();
@@ -766,6 +823,7 @@ pub(super) fn judge_carrying(
     check_unit_interval("judge threshold", config.threshold)?;
     check_unit_interval("judge term weight", config.term_weight)?;
     check_unit_interval("judge min term coverage", config.min_term_coverage)?;
+    check_unit_interval("judge self check", config.self_check)?;
     if config.votes == 0 {
         return Err(Error::invalid("judge votes", "must be at least 1"));
     }
@@ -836,6 +894,8 @@ pub(super) fn judge_carrying(
     }
     if config.votes > 1 {
         extra.push_str(&format!(" votes={}", config.votes));
+    } else if config.verdict == Verdict::Generate && config.self_check > 0.0 {
+        extra.push_str(&format!(" self_check={}", config.self_check));
     }
     let settings = stage_settings(
         llm,
@@ -921,6 +981,7 @@ pub(super) fn judge_carrying(
                         question,
                         nuggets,
                         docs: docs.to_vec(),
+                        recheck: false,
                     });
                 }
             }
@@ -939,6 +1000,11 @@ pub(super) fn judge_carrying(
         }
     }
     let documents_asked: Vec<pointwise::DocumentItem<'_>> = by_document.into_values().collect();
+    if config.votes <= 1 {
+        for batch in &mut batches {
+            batch.recheck = in_self_check(batch, config.self_check);
+        }
+    }
 
     // An unwritable output fails before any call, but no temporary file is held while the
     // calls run: Ctrl-C ends the process without destructors and would leave it behind.
@@ -1088,6 +1154,7 @@ impl Builder<'_> {
                 term_weight: section.term_weight,
                 min_term_coverage: section.min_term_coverage,
                 votes: section.votes,
+                self_check: section.self_check,
             };
             let inputs = JudgeInputs {
                 questions: &questions,
@@ -1129,6 +1196,7 @@ mod tests {
             quote: None,
             grade: None,
             votes: None,
+            recheck: None,
         }
     }
 

@@ -236,6 +236,7 @@ pub(super) fn judge_document(
                 quote: None,
                 grade,
                 votes: None,
+                recheck: None,
             });
         }
     }
@@ -290,6 +291,7 @@ fn judge_quote(
         quote: None,
         grade: None,
         votes: None,
+        recheck: None,
     };
     let Some((quote, said_supported)) = answer.value else {
         row.raw = Some(answer.raw);
