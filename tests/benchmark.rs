@@ -225,6 +225,57 @@ fn missing_cache_names_the_paths_looked_for() {
     );
 }
 
+/// Issue 34, item 18: `benchmark --topic ..` (or `.`) passed the name check and wrote at OUT's
+/// root (`OUT/topics/..`), reading `DIR/..` for a local `--queries DIR`. A topic's name is one
+/// plain path component: anything else is one line naming the flag, before anything is
+/// written.
+#[test]
+fn benchmark_topic_dot_dot_is_refused_before_writing_at_out_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("data");
+    std::fs::create_dir_all(local.join("tiny")).unwrap();
+    let local = local.to_str().unwrap();
+    let hub = hub();
+    let out = dir.path().join("out");
+    // (--queries, --corpus, --topic, the flag named, the name refused)
+    for (queries, corpus, topic, flag, bad) in [
+        (local, local, Some(".."), "--topic", ".."),
+        (local, local, Some("."), "--topic", "."),
+        (local, local, Some("tiny,../tiny"), "--topic", "../tiny"),
+        (
+            "freshstack/queries-tiny",
+            "freshstack/corpus-tiny",
+            Some(".."),
+            "--topic",
+            "..",
+        ),
+        (
+            "freshstack/queries-tiny:..",
+            "freshstack/corpus-tiny",
+            None,
+            "--queries",
+            "..",
+        ),
+    ] {
+        let mut args = vec!["benchmark", "--queries", queries, "--corpus", corpus];
+        if let Some(topic) = topic {
+            args.extend(["--topic", topic]);
+        }
+        args.extend(["--hf-cache", hub.to_str().unwrap()]);
+        args.extend(["--out", out.to_str().unwrap()]);
+        let output = freshstack(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: invalid {flag}: {bad:?}")),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+        assert!(!dir.path().join("topics").exists() && !dir.path().join("runs").exists());
+    }
+}
+
 #[test]
 fn missing_config_and_split_are_clear_errors() {
     let out = tempfile::tempdir().unwrap();

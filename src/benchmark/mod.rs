@@ -75,6 +75,11 @@ pub fn run_benchmark(
     config: &BenchmarkConfig,
     progress: &dyn Progress,
 ) -> Result<BenchmarkResults> {
+    // A topic's name becomes directories under `out_dir` (`TopicSpec::plan` checks it too; a
+    // config built by hand is checked here, before anything is read or written).
+    for spec in &config.topics {
+        crate::dataset::check_plain_name("topic", &spec.name)?;
+    }
     // The reranker loads before any topic, so a bad model fails at once.
     let reranker = match &config.rerank {
         Some(model) => {

@@ -5,7 +5,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::dataset::{
-    DatasetPart, DatasetSpec, Document, Question, load_corpus, load_queries, resolve_files,
+    DatasetPart, DatasetSpec, Document, Question, check_plain_name, load_corpus, load_queries,
+    resolve_files,
 };
 use crate::error::{Error, Result};
 
@@ -24,7 +25,8 @@ impl TopicSpec {
     /// Pairs the datasets into topics. With `topics`, exactly one queries and one corpus spec
     /// are expected, each expanded per topic (a hub id gets the topic as its config; a local
     /// directory, the topic as a subdirectory). Without, the i-th queries spec pairs with the
-    /// i-th corpus spec. Errors name the settings `queries`, `topics`, `dataset`, `topic`.
+    /// i-th corpus spec. Errors name the settings `queries`, `topics` and `dataset`; a topic's
+    /// name must be one plain path component ([`check_plain_name`]: never `.` or `..`).
     pub fn plan(
         queries: &[DatasetSpec],
         corpus: &[DatasetSpec],
@@ -99,23 +101,21 @@ impl TopicSpec {
                 });
             }
         }
+        // A topic's name is a directory (`topics/TOPIC/`, `runs/TOPIC/`, the subdirectory of a
+        // local SPEC): one plain component, by the rule of every name that becomes a path. It
+        // comes from `topics` when given, else from the queries (hub config or directory name).
+        let setting = if topics.is_empty() {
+            "queries"
+        } else {
+            "topics"
+        };
         let mut names = HashSet::new();
         for t in &out {
-            if t.name.is_empty()
-                || !t
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-            {
-                return Err(Error::invalid(
-                    "topic",
-                    format!("{:?}: use letters, digits, '.', '_' and '-'", t.name),
-                ));
-            }
+            check_plain_name(setting, &t.name)?;
             if !names.insert(t.name.clone()) {
                 return Err(Error::invalid(
-                    "topic",
-                    format!("{:?} appears twice", t.name),
+                    setting,
+                    format!("topic {:?} appears twice", t.name),
                 ));
             }
         }
@@ -246,5 +246,24 @@ mod tests {
         assert!(
             TopicSpec::plan(&d(&["org/q:a", "org/q:a"]), &d(&["org/c", "org/c"]), &[]).is_err()
         );
+    }
+
+    /// Issue 34, item 18: `--topic ..` passed (dots are allowed in names) and the benchmark
+    /// wrote `OUT/topics/..`, that is OUT's root, and read `DIR/..` for a local `--queries DIR`.
+    #[test]
+    fn a_topic_named_dot_or_dot_dot_is_refused() {
+        for bad in ["..", ".", "a/b", "../x", ""] {
+            let err = TopicSpec::plan(&d(&["org/q"]), &d(&["org/c"]), &s(&["ok", bad]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("invalid topics: "), "{bad:?}: {err}");
+        }
+        // A hub config becomes the topic's name too.
+        let err = TopicSpec::plan(&d(&["org/q:.."]), &d(&["org/c"]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("invalid queries: \"..\""), "{err}");
+        let plan = TopicSpec::plan(&d(&["org/q"]), &d(&["org/c"]), &s(&["v1.5"])).unwrap();
+        assert_eq!(plan[0].name, "v1.5");
     }
 }

@@ -22,6 +22,7 @@ mod encoder;
 mod fingerprint;
 mod hub;
 mod jsonl;
+mod names;
 mod parquet;
 mod qrels;
 mod question;
@@ -46,6 +47,7 @@ pub use fingerprint::{
 };
 pub use hub::{DatasetPart, DatasetSpec, hub_cache_dir, load_corpus, load_queries, resolve_files};
 pub use jsonl::{for_each_jsonl, read_jsonl, read_jsonl_lines};
+pub use names::{check_plain_name, is_plain_name};
 pub use parquet::read_parquet;
 pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget};
 pub use question::{Nugget, QueryId, Question, QuestionMetadata, read_questions};

@@ -44,22 +44,10 @@ impl std::str::FromStr for VectorSource {
     }
 }
 
-/// Checks a dense model name is usable as a directory name and retriever suffix.
+/// Checks a dense model name is usable as a directory name and retriever suffix: the one path
+/// rule of every name that becomes a path ([`crate::dataset::check_plain_name`]).
 pub fn validate_model_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "model name",
-            format!("{name:?}: use letters, digits, '.', '_' and '-'"),
-        ))
-    }
+    crate::dataset::check_plain_name("model name", name)
 }
 
 /// One dense model an index build encodes the corpus with: its name, how its vectors are
