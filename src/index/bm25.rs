@@ -11,12 +11,20 @@
 //! `idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`,
 //! `score(d) = sum_t qtf(t) * idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl))`,
 //! where a term repeated in the query counts `qtf` times, as in a Lucene boolean query.
+//!
+//! `N`, `df` and `avgdl` are those of the live documents. A refresh deletes documents from
+//! tantivy, whose document frequencies and token totals go on counting them (and a merge would
+//! purge them but only estimate the token total from the quantised field norms), so
+//! [`Bm25Index::open`] counts what the deleted documents of each segment hold, exactly, from
+//! the postings: a refreshed index scores as a fresh build over its live documents does.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use tantivy::fieldnorm::FieldNormReader;
+use tantivy::indexer::NoMergePolicy;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
 };
@@ -116,10 +124,15 @@ impl Bm25Writer {
         Self::with_index(dir, index, settings.analyzer)
     }
 
-    /// Opens the existing index in `dir` for adding and deleting documents.
+    /// Opens the existing index in `dir` for adding and deleting documents. Its segments are
+    /// never merged: a merge would drop the deleted documents and, with them, the exact token
+    /// total that [`Bm25Index::open`] corrects for them (tantivy then estimates it from the
+    /// quantised field norms), and a refreshed index would no longer score as a fresh build.
     pub fn open(dir: &Path, settings: &Bm25Settings) -> Result<Self> {
         let index = Index::open_in_dir(dir).map_err(|e| tantivy_error(dir, e))?;
-        Self::with_index(dir, index, settings.analyzer)
+        let writer = Self::with_index(dir, index, settings.analyzer)?;
+        writer.writer.set_merge_policy(Box::new(NoMergePolicy));
+        Ok(writer)
     }
 
     fn with_index(dir: &Path, index: Index, analyzer: AnalyzerKind) -> Result<Self> {
@@ -177,6 +190,41 @@ impl Bm25Writer {
     }
 }
 
+/// What the deleted documents of one segment hold (`alive[doc]` false): adds to `deleted_df`,
+/// per term, the deleted documents holding it, and returns their tokens (each token is one
+/// occurrence of one term, so the term frequencies add up to tantivy's exact token count).
+/// Reads every posting list of the segment once.
+fn count_deleted(
+    inverted: &tantivy::InvertedIndexReader,
+    alive: &[bool],
+    deleted_df: &mut FxHashMap<Vec<u8>, u64>,
+) -> std::io::Result<u64> {
+    let mut tokens = 0u64;
+    let mut terms = inverted.terms().stream()?;
+    while terms.advance() {
+        let mut postings = inverted
+            .read_block_postings_from_terminfo(terms.value(), IndexRecordOption::WithFreqs)?;
+        let mut holding = 0u64;
+        loop {
+            let docs = postings.docs();
+            if docs.is_empty() {
+                break;
+            }
+            for (&doc, &tf) in docs.iter().zip(postings.freqs()) {
+                if !alive.get(doc as usize).copied().unwrap_or(true) {
+                    holding += 1;
+                    tokens += u64::from(tf);
+                }
+            }
+            postings.advance();
+        }
+        if holding > 0 {
+            *deleted_df.entry(terms.key().to_vec()).or_default() += holding;
+        }
+    }
+    Ok(tokens)
+}
+
 /// Per-segment data hoisted out of tantivy at open time, so scoring is plain array work.
 struct SegmentData {
     /// tantivy doc id -> our ordinal.
@@ -198,6 +246,9 @@ pub struct Bm25Index {
     segments: Vec<SegmentData>,
     num_docs: u64,
     avg_doc_len: f32,
+    /// Per term (its bytes), the deleted documents holding it, which tantivy's document
+    /// frequency still counts. Empty unless a refresh deleted documents.
+    deleted_df: FxHashMap<Vec<u8>, u64>,
 }
 
 /// One scored document: its ordinal and BM25 score.
@@ -220,6 +271,7 @@ impl Bm25Index {
         let searcher = reader.searcher();
         let mut segments = Vec::new();
         let (mut num_docs, mut total_docs, mut total_tokens) = (0u64, 0u64, 0u64);
+        let mut deleted_df = FxHashMap::default();
         for segment in searcher.segment_readers() {
             let max_doc = segment.max_doc();
             let column = segment
@@ -239,15 +291,22 @@ impl Bm25Index {
                 .get_fieldnorms_reader(body)
                 .map_err(|e| tantivy_error(dir, e))?;
             let norm_ids = (0..max_doc).map(|d| norms.fieldnorm_id(d)).collect();
-            let alive = segment
-                .alive_bitset()
-                .map(|bits| (0..max_doc).map(|d| bits.is_alive(d)).collect());
+            let alive = segment.alive_bitset().map(|bits| {
+                (0..max_doc)
+                    .map(|d| bits.is_alive(d))
+                    .collect::<Vec<bool>>()
+            });
             let inverted = segment
                 .inverted_index(body)
                 .map_err(|e| tantivy_error(dir, e))?;
             num_docs += u64::from(segment.num_docs());
-            total_docs += u64::from(max_doc);
+            total_docs += u64::from(segment.num_docs());
             total_tokens += inverted.total_num_tokens();
+            if let Some(alive) = alive.as_ref().filter(|_| segment.has_deletes()) {
+                let deleted_tokens = count_deleted(&inverted, alive, &mut deleted_df)
+                    .map_err(|e| tantivy_error(dir, e))?;
+                total_tokens = total_tokens.saturating_sub(deleted_tokens);
+            }
             segments.push(SegmentData {
                 ords,
                 norm_ids,
@@ -268,6 +327,7 @@ impl Bm25Index {
             segments,
             num_docs,
             avg_doc_len,
+            deleted_df,
         })
     }
 
@@ -322,6 +382,7 @@ impl Bm25Index {
                 .searcher
                 .doc_freq(&term)
                 .map_err(|e| tantivy_error(&self.dir, e))?;
+            let df = df.saturating_sub(self.deleted_df.get(text.as_bytes()).copied().unwrap_or(0));
             if df == 0 {
                 continue;
             }
