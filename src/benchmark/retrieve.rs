@@ -164,9 +164,11 @@ pub(crate) fn prepare_index(
     let index_dir = dir.join(retriever.dir_name());
     let key_path = dir.join(format!("{}.key.json", retriever.dir_name()));
     let key = IndexKey::new(retriever, hash);
-    let old_key: Option<IndexKey> = std::fs::read_to_string(&key_path)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok());
+    // A key the benchmark wrote itself: bounded, and a file past the bound is no key (rebuild).
+    let old_key: Option<IndexKey> =
+        crate::dataset::bounded::read_text(&key_path, crate::dataset::bounded::MAX_SIDE_FILE_BYTES)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
     let reused = old_key.as_ref() == Some(&key) && Manifest::read(&index_dir).is_ok();
     if !reused {
         match retriever {

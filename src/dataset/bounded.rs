@@ -5,7 +5,9 @@
 //! Line readers ([`lines`], [`read_line_text`]) bound a line at [`MAX_LINE_BYTES`]; whole-file
 //! readers ([`read_text`]) take the bound for their kind of file ([`MAX_SETTINGS_BYTES`] for
 //! configuration and annotations, [`MAX_SIDE_FILE_BYTES`] for the JSON files a stage writes
-//! beside its data). Every error is an `io::Error` of kind `InvalidData`, so callers keep naming
+//! beside its data, [`MAX_REF_BYTES`] for one-value files such as git refs and cache keys).
+//! [`read_regular_bytes`] also refuses anything but a regular file, for files the program
+//! wrote itself, which are never devices or pipes. Every error is an `io::Error` of kind `InvalidData`, so callers keep naming
 //! the file (and line) as they do for any read error.
 
 use std::io::{BufRead, Read};
@@ -20,6 +22,10 @@ pub const MAX_SETTINGS_BYTES: u64 = 16 << 20;
 /// The largest JSON file a stage writes beside its data (manifests, `results.json`,
 /// `changes.json`, `filtering.json`) read whole.
 pub const MAX_SIDE_FILE_BYTES: u64 = 256 << 20;
+
+/// The largest one-value file read whole: a git `HEAD`, ref or `.git` link, a Hugging Face
+/// cache's `refs/main`, a cache key. Each holds one line of well under a kilobyte.
+pub const MAX_REF_BYTES: u64 = 64 << 10;
 
 fn too_long(what: &str, limit: u64) -> std::io::Error {
     std::io::Error::new(
@@ -105,6 +111,26 @@ pub fn read_bytes(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
         return Err(too_long("file", limit));
     }
     Ok(bytes)
+}
+
+/// [`read_bytes`] of a regular file only: a device, FIFO, socket or directory at `path` (or at
+/// the end of its links) is refused before it is opened, so that a file the program wrote
+/// itself (a cache, a key) linked to `/dev/zero` or to a FIFO is an error at once rather than a
+/// read to the bound or an open that waits for a writer forever.
+pub fn read_regular_bytes(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    read_bytes(path, limit)
+}
+
+/// [`read_regular_bytes`] as UTF-8 text.
+pub fn read_regular_text(path: &Path, limit: u64) -> std::io::Result<String> {
+    String::from_utf8(read_regular_bytes(path, limit)?).map_err(|_| not_utf8())
 }
 
 /// Reads the whole line-oriented file at `path` (of any size) as bytes, failing as soon as one
@@ -202,6 +228,33 @@ mod tests {
             failed: false,
         };
         assert!(it.next().unwrap().is_err());
+    }
+
+    #[test]
+    fn regular_reads_refuse_devices_fifos_and_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        std::fs::write(&path, "abc\n").unwrap();
+        assert_eq!(read_regular_text(&path, 4).unwrap(), "abc\n");
+        assert!(read_regular_text(&path, 3).is_err());
+        let err = read_regular_bytes(dir.path(), 1 << 20).unwrap_err();
+        assert_eq!(err.to_string(), "not a regular file");
+        #[cfg(unix)]
+        {
+            let zero = dir.path().join("zero");
+            std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+            if Path::new("/dev/zero").exists() {
+                let err = read_regular_bytes(&zero, 1 << 20).unwrap_err();
+                assert_eq!(err.to_string(), "not a regular file");
+            }
+            // A FIFO without a writer: refused without opening it (an open would block).
+            let fifo = dir.path().join("fifo");
+            let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+            if made.is_ok_and(|s| s.success()) {
+                let err = read_regular_bytes(&fifo, 1 << 20).unwrap_err();
+                assert_eq!(err.to_string(), "not a regular file");
+            }
+        }
     }
 
     #[test]

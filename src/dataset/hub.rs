@@ -233,7 +233,11 @@ fn snapshots(repo_dir: &Path) -> Vec<PathBuf> {
         })
         .unwrap_or_default();
     all.sort();
-    if let Ok(main) = std::fs::read_to_string(repo_dir.join("refs").join("main")) {
+    // One line: a file past that bound (or not a file) is no ref, as a missing one.
+    if let Ok(main) = super::bounded::read_regular_text(
+        &repo_dir.join("refs").join("main"),
+        super::bounded::MAX_REF_BYTES,
+    ) {
         let main = dir.join(main.trim());
         if let Some(pos) = all.iter().position(|p| *p == main) {
             let first = all.remove(pos);

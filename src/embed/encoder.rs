@@ -557,7 +557,11 @@ fn read_st_max_length(dir: &Path) -> Option<usize> {
     struct StConfig {
         max_seq_length: Option<usize>,
     }
-    let text = std::fs::read_to_string(dir.join("sentence_bert_config.json")).ok()?;
+    let text = crate::dataset::bounded::read_text(
+        &dir.join("sentence_bert_config.json"),
+        crate::dataset::bounded::MAX_SETTINGS_BYTES,
+    )
+    .ok()?;
     serde_json::from_str::<StConfig>(&text).ok()?.max_seq_length
 }
 

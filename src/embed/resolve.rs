@@ -92,7 +92,11 @@ fn hub_cache_dir() -> Option<PathBuf> {
 
 /// `refs/main`, else the only snapshot.
 fn snapshot_revision(root: &Path) -> std::result::Result<String, String> {
-    if let Ok(rev) = std::fs::read_to_string(root.join("refs").join("main")) {
+    // One line: a file past that bound (or not a file) is no ref, as a missing one.
+    if let Ok(rev) = crate::dataset::bounded::read_regular_text(
+        &root.join("refs").join("main"),
+        crate::dataset::bounded::MAX_REF_BYTES,
+    ) {
         let rev = rev.trim();
         if !rev.is_empty() {
             return Ok(rev.to_string());

@@ -478,8 +478,8 @@ impl Engine {
                     self.ids.len(),
                     &settings,
                 );
-                if let Some(graph) =
-                    HnswGraph::load(&dir, &key, &model.matrix).map_err(|e| e.to_string())?
+                if let Some(graph) = HnswGraph::load(&dir, &key, &model.matrix, &settings)
+                    .map_err(|e| e.to_string())?
                 {
                     return Ok(graph);
                 }

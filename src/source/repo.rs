@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
+use crate::dataset::bounded;
 use crate::error::{Error, Result};
 
 /// A repository to collect: its GitHub name (`owner/name`) and the local checkout.
@@ -556,7 +557,7 @@ pub fn read_commit_id(root: &Path) -> Option<String> {
     let git_dir = if dot_git.is_dir() {
         dot_git
     } else if dot_git.is_file() {
-        let content = fs::read_to_string(&dot_git).ok()?;
+        let content = read_ref_file(&dot_git)?;
         let target = content.trim().strip_prefix("gitdir:")?.trim();
         let target = PathBuf::from(target);
         if target.is_absolute() {
@@ -568,14 +569,14 @@ pub fn read_commit_id(root: &Path) -> Option<String> {
         return None;
     };
     // A worktree's git dir holds HEAD; refs live in the common dir named by `commondir`.
-    let common_dir = match fs::read_to_string(git_dir.join("commondir")) {
-        Ok(c) => {
+    let common_dir = match read_ref_file(&git_dir.join("commondir")) {
+        Some(c) => {
             let c = PathBuf::from(c.trim());
             if c.is_absolute() { c } else { git_dir.join(c) }
         }
-        Err(_) => git_dir.clone(),
+        None => git_dir.clone(),
     };
-    let head = fs::read_to_string(git_dir.join("HEAD")).ok()?;
+    let head = read_ref_file(&git_dir.join("HEAD"))?;
     let head = head.trim();
     let mut reference = match head.strip_prefix("ref:") {
         Some(r) => r.trim().to_string(),
@@ -586,7 +587,7 @@ pub fn read_commit_id(root: &Path) -> Option<String> {
         let loose = [git_dir.join(&reference), common_dir.join(&reference)];
         let mut next = None;
         for candidate in loose {
-            if let Ok(value) = fs::read_to_string(&candidate) {
+            if let Some(value) = read_ref_file(&candidate) {
                 next = Some(value.trim().to_string());
                 break;
             }
@@ -603,15 +604,35 @@ pub fn read_commit_id(root: &Path) -> Option<String> {
     None
 }
 
+/// A one-line file of a `.git` (the `.git` link, `commondir`, `HEAD`, a loose ref): `None` when
+/// it is missing, not a regular file, or longer than any such file
+/// ([`bounded::MAX_REF_BYTES`]), so that a checkout whose `HEAD` is linked to `/dev/zero` or a
+/// FIFO has no commit id instead of a read that never ends.
+fn read_ref_file(path: &Path) -> Option<String> {
+    bounded::read_regular_text(path, bounded::MAX_REF_BYTES).ok()
+}
+
+/// The sha of `reference` in `packed-refs`, streamed line by line (a repository with many tags
+/// has a large one; each line is bounded by [`bounded::lines`]).
 fn packed_ref(common_dir: &Path, reference: &str) -> Option<String> {
-    let packed = fs::read_to_string(common_dir.join("packed-refs")).ok()?;
-    packed.lines().find_map(|line| {
+    let path = common_dir.join("packed-refs");
+    if !fs::metadata(&path).ok()?.is_file() {
+        return None;
+    }
+    let file = std::io::BufReader::new(fs::File::open(&path).ok()?);
+    for line in bounded::lines(file) {
+        let line = line.ok()?;
         if line.starts_with('#') || line.starts_with('^') {
-            return None;
+            continue;
         }
-        let (sha, name) = line.split_once(' ')?;
-        (name.trim() == reference && is_sha(sha)).then(|| sha.to_ascii_lowercase())
-    })
+        if let Some((sha, name)) = line.split_once(' ')
+            && name.trim() == reference
+            && is_sha(sha)
+        {
+            return Some(sha.to_ascii_lowercase());
+        }
+    }
+    None
 }
 
 fn is_sha(s: &str) -> bool {
@@ -738,6 +759,55 @@ mod tests {
         // Detached HEAD.
         fs::write(git.join("HEAD"), format!("{sha}\n")).unwrap();
         assert_eq!(read_commit_id(root).as_deref(), Some(sha));
+    }
+
+    /// `.git/HEAD`, a loose ref and `packed-refs` were read with unbounded `read_to_string`: a
+    /// checkout whose `HEAD` is linked to `/dev/zero` grew a buffer until the allocator aborted,
+    /// and a FIFO blocked the corpus stage forever. Such a file is now no commit id.
+    #[cfg(unix)]
+    #[test]
+    fn a_git_head_or_ref_linked_to_dev_zero_or_a_fifo_is_no_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let git = root.join(".git");
+        fs::create_dir_all(git.join("refs/heads")).unwrap();
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let fifo = root.join("fifo");
+        let have_fifo = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        let zero = Path::new("/dev/zero");
+        for target in [zero, fifo.as_path()] {
+            if !(target == zero && zero.exists() || target == fifo && have_fifo) {
+                continue;
+            }
+            for linked in ["HEAD", "refs/heads/main", "packed-refs"] {
+                for file in ["HEAD", "refs/heads/main", "packed-refs"] {
+                    let _ = fs::remove_file(git.join(file));
+                }
+                fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+                fs::write(git.join("packed-refs"), format!("{sha} refs/heads/other\n")).unwrap();
+                let _ = fs::remove_file(git.join(linked));
+                std::os::unix::fs::symlink(target, git.join(linked)).unwrap();
+                assert_eq!(
+                    read_commit_id(root),
+                    None,
+                    "{linked} -> {}",
+                    target.display()
+                );
+            }
+        }
+        // A loose ref longer than any ref is not read; as a missing one, it leaves the packed
+        // ref to answer.
+        fs::remove_file(git.join("packed-refs")).unwrap();
+        fs::write(git.join("packed-refs"), format!("{sha} refs/heads/main\n")).unwrap();
+        let _ = fs::remove_file(git.join("refs/heads/main"));
+        let long = "f".repeat(bounded::MAX_REF_BYTES as usize + 1);
+        fs::write(git.join("refs/heads/main"), long).unwrap();
+        assert_eq!(read_commit_id(root).as_deref(), Some(sha));
+        fs::remove_file(git.join("packed-refs")).unwrap();
+        assert_eq!(read_commit_id(root), None);
     }
 
     #[test]

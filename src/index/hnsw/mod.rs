@@ -253,16 +253,42 @@ impl HnswGraph {
     }
 
     /// Loads the graph from `dir` when its key equals `key` and it fits `matrix` (whose rows
-    /// become the vectors); `Ok(None)` when there is no usable cache (missing, stale, or
-    /// unreadable: the caller rebuilds).
-    pub fn load(dir: &Path, key: &Fingerprint, matrix: &VectorMatrix) -> Result<Option<Self>> {
-        match std::fs::read_to_string(dir.join(KEY_FILE)) {
+    /// become the vectors) and `settings` (built with them); `Ok(None)` when there is no usable
+    /// cache (missing, stale, or unreadable: the caller rebuilds). Both files are read only
+    /// when they are regular files within the size they can have (the key: one line; the
+    /// graph: [`max_graph_bytes`]), so a cache linked to `/dev/zero` or a FIFO, or grown past
+    /// any graph of these rows, is not read but rebuilt.
+    pub fn load(
+        dir: &Path,
+        key: &Fingerprint,
+        matrix: &VectorMatrix,
+        settings: &HnswSettings,
+    ) -> Result<Option<Self>> {
+        use crate::dataset::bounded::{MAX_REF_BYTES, read_regular_bytes, read_regular_text};
+        let key_path = dir.join(KEY_FILE);
+        match read_regular_text(&key_path, MAX_REF_BYTES) {
             Ok(found) if found.parse::<Fingerprint>().ok().as_ref() == Some(key) => {}
-            _ => return Ok(None),
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: unreadable HNSW cache key ({e}); rebuilding",
+                    key_path.display()
+                );
+                return Ok(None);
+            }
         }
         let path = dir.join(GRAPH_FILE);
-        let Ok(bytes) = std::fs::read(&path) else {
-            return Ok(None);
+        let bytes = match read_regular_bytes(&path, max_graph_bytes(matrix.rows(), settings.m)) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: unreadable HNSW cache ({e}); rebuilding",
+                    path.display()
+                );
+                return Ok(None);
+            }
         };
         let intact = bytes.len() >= 4 && {
             let (body, crc) = bytes.split_at(bytes.len() - 4);
@@ -908,6 +934,28 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The most bytes a [`GRAPH_FILE`] of `rows` rows built with `m` can hold (what [`save`]
+/// writes with every list full: `2 m` links a node on layer 0, `m` on each of at most
+/// `MAX_LAYERS - 1` upper layers holding every row), the bound its read is held to.
+///
+/// [`save`]: HnswGraph::save
+fn max_graph_bytes(rows: usize, m: usize) -> u64 {
+    let (rows, m) = (rows as u64, m as u64);
+    let offsets = rows.saturating_add(1).saturating_mul(8);
+    let links = |per_node: u64| rows.saturating_mul(per_node).saturating_mul(4);
+    let base = 8u64
+        .saturating_add(offsets)
+        .saturating_add(links(m.saturating_mul(2)));
+    let upper = 8u64
+        .saturating_add(rows.saturating_mul(4))
+        .saturating_add(8)
+        .saturating_add(offsets)
+        .saturating_add(links(m));
+    (MAGIC.len() as u64 + 3 * 8 + 4)
+        .saturating_add(base)
+        .saturating_add(upper.saturating_mul(MAX_LAYERS as u64 - 1))
+}
+
 /// Reads a [`GRAPH_FILE`] for a matrix of `rows` rows: (entry, layer 0, upper layers).
 fn parse(
     bytes: &[u8],
@@ -1033,7 +1081,7 @@ mod tests {
         assert!(!a.upper.is_empty());
         let key = cache_key("c", "m", 100, &settings);
         a.save(&dir.path().join("g"), &key).unwrap();
-        let c = HnswGraph::load(&dir.path().join("g"), &key, &m)
+        let c = HnswGraph::load(&dir.path().join("g"), &key, &m, &settings)
             .unwrap()
             .unwrap();
         assert_eq!(a.base, c.base);
@@ -1043,7 +1091,8 @@ mod tests {
             HnswGraph::load(
                 &dir.path().join("g"),
                 &cache_key("c", "m", 101, &settings),
-                &m
+                &m,
+                &settings
             )
             .unwrap()
             .is_none()
@@ -1053,10 +1102,83 @@ mod tests {
         let bytes = std::fs::read(&file).unwrap();
         std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
         assert!(
-            HnswGraph::load(&dir.path().join("g"), &key, &m)
+            HnswGraph::load(&dir.path().join("g"), &key, &m, &settings)
                 .unwrap()
                 .is_none()
         );
+    }
+
+    /// Issue 34, item 15: `hnsw/key` and `graph.bin` were read with unbounded `fs::read`: a
+    /// cache linked to `/dev/zero` grew a buffer until the allocator aborted, and a FIFO
+    /// blocked the search forever. Each is now refused unread (a regular file within the size
+    /// a graph of these rows can have), and the caller rebuilds.
+    #[test]
+    fn hnsw_cache_linked_to_dev_zero_or_oversized_is_rebuilt_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = unit_rows(300, 16, 4);
+        let m = matrix(dir.path(), &rows);
+        let settings = HnswSettings {
+            m: 8,
+            ef_construction: 32,
+        };
+        let graph = HnswGraph::build(&m, &settings, &NoProgress).unwrap();
+        let key = cache_key("c", "m", rows.len(), &settings);
+        let g = dir.path().join("g");
+        graph.save(&g, &key).unwrap();
+        let size = std::fs::metadata(g.join(GRAPH_FILE)).unwrap().len();
+        let bound = max_graph_bytes(rows.len(), settings.m);
+        assert!(size <= bound && bound < 64 * size, "{size} of {bound}");
+        let load = || HnswGraph::load(&g, &key, &m, &settings).unwrap();
+        assert!(load().is_some());
+        let graph_bytes = std::fs::read(g.join(GRAPH_FILE)).unwrap();
+        let key_bytes = std::fs::read(g.join(KEY_FILE)).unwrap();
+        let restore = || {
+            for file in [GRAPH_FILE, KEY_FILE] {
+                let _ = std::fs::remove_file(g.join(file));
+            }
+            std::fs::write(g.join(GRAPH_FILE), &graph_bytes).unwrap();
+            std::fs::write(g.join(KEY_FILE), &key_bytes).unwrap();
+        };
+        // Grown past any graph of these rows (sparse: nothing is written, nothing is read).
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(g.join(GRAPH_FILE))
+            .unwrap();
+        file.set_len(bound + 1).unwrap();
+        assert!(load().is_none());
+        restore();
+        // A key file far longer than a key.
+        let key_file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(g.join(KEY_FILE))
+            .unwrap();
+        key_file
+            .set_len(crate::dataset::bounded::MAX_REF_BYTES + 1)
+            .unwrap();
+        assert!(load().is_none());
+        restore();
+        assert!(load().is_some());
+        #[cfg(unix)]
+        {
+            let zero = Path::new("/dev/zero");
+            for file in [GRAPH_FILE, KEY_FILE] {
+                if zero.exists() {
+                    std::fs::remove_file(g.join(file)).unwrap();
+                    std::os::unix::fs::symlink(zero, g.join(file)).unwrap();
+                    assert!(load().is_none(), "{file} -> /dev/zero");
+                    restore();
+                }
+                std::fs::remove_file(g.join(file)).unwrap();
+                let made = std::process::Command::new("mkfifo")
+                    .arg(g.join(file))
+                    .status();
+                if made.is_ok_and(|s| s.success()) {
+                    assert!(load().is_none(), "{file} is a FIFO");
+                }
+                restore();
+            }
+        }
+        assert!(load().is_some());
     }
 
     #[test]
