@@ -488,6 +488,69 @@ fn cli_nuggets_sends_the_key_and_never_prints_it() {
     assert!(stderr.contains("--llm-base-url"), "{stderr}");
 }
 
+/// Issue 34, item 14: `--llm-timeout 1e300` panicked in the HTTP client (a `Duration` out of
+/// range), and only once the stage had read its inputs; with `--llm-gguf` it was taken and
+/// ignored. A timeout no request can use is now refused as the command line is read: one line
+/// naming the flag, exit 2, no request made, no file read or written, whatever the backend.
+#[test]
+fn llm_timeout_1e300_is_refused_before_any_work() {
+    let server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let questions = questions_file(dir.path());
+    let out = dir.path().join("out/stage.jsonl");
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/tiny-qwen3.gguf");
+    for command in ["nuggets", "query-variants"] {
+        for timeout in ["1e300", "inf", "nan", "0", "1e-300", "ten"] {
+            for backend in [
+                vec!["--llm-base-url", server.url.as_str(), "--llm-model", "m"],
+                vec!["--llm-gguf", gguf.to_str().unwrap()],
+            ] {
+                let mut args = vec![
+                    command,
+                    "--questions",
+                    questions.to_str().unwrap(),
+                    "--out",
+                    out.to_str().unwrap(),
+                    "--llm-timeout",
+                    timeout,
+                ];
+                args.extend(&backend);
+                let output = freshstack(&args);
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+                assert!(
+                    stderr.starts_with(&format!(
+                        "error: invalid value '{timeout}' for '--llm-timeout"
+                    )) && stderr.contains("is not a number of seconds in [0.001, 604800]"),
+                    "{args:?}: {stderr}"
+                );
+                assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+            }
+        }
+    }
+    assert_eq!(server.requests(), 0);
+    assert!(!dir.path().join("out").exists());
+    // The bounds themselves are timeouts: the stage runs (the server answers).
+    let output = freshstack(&[
+        "nuggets",
+        "--questions",
+        questions.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--llm-timeout",
+        "604800",
+        "--llm-base-url",
+        &server.url,
+        "--llm-model",
+        "m",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// The SmolLM2 test model fetched by `scripts/setup-llm.sh`, when present.
 fn smollm2() -> Option<PathBuf> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");

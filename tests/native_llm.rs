@@ -506,6 +506,114 @@ fn native_llm_tools_cli() {
     }
 }
 
+/// Issue 34, item 14: `llm bench --prompt-tokens 4294967295` aborted on a 17 GB allocation.
+/// The check against the model's context ran only in a test that needs SmolLM2; here it runs
+/// on every machine, on the committed tiny fixture: past the context (by far or by one
+/// token, or past `usize` once the generated tokens are added) is one line, before any
+/// prompt is made or run.
+#[test]
+fn llm_bench_prompt_tokens_past_the_context_is_refused_on_the_tiny_fixture() {
+    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gguf/tiny-qwen3.gguf");
+    let context = LocalChat::load(&gguf).unwrap().context_tokens();
+    let at_context = context.to_string();
+    for (prompt_tokens, gen_tokens) in [
+        ("4294967295", "4"),
+        ("18446744073709551615", "128"),
+        (at_context.as_str(), "1"),
+    ] {
+        let started = std::time::Instant::now();
+        let output = crate::util::freshstack(&[
+            "llm",
+            "bench",
+            "--prompt-tokens",
+            prompt_tokens,
+            "--gen-tokens",
+            gen_tokens,
+            "--repeat",
+            "1",
+            "--gguf",
+            gguf.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{prompt_tokens}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{prompt_tokens} prompt + {gen_tokens} generated tokens exceed the model's \
+                 context of {context} tokens"
+            )),
+            "{stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(output.stdout.is_empty());
+        assert!(started.elapsed().as_secs() < 60, "{prompt_tokens}");
+    }
+    // Within the context, the fixture is measured.
+    let fits = (context - 4).min(16).to_string();
+    let output = crate::util::run_ok(&[
+        "llm",
+        "bench",
+        "--prompt-tokens",
+        &fits,
+        "--gen-tokens",
+        "4",
+        "--repeat",
+        "1",
+        "--json",
+        "--gguf",
+        gguf.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        v["prompt_tokens"].as_u64(),
+        Some(fits.parse().unwrap()),
+        "{v}"
+    );
+}
+
+/// `llm tokenize` read stdin with unbounded lines: a stream without a newline (`/dev/zero`)
+/// grew one buffer until the allocator aborted. A line past `dataset::bounded`'s bound is now
+/// one error line.
+#[test]
+fn llm_tokenize_refuses_a_stdin_line_past_the_bound() {
+    use std::io::Write;
+    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gguf/tiny-qwen3.gguf");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["llm", "tokenize", "--gguf"])
+        .arg(&gguf)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        // One short line, then a line longer than the bound (the reader stops at it, so later
+        // writes may find the pipe closed).
+        stdin.write_all(b"hello\n").unwrap();
+        let chunk = vec![b'a'; 1 << 20];
+        let chunks = (freshstack::dataset::bounded::MAX_LINE_BYTES >> 20) + 2;
+        for _ in 0..chunks {
+            if stdin.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("reading stdin") && stderr.contains("line longer than 64 MiB"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    // The short line before it was answered.
+    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 1);
+}
+
 /// A GGUF whose tensor has a type the backend cannot multiply fails at load, naming the
 /// tensor and the type.
 #[test]

@@ -44,7 +44,7 @@ pub struct LlmArgs {
     #[arg(long, default_value_t = 8)]
     llm_concurrency: usize,
     /// Seconds allowed for one request (connect, generate, read).
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 300.0, value_parser = parse_llm_timeout)]
     llm_timeout: f64,
     /// Retries of a request after a 429, a 5xx, a timeout or a dropped connection.
     #[arg(long, default_value_t = 8)]
@@ -75,6 +75,22 @@ pub struct LlmArgs {
     /// Writes a sidecar OUT.shard.json; join the shards with `freshstack merge`.
     #[arg(long, value_name = "I/N")]
     shard: Option<Shard>,
+}
+
+/// `--llm-timeout`: a number of seconds a request can wait (`llm::request_timeout`), checked
+/// as the command line is read, so that a value no request can use (`1e300`, `nan`, `0`) is one
+/// line before any stage runs, whichever backend is given.
+fn parse_llm_timeout(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|&seconds| freshstack::llm::request_timeout(seconds).is_ok())
+        .ok_or_else(|| {
+            format!(
+                "{text} is not a number of seconds in [{}, {}]",
+                freshstack::llm::MIN_TIMEOUT_SECONDS,
+                freshstack::llm::MAX_TIMEOUT_SECONDS
+            )
+        })
 }
 
 impl LlmArgs {

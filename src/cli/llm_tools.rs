@@ -1,6 +1,6 @@
 //! `freshstack llm bench|tokenize|generate`: check a GGUF model with the native backend.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -122,7 +122,10 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
         }
         LlmTool::Tokenize { gguf, special } => {
             let chat = LocalChat::load_quantized(&gguf)?;
-            for line in std::io::stdin().lock().lines() {
+            // A line is bounded (`dataset::bounded`): stdin fed from /dev/zero or a stream
+            // without newlines is refused at the bound instead of growing a buffer until the
+            // allocator aborts.
+            for line in freshstack::dataset::bounded::lines(std::io::stdin().lock()) {
                 let line = line.context("reading stdin")?;
                 let ids = if special {
                     chat.encode_with_bos(&line)?
