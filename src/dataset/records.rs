@@ -52,8 +52,12 @@ pub struct DroppedNugget {
 pub enum DropReason {
     /// The token budget ended inside it, or it stops mid-sentence.
     Cut,
-    /// It asks or restates the question instead of stating a fact of the answer.
+    /// It asks, restates or describes the question (or describes the answer) instead of
+    /// stating a fact of the answer.
     RestatesQuestion,
+    /// It says again what an earlier nugget of the same answer says: the same words, or the
+    /// same content terms in another order or with other function words.
+    Repeated,
 }
 
 /// A row of `variants.jsonl`: inference-setting query variants of one question.

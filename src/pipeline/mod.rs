@@ -83,7 +83,7 @@ pub enum StructuredOutputUsed {
 /// What an LLM stage did; the CLI prints it and `--summary` writes it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StageSummary {
-    /// The prompt used, with its version (e.g. `nuggets.v2`).
+    /// The prompt used, with its version (e.g. `nuggets.v3`).
     pub prompt: String,
     /// Whether the answers were constrained by a JSON Schema.
     pub structured_output: StructuredOutputUsed,

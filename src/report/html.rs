@@ -421,6 +421,12 @@ fn judge_health_section(h: &mut String, health: &JudgeHealth) {
         ),
     ];
     let mut rows = rows;
+    if health.nuggets_dropped_repeated > 0 {
+        rows.push((
+            "Nuggets dropped: repeating another".into(),
+            vec![health.nuggets_dropped_repeated.to_string()],
+        ));
+    }
     if health.quotes > 0 {
         rows.push(("Evidence quotes".into(), vec![health.quotes.to_string()]));
         rows.push((

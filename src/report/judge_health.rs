@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::calibration::{self, AgreementInputs, AgreementReport};
 use crate::dataset::{JudgmentRecord, NuggetsRecord, for_each_jsonl};
 use crate::error::Result;
-use crate::pipeline::layout;
+use crate::pipeline::{DroppedCounts, layout};
 
 pub use crate::pipeline::judge::LENIENT_SUPPORT_RATE;
 
@@ -52,6 +52,9 @@ pub struct JudgeHealth {
     pub nuggets_dropped_cut: u64,
     /// Nuggets dropped because they restate the question.
     pub nuggets_dropped_restating: u64,
+    /// Nuggets dropped because they repeat an earlier nugget of the same answer.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nuggets_dropped_repeated: u64,
     /// Pairs whose model quoted evidence (the `quote` verdict), and how many of the quotes
     /// were found in their document.
     pub quotes: u64,
@@ -63,6 +66,10 @@ pub struct JudgeHealth {
     /// of the second answer (documents shuffled) against the first
     /// ([`crate::pipeline::judge::self_consistency`]).
     pub self_consistency: Option<f64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The judge health of the build in `dir`; `None` when `dir/work/judgments.jsonl` is absent
@@ -97,18 +104,14 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
         _ => Vec::new(),
     };
 
-    let (mut nuggets, mut cut, mut restating) = (0, 0, 0);
+    let mut nuggets = 0;
+    let mut dropped = DroppedCounts::default();
     let nuggets_path = dir.join(layout::NUGGETS);
     if nuggets_path.is_file() {
         for_each_jsonl(&nuggets_path, |_, row: NuggetsRecord| {
             nuggets += row.nuggets.len() as u64;
-            for d in &row.dropped {
-                match d.reason {
-                    crate::dataset::DropReason::Cut => cut += 1,
-                    crate::dataset::DropReason::RestatesQuestion => restating += 1,
-                }
-            }
         })?;
+        dropped = DroppedCounts::of_file(&nuggets_path)?;
     }
 
     let labels = dir.join("reference-labels.jsonl");
@@ -137,8 +140,9 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
         support_rate: (pairs > 0).then(|| supported as f64 / pairs as f64),
         by_position,
         nuggets,
-        nuggets_dropped_cut: cut,
-        nuggets_dropped_restating: restating,
+        nuggets_dropped_cut: dropped.cut,
+        nuggets_dropped_restating: dropped.restating,
+        nuggets_dropped_repeated: dropped.repeated,
         agreement,
         self_consistency: crate::pipeline::judge::self_consistency(&judgments),
     }))

@@ -34,8 +34,8 @@ pub struct Prompt {
 /// Question + accepted answer -> nuggets, grading-notes style (paper §3.3).
 /// Placeholders: `title`, `question`, `answer`, `max_nuggets`.
 pub const NUGGETS: Prompt = Prompt {
-    id: "nuggets.v2",
-    text: include_str!("nuggets.v2.txt"),
+    id: "nuggets.v3",
+    text: include_str!("nuggets.v3.txt"),
 };
 
 /// Question only -> sub-questions and a closed-book answer (paper §3.4, inference setting).

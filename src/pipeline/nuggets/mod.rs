@@ -140,6 +140,7 @@ pub(crate) fn nuggets_for(
     let record = match (answer.value, answer.problem) {
         (Some((mut texts, cut)), None) => {
             texts.truncate(config.max_nuggets.max(1));
+            let texts = quality::split_sentences(texts, config.max_nuggets.max(1));
             let (kept, mut dropped) = quality::keep_nuggets(
                 texts,
                 &format!("{}\n{}", question.query_title, question.query_text),
@@ -239,6 +240,13 @@ pub struct DroppedCounts {
     pub cut: u64,
     /// Restating the question.
     pub restating: u64,
+    /// Repeating an earlier nugget of the same answer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeated: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl DroppedCounts {
@@ -250,21 +258,26 @@ impl DroppedCounts {
                 match dropped.reason {
                     DropReason::Cut => counts.cut += 1,
                     DropReason::RestatesQuestion => counts.restating += 1,
+                    DropReason::Repeated => counts.repeated += 1,
                 }
             }
         })?;
         Ok(counts)
     }
 
-    /// `; dropped N cut, M restating the question` (empty when none was).
+    /// `; dropped N cut and M restating the question` (and `K repeating another nugget` when
+    /// there were such); empty when none was dropped.
     pub fn note(&self) -> String {
-        if self.cut + self.restating == 0 {
-            String::new()
-        } else {
-            format!(
+        match (self.cut + self.restating, self.repeated) {
+            (0, 0) => String::new(),
+            (_, 0) => format!(
                 "; dropped {} cut and {} restating the question",
                 self.cut, self.restating
-            )
+            ),
+            _ => format!(
+                "; dropped {} cut, {} restating the question and {} repeating another nugget",
+                self.cut, self.restating, self.repeated
+            ),
         }
     }
 }
