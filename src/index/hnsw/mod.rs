@@ -256,8 +256,8 @@ impl HnswGraph {
     /// become the vectors) and `settings` (built with them); `Ok(None)` when there is no usable
     /// cache (missing, stale, or unreadable: the caller rebuilds). Both files are read only
     /// when they are regular files within the size they can have (the key: one line; the
-    /// graph: [`max_graph_bytes`]), so a cache linked to `/dev/zero` or a FIFO, or grown past
-    /// any graph of these rows, is not read but rebuilt.
+    /// graph: the most a graph of these rows and `m` can hold), so a cache linked to
+    /// `/dev/zero` or a FIFO, or grown past any graph of these rows, is not read but rebuilt.
     pub fn load(
         dir: &Path,
         key: &Fingerprint,
