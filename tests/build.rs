@@ -2,17 +2,17 @@
 //! exported dataset, a rerun that makes no call, a build killed with SIGKILL mid-way that
 //! resumes to the same bytes without answering any call twice, and config errors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use freshstack::dataset::{Question, read_jsonl};
+use freshstack::dataset::{Document, Question, read_jsonl};
 use serde_json::Value;
 
 use crate::support::MockServer;
-use crate::util::{freshstack, write};
+use crate::util::{freshstack, freshstack_in, write};
 
 /// A repository whose documents mention the facts the mock model's nuggets need.
 fn tiny_repo(root: &Path) -> PathBuf {
@@ -377,6 +377,62 @@ fn a_second_build_on_the_same_directory_fails_at_once() {
     );
     assert!(!out.join("work/questions.jsonl").exists());
     drop(held);
+}
+
+/// Issue 34, item 7: a build whose `--out` lay inside its checkout chunked its own export into
+/// the next corpus and never converged (124 -> 1,067 -> 796 documents). Run three times from
+/// the topic's directory with a relative `--out` inside the checkout, as a user would, it now
+/// chunks the checkout's files only, exports the same bytes each time and, once built, calls
+/// nobody.
+#[test]
+fn a_build_whose_out_lies_inside_its_checkout_converges() {
+    let server = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), &server.url, "");
+    let out = dir.path().join("repo/build");
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let output = freshstack_in(
+            &["build", "--config", "demo.toml", "--out", "repo/build"],
+            dir.path(),
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        let corpus = std::fs::read(out.join("work/corpus.jsonl")).unwrap();
+        runs.push((corpus, exported(&out), server.requests(), stderr));
+    }
+    let checkout: BTreeSet<String> = [
+        "README.md",
+        "docs/cache.md",
+        "docs/queue.md",
+        "src/routes.php",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    for corpus in ["work/corpus.jsonl", "corpus.jsonl"] {
+        let documents: Vec<Document> = read_jsonl(out.join(corpus)).unwrap();
+        let paths: BTreeSet<String> = documents
+            .iter()
+            .map(|d| d.metadata.path.clone().unwrap())
+            .collect();
+        assert_eq!(
+            paths, checkout,
+            "{corpus}: the build read its own directory back"
+        );
+    }
+    let (corpus, files, calls, _) = &runs[0];
+    assert!(files.contains_key("corpus.jsonl") && *calls > 0);
+    for (n, (again, again_files, again_calls, stderr)) in runs.iter().enumerate().skip(1) {
+        assert!(again == corpus, "run {}: work/corpus.jsonl changed", n + 1);
+        assert!(again_files == files, "run {}: the export changed", n + 1);
+        assert_eq!(again_calls, calls, "run {} called the LLM", n + 1);
+        let corpus_line = stderr
+            .lines()
+            .find(|l| l.trim_start().starts_with("corpus"))
+            .unwrap_or_default();
+        assert!(corpus_line.ends_with("(unchanged)"), "{stderr}");
+    }
 }
 
 #[test]
