@@ -1,6 +1,7 @@
 //! The index and search stages: BM25 (scores, ties, analyzer), dense vectors (exact, HNSW),
 //! the CLI (index, search, retrieve), and bad input.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
@@ -436,6 +437,92 @@ fn rebuilding_an_index_never_deletes_files_that_are_not_part_of_it() {
     std::fs::remove_file(&inside).unwrap();
     std::fs::remove_dir_all(index.join("notes")).unwrap();
     assert!(build(&corpus).status.success());
+}
+
+/// Every file under `dir`, with its bytes.
+fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// Issue 34, item 9: two runs writing one index raced. A second `index` or `index --refresh`
+/// onto an index another run is writing (its lock `.index.lock` beside it, held here as that
+/// run holds it) fails at once, in one line, and changes nothing: a new index is not created,
+/// a built one is neither replaced nor refreshed. Once the lock is free the same runs go ahead.
+#[test]
+fn a_second_index_run_on_an_index_being_written_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus(dir.path(), DOCS);
+    let added = write(
+        dir.path(),
+        "added.jsonl",
+        doc("e/f/new.md_0_1", "A new queue driver.") + "\n",
+    );
+    let index = dir.path().join("index");
+    let (corpus, added, index_arg) = (
+        corpus.to_str().unwrap(),
+        added.to_str().unwrap(),
+        index.to_str().unwrap(),
+    );
+    let build = ["index", "--corpus", corpus, "--index", index_arg];
+    let refresh = [
+        "index",
+        "--refresh",
+        "--index",
+        index_arg,
+        "--corpus",
+        added,
+    ];
+    let refused = |args: &[&str]| {
+        let before = files_under(dir.path());
+        let out = freshstack(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "another freshstack run is writing {}",
+                index.display()
+            )),
+            "{stderr}"
+        );
+        assert!(files_under(dir.path()) == before, "{args:?} wrote");
+    };
+    let ok = |args: &[&str]| {
+        let out = freshstack(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        stderr
+    };
+
+    // A first run building a new index.
+    let held = freshstack::dataset::OutputLock::beside(&index).unwrap();
+    refused(&build);
+    assert!(!index.exists());
+    drop(held);
+    ok(&build);
+
+    // A first run replacing or refreshing the built index.
+    let held = freshstack::dataset::OutputLock::beside(&index).unwrap();
+    refused(&build);
+    refused(&refresh);
+    assert_eq!(
+        Engine::open(&index).unwrap().info().num_documents,
+        DOCS.len()
+    );
+    drop(held);
+    assert!(ok(&refresh).contains("removed 0, added 1, 6 documents now"));
 }
 
 #[test]

@@ -597,3 +597,119 @@ fn a_refresh_refuses_what_would_make_old_results_invalid() {
     assert!(all_files(&old) == old_files);
     assert_eq!(server.requests(), calls);
 }
+
+/// Runs `freshstack args` and fails the test when it has not ended within `limit` (then it is
+/// killed): a second run that went on instead of stopping would wait on a held call forever.
+fn freshstack_within(args: &[&str], limit: Duration) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "{args:?} still ran after {limit:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 34, item 9: two refreshes into one directory raced (every LLM call made twice, one
+/// failing with ENOENT in `work/runs`, the stage manifest left stale). A second refresh onto
+/// an output a first refresh is writing (held by the server in its nugget stage) now fails at
+/// once, in one line, without a call or a changed file; the first one's lock ends with it.
+#[test]
+fn a_second_refresh_on_the_same_directory_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_in, new_in) = (dir.path().join("old-inputs"), dir.path().join("new-inputs"));
+    old_inputs(&old_in);
+    new_inputs(&new_in);
+    let old_server = MockServer::start(false);
+    let old = dir.path().join("old");
+    build(
+        &config(&old_in, "demo.toml", &old_server.url, "mock-model", ""),
+        &old,
+    );
+
+    // The first refresh gets one answer; its second call is held unanswered.
+    let server = MockServer::start(false);
+    server.state.hold_after.store(1, Ordering::SeqCst);
+    let refresh_config = config(&new_in, "refresh.toml", &server.url, "mock-model", WINDOW);
+    let out = dir.path().join("refreshed");
+    let mut first = Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["refresh", "--from"])
+        .arg(&old)
+        .arg("--config")
+        .arg(&refresh_config)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while server.requests() < 2 {
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first refresh ended"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never got there"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let before = (all_files(&out), all_files(&old));
+    let second = freshstack_within(
+        &[
+            "refresh",
+            "--from",
+            old.to_str().unwrap(),
+            "--config",
+            refresh_config.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another freshstack run is writing {}",
+            out.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(server.requests(), 2, "the second refresh called the LLM");
+    assert!(all_files(&out) == before.0, "the second refresh wrote");
+    assert!(all_files(&old) == before.1, "the old build was modified");
+
+    // Killed, the first refresh leaves its lock behind as a free file: a rerun finishes,
+    // answering no call twice.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    server.state.hold_after.store(usize::MAX, Ordering::SeqCst);
+    let resumed = refresh(&old, &refresh_config, &out);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(
+        server.max_answers_per_request(),
+        1,
+        "a call was answered twice"
+    );
+}
