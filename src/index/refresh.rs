@@ -100,7 +100,8 @@ pub fn refresh_index_with_encoders(
         return Err(Error::index(
             dir,
             format!(
-                "dense model {:?} has no encoder for the added documents (its vectors were                      precomputed); rebuild the index with `freshstack index`",
+                "dense model {:?} has no encoder for the added documents (its vectors were \
+                 precomputed); rebuild the index with `freshstack index`",
                 model.name
             ),
         ));
