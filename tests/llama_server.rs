@@ -12,7 +12,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use freshstack::NoProgress;
-use freshstack::dataset::{NuggetsRecord, read_questions};
+use freshstack::dataset::{DropReason, NuggetsRecord, read_questions};
 use freshstack::llm::{Llm, OpenAiChat, OpenAiConfig, ResponseCache};
 use freshstack::pipeline::{
     JudgeConfig, JudgeInputs, NuggetsConfig, StructuredOutputUsed, VariantsConfig,
@@ -269,6 +269,17 @@ fn run_stages(llm: &Llm, label: &str, questions: &Path, dir: &Path, out: &Path) 
         .iter()
         .filter(|r| r.nuggets.is_empty() && !r.dropped.is_empty())
         .count() as u64;
+    // An answer the token budget ended inside its JSON (recorded as a cut entry without text)
+    // is counted a schema mismatch by the stage; the server kept to the schema, the model ran
+    // out of tokens. Every other mismatch is the server's and fails the test.
+    let budget_cut = rows
+        .iter()
+        .filter(|r| {
+            r.dropped
+                .iter()
+                .any(|d| d.text.is_empty() && d.reason == DropReason::Cut)
+        })
+        .count() as u64;
     eprintln!(
         "llama-server {label}: nuggets {}/{} questions ({num_nuggets} nuggets, {all_dropped} questions with every \
          nugget dropped) in {nuggets_s:.1} s; \
@@ -293,10 +304,10 @@ fn run_stages(llm: &Llm, label: &str, questions: &Path, dir: &Path, out: &Path) 
         judged.stage.llm.calls,
     );
     assert!(nuggets.ok > 0, "{label}: no question kept a nugget");
-    for (stage, summary, quality_failures) in [
-        ("nuggets", &nuggets, all_dropped),
-        ("variants", &variants, 0),
-        ("judge", &judged.stage, 0),
+    for (stage, summary, quality_failures, budget_cuts) in [
+        ("nuggets", &nuggets, all_dropped, budget_cut),
+        ("variants", &variants, 0, 0),
+        ("judge", &judged.stage, 0, 0),
     ] {
         assert_eq!(
             summary.structured_output,
@@ -308,7 +319,10 @@ fn run_stages(llm: &Llm, label: &str, questions: &Path, dir: &Path, out: &Path) 
             "{label} {stage}: {summary:?}"
         );
         assert_eq!(summary.repairs, 0, "{label} {stage}: {summary:?}");
-        assert_eq!(summary.schema_mismatches, 0, "{label} {stage}: {summary:?}");
+        assert_eq!(
+            summary.schema_mismatches, budget_cuts,
+            "{label} {stage}: {summary:?}"
+        );
     }
     assert_eq!(judged.unjudged, 0);
     assert_eq!(judged.questions_without_nuggets, all_dropped);
