@@ -1,7 +1,6 @@
 //! The index and search stages: BM25 (scores, ties, analyzer), dense vectors (exact, HNSW),
 //! the CLI (index, search, retrieve), and bad input.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use freshstack::NoProgress;
@@ -9,7 +8,7 @@ use freshstack::dataset::{VectorDtype, write_npy};
 use freshstack::index::{Bm25Settings, HnswSettings, IndexConfig, VectorSource, build_index};
 use freshstack::search::{Ann, Engine, RetrieverSpec, SearchOptions};
 
-use crate::util::{freshstack, write};
+use crate::util::{files_under, freshstack, write};
 
 fn doc(id: &str, text: &str) -> String {
     serde_json::json!({"_id": id, "title": "", "text": text, "metadata": {"repo": "a/b"}})
@@ -437,23 +436,6 @@ fn rebuilding_an_index_never_deletes_files_that_are_not_part_of_it() {
     std::fs::remove_file(&inside).unwrap();
     std::fs::remove_dir_all(index.join("notes")).unwrap();
     assert!(build(&corpus).status.success());
-}
-
-/// Every file under `dir`, with its bytes.
-fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
 }
 
 /// Issue 34, item 9: two runs writing one index raced. A second `index` or `index --refresh`

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::build::exported;
 use crate::support::MockServer;
-use crate::util::{copy_dir, freshstack, run_ok, write};
+use crate::util::{copy_dir, files_under, freshstack, run_ok, write};
 
 /// (id, date, title, body, answer).
 type Row<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
@@ -236,23 +236,6 @@ fn refresh(from: &Path, config: &Path, out: &Path) -> std::process::Output {
     ])
 }
 
-/// Every file under `dir` (work/ included) with its bytes.
-fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
-}
-
 /// The judge calls a build with this pool makes when the documents of `carried` need none:
 /// per question with nuggets, its other pool documents in batches of two.
 fn judge_calls(out: &Path, carried: &BTreeSet<(String, String)>) -> usize {
@@ -290,7 +273,7 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
         &config(&old_in, "demo.toml", &old_server.url, "mock-model", ""),
         &old,
     );
-    let old_files = all_files(&old);
+    let old_files = files_under(&old);
 
     // The reference: a fresh build of the new inputs, empty cache.
     let fresh_server = MockServer::start(false);
@@ -460,10 +443,10 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
     assert!(!fresh_html.contains("changes-title"));
 
     // The old build is untouched.
-    assert!(all_files(&old) == old_files, "the old build was modified");
+    assert!(files_under(&old) == old_files, "the old build was modified");
 
     // A rerun resumes: no call, the same bytes.
-    let before = (all_files(&refreshed), server.requests());
+    let before = (files_under(&refreshed), server.requests());
     let again = refresh(&old, &refresh_config, &refreshed);
     assert!(
         again.status.success(),
@@ -471,7 +454,7 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
         String::from_utf8_lossy(&again.stderr)
     );
     assert_eq!(server.requests(), before.1);
-    let after = all_files(&refreshed);
+    let after = files_under(&refreshed);
     let changed: Vec<&PathBuf> = after
         .iter()
         .filter(|(k, v)| before.0.get(*k) != Some(*v))
@@ -536,7 +519,7 @@ fn a_refresh_refuses_what_would_make_old_results_invalid() {
         &config(&old_in, "demo.toml", &server.url, "mock-model", ""),
         &old,
     );
-    let old_files = all_files(&old);
+    let old_files = files_under(&old);
     let calls = server.requests();
     let out = dir.path().join("new");
     let refused = |config: &Path, from: &Path, out: &Path, expected: &[&str]| {
@@ -594,7 +577,7 @@ fn a_refresh_refuses_what_would_make_old_results_invalid() {
         ],
     );
     assert!(!out.exists(), "a refused refresh wrote {}", out.display());
-    assert!(all_files(&old) == old_files);
+    assert!(files_under(&old) == old_files);
     assert_eq!(server.requests(), calls);
 }
 
@@ -669,7 +652,7 @@ fn a_second_refresh_on_the_same_directory_fails_at_once() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    let before = (all_files(&out), all_files(&old));
+    let before = (files_under(&out), files_under(&old));
     let second = freshstack_within(
         &[
             "refresh",
@@ -693,8 +676,8 @@ fn a_second_refresh_on_the_same_directory_fails_at_once() {
         "{stderr}"
     );
     assert_eq!(server.requests(), 2, "the second refresh called the LLM");
-    assert!(all_files(&out) == before.0, "the second refresh wrote");
-    assert!(all_files(&old) == before.1, "the old build was modified");
+    assert!(files_under(&out) == before.0, "the second refresh wrote");
+    assert!(files_under(&old) == before.1, "the old build was modified");
 
     // Killed, the first refresh leaves its lock behind as a free file: a rerun finishes,
     // answering no call twice.

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -98,4 +99,22 @@ pub fn model_path(rel: &str, setup: &str, test: &str) -> Option<PathBuf> {
         eprintln!("SKIPPED {test}: models/{rel} is absent (run {setup})");
         None
     }
+}
+
+/// Every file under `dir` (subdirectories included) with its bytes: a snapshot to compare
+/// before and after a command that must change nothing.
+pub fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
 }
