@@ -236,6 +236,22 @@ fn refresh(from: &Path, config: &Path, out: &Path) -> std::process::Output {
     ])
 }
 
+/// `freshstack refresh` started in the background, its output discarded: for a test that kills
+/// it or holds its LLM calls while it runs.
+fn spawn_refresh(from: &Path, config: &Path, out: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_freshstack"))
+        .args(["refresh", "--from"])
+        .arg(from)
+        .arg("--config")
+        .arg(config)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// The judge calls a build with this pool makes when the documents of `carried` need none:
 /// per question with nuggets, its other pool documents in batches of two.
 fn judge_calls(out: &Path, carried: &BTreeSet<(String, String)>) -> usize {
@@ -468,17 +484,7 @@ fn a_refresh_exports_what_a_fresh_build_does_asking_only_for_the_new_work() {
     server.state.hold_after.store(5, Ordering::SeqCst);
     let killed_config = config(&new_in, "killed.toml", &server.url, "mock-model", WINDOW);
     let killed = dir.path().join("killed");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_freshstack"))
-        .args(["refresh", "--from"])
-        .arg(&old)
-        .arg("--config")
-        .arg(&killed_config)
-        .arg("--out")
-        .arg(&killed)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_refresh(&old, &killed_config, &killed);
     let start = Instant::now();
     while server.requests() <= 5 {
         assert!(
@@ -628,17 +634,7 @@ fn a_second_refresh_on_the_same_directory_fails_at_once() {
     server.state.hold_after.store(1, Ordering::SeqCst);
     let refresh_config = config(&new_in, "refresh.toml", &server.url, "mock-model", WINDOW);
     let out = dir.path().join("refreshed");
-    let mut first = Command::new(env!("CARGO_BIN_EXE_freshstack"))
-        .args(["refresh", "--from"])
-        .arg(&old)
-        .arg("--config")
-        .arg(&refresh_config)
-        .arg("--out")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut first = spawn_refresh(&old, &refresh_config, &out);
     let start = Instant::now();
     while server.requests() < 2 {
         assert!(
