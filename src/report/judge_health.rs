@@ -110,8 +110,8 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
     if nuggets_path.is_file() {
         for_each_jsonl(&nuggets_path, |_, row: NuggetsRecord| {
             nuggets += row.nuggets.len() as u64;
+            dropped.add(&row);
         })?;
-        dropped = DroppedCounts::of_file(&nuggets_path)?;
     }
 
     let labels = dir.join("reference-labels.jsonl");

@@ -253,16 +253,19 @@ impl DroppedCounts {
     /// Counts the `dropped` entries of every row of `path`.
     pub fn of_file(path: &Path) -> Result<Self> {
         let mut counts = Self::default();
-        for_each_jsonl(path, |_, record: NuggetsRecord| {
-            for dropped in &record.dropped {
-                match dropped.reason {
-                    DropReason::Cut => counts.cut += 1,
-                    DropReason::RestatesQuestion => counts.restating += 1,
-                    DropReason::Repeated => counts.repeated += 1,
-                }
-            }
-        })?;
+        for_each_jsonl(path, |_, record: NuggetsRecord| counts.add(&record))?;
         Ok(counts)
+    }
+
+    /// Counts the `dropped` entries of one row.
+    pub fn add(&mut self, record: &NuggetsRecord) {
+        for dropped in &record.dropped {
+            match dropped.reason {
+                DropReason::Cut => self.cut += 1,
+                DropReason::RestatesQuestion => self.restating += 1,
+                DropReason::Repeated => self.repeated += 1,
+            }
+        }
     }
 
     /// `; dropped N cut and M restating the question` (and `K repeating another nugget` when
