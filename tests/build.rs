@@ -453,6 +453,22 @@ fn config_errors_name_the_file_and_field() {
             format!("{text}\n[rerank]\nmodel = \"x\"\ndepth = 0\n"),
             "rerank.depth",
         ),
+        (
+            format!("{text}\n[llm.nuggets]\ngguf = \"missing.gguf\"\n"),
+            "llm.nuggets.gguf",
+        ),
+        (
+            format!("{text}\n[llm.judge]\nbase_url = \"http://127.0.0.1:9/v1\"\n"),
+            "llm.judge",
+        ),
+        (
+            format!("{text}\n[llm.variants]\nconcurrency = 0\n"),
+            "llm.variants.concurrency",
+        ),
+        (
+            format!("{text}\n[llm.nuggets]\ncache = \"x.sqlite\"\n"),
+            "cache",
+        ),
     ];
     for (bad, expected) in cases {
         write(dir.path(), "demo.toml", &bad);
@@ -622,5 +638,71 @@ fn a_build_spreads_calls_over_a_fleet_to_the_same_bytes() {
     );
     for (name, bytes) in &one {
         assert!(fleet[name] == *bytes, "{name} differs");
+    }
+}
+
+/// `[llm.nuggets]`: the nuggets stage calls its own server and model, the other stages
+/// `[llm]`'s; the dataset is the same as with one server, the manifest names both models, and
+/// changing the stage's model reruns its stage and no stage before it.
+#[test]
+fn a_stage_with_its_own_llm_calls_only_that_model() {
+    let single = MockServer::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let config_one = config(dir.path(), &single.url, "");
+    let out_one = dir.path().join("one");
+    build_ok(&config_one, &out_one);
+
+    let (main, nuggets) = (MockServer::start(false), MockServer::start(false));
+    let text = std::fs::read_to_string(&config_one)
+        .unwrap()
+        .replace(&single.url, &main.url);
+    let stage_text = format!(
+        "{text}\n[llm.nuggets]\nbase_url = \"{}\"\nmodel = \"mock-big\"\n",
+        nuggets.url
+    );
+    let config_stage = write(dir.path(), "stage.toml", &stage_text);
+    let out_stage = dir.path().join("stage");
+    build_ok(&config_stage, &out_stage);
+    let questions: Vec<serde_json::Value> =
+        read_jsonl(out_one.join("work/questions.jsonl")).unwrap();
+    assert_eq!(
+        nuggets.requests(),
+        questions.len(),
+        "one nuggets call per question"
+    );
+    assert_eq!(main.requests() + nuggets.requests(), single.requests());
+
+    let (one, staged) = (exported(&out_one), exported(&out_stage));
+    assert_eq!(
+        one.keys().collect::<Vec<_>>(),
+        staged.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &one {
+        if name != "manifest.json" {
+            assert!(staged[name] == *bytes, "{name} differs");
+        }
+    }
+    let manifest: serde_json::Value = serde_json::from_slice(&staged["manifest.json"]).unwrap();
+    assert_eq!(manifest["llm"]["model"], "openai:mock-model");
+    assert_eq!(manifest["llm"]["nuggets"]["model"], "openai:mock-big");
+    let plain: serde_json::Value = serde_json::from_slice(&one["manifest.json"]).unwrap();
+    assert!(plain["llm"].get("nuggets").is_none(), "{}", plain["llm"]);
+
+    // Another nuggets model: only its stage and those after it run again.
+    let other = MockServer::start(false);
+    let changed = stage_text
+        .replace(&nuggets.url, &other.url)
+        .replace("mock-big", "mock-other");
+    write(dir.path(), "stage.toml", &changed);
+    let output = build(&config_stage, &out_stage);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(other.requests(), questions.len(), "{stderr}");
+    assert!(stderr.contains("variants") && stderr.contains("index"), "{stderr}");
+    for line in stderr.lines() {
+        let stage = line.split_whitespace().next().unwrap_or("");
+        if matches!(stage, "index" | "variants") {
+            assert!(line.contains("up to date"), "{line}");
+        }
     }
 }

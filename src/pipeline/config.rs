@@ -260,6 +260,92 @@ pub struct LlmSection {
     /// summary). `off`: no schema is sent.
     #[serde(default)]
     pub structured_output: crate::llm::StructuredOutput,
+    /// `[llm.nuggets]`: another model (or other settings) for the nuggets stage only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nuggets: Option<LlmOverride>,
+    /// `[llm.variants]`: the same for the query-variants stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variants: Option<LlmOverride>,
+    /// `[llm.judge]`: the same for the judge stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<LlmOverride>,
+}
+
+/// The stages that call the language model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LlmStage {
+    /// Nugget generation.
+    Nuggets,
+    /// Query variants.
+    Variants,
+    /// Judging.
+    Judge,
+}
+
+impl LlmStage {
+    /// Every LLM stage, in build order.
+    pub const ALL: [LlmStage; 3] = [LlmStage::Nuggets, LlmStage::Variants, LlmStage::Judge];
+
+    /// The stage's name, as in `[llm.NAME]`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LlmStage::Nuggets => "nuggets",
+            LlmStage::Variants => "variants",
+            LlmStage::Judge => "judge",
+        }
+    }
+}
+
+/// One stage's departures from `[llm]`. A field left out keeps `[llm]`'s value, except the
+/// backend: naming any of `gguf`, `base_url`, `base_urls` or `model` replaces all four, so a
+/// stage never mixes its file with `[llm]`'s servers. The response cache stays `[llm]`'s (its
+/// keys name the model).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmOverride {
+    /// Generate natively from this GGUF file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gguf: Option<PathBuf>,
+    /// OpenAI-compatible API root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// More roots serving the same model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub base_urls: Vec<String>,
+    /// Model name as the server knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Requests in flight at once (or sequences decoded together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    /// Seconds allowed for one request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<f64>,
+    /// Retries after a 429, 5xx, timeout or dropped connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// Sampling temperature (0 = greedy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Sampling seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Repair requests after an unusable answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repairs: Option<u32>,
+    /// `json_schema` or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<crate::llm::StructuredOutput>,
+}
+
+impl LlmOverride {
+    /// Whether it names a backend of its own.
+    fn names_backend(&self) -> bool {
+        self.gguf.is_some()
+            || self.base_url.is_some()
+            || !self.base_urls.is_empty()
+            || self.model.is_some()
+    }
 }
 
 fn default_concurrency() -> usize {
@@ -437,6 +523,95 @@ pub struct FilterSection {
 }
 
 impl LlmSection {
+    /// The settings `stage` runs with: this section with the stage's `[llm.STAGE]` applied
+    /// (without the stage tables themselves).
+    pub fn for_stage(&self, stage: LlmStage) -> LlmSection {
+        let mut resolved = LlmSection {
+            nuggets: None,
+            variants: None,
+            judge: None,
+            ..self.clone()
+        };
+        let Some(over) = self.stage_override(stage) else {
+            return resolved;
+        };
+        if over.names_backend() {
+            resolved.gguf = over.gguf.clone();
+            resolved.base_url = over.base_url.clone();
+            resolved.base_urls = over.base_urls.clone();
+            resolved.model = over.model.clone();
+        }
+        resolved.concurrency = over.concurrency.unwrap_or(self.concurrency);
+        resolved.timeout_seconds = over.timeout_seconds.unwrap_or(self.timeout_seconds);
+        resolved.max_retries = over.max_retries.unwrap_or(self.max_retries);
+        resolved.temperature = over.temperature.unwrap_or(self.temperature);
+        resolved.seed = over.seed.or(self.seed);
+        resolved.max_repairs = over.max_repairs.unwrap_or(self.max_repairs);
+        resolved.structured_output = over.structured_output.unwrap_or(self.structured_output);
+        resolved
+    }
+
+    /// `[llm.STAGE]`, when given.
+    pub fn stage_override(&self, stage: LlmStage) -> Option<&LlmOverride> {
+        match stage {
+            LlmStage::Nuggets => self.nuggets.as_ref(),
+            LlmStage::Variants => self.variants.as_ref(),
+            LlmStage::Judge => self.judge.as_ref(),
+        }
+    }
+
+    /// The checks of `validate` on one resolved section; `at` prefixes the field names
+    /// (`llm`, `llm.nuggets`). Errors are (field, message).
+    fn check(&self, at: &str) -> std::result::Result<(), (String, String)> {
+        let bad = |field: &str, message: String| Err((format!("{at}{field}"), message));
+        let mut urls: Vec<&String> = self.base_url.iter().chain(&self.base_urls).collect();
+        if let Some(url) = urls.iter().find(|u| !crate::dataset::is_web_url(u)) {
+            return bad(
+                ".base_url",
+                format!("{url:?} is not an http:// or https:// URL"),
+            );
+        }
+        urls.sort();
+        if let Some(pair) = urls
+            .windows(2)
+            .find(|w| w[0].trim_end_matches('/') == w[1].trim_end_matches('/'))
+        {
+            return bad(
+                ".base_urls",
+                format!("{:?} is listed twice: each server once", pair[0]),
+            );
+        }
+        if self.model.as_ref().is_some_and(|m| m.trim().is_empty()) {
+            return bad(".model", "empty".into());
+        }
+        if let Some(gguf) = &self.gguf
+            && !gguf.is_file()
+        {
+            return bad(".gguf", format!("{} is not a file", gguf.display()));
+        }
+        let has_servers = self.base_url.is_some() || !self.base_urls.is_empty();
+        match (&self.gguf, has_servers, &self.model) {
+            (Some(_), false, None) | (None, true, Some(_)) => {}
+            _ => {
+                return bad(
+                    "",
+                    "give `gguf`, or `base_url` (and/or `base_urls`) and `model` (not both kinds)"
+                        .into(),
+                );
+            }
+        }
+        if self.concurrency == 0 {
+            return bad(".concurrency", "must be at least 1".into());
+        }
+        if let Err(message) = crate::llm::request_timeout(self.timeout_seconds) {
+            return bad(".timeout_seconds", message);
+        }
+        if let Err(message) = crate::llm::check_temperature(self.temperature) {
+            return bad(".temperature", message);
+        }
+        Ok(())
+    }
+
     /// The backend this section describes (servers: `base_url` first, then `base_urls`).
     pub fn backend(&self) -> crate::llm::BackendSpec {
         crate::llm::BackendSpec {
@@ -522,6 +697,18 @@ impl BuildConfig {
         if let Some(p) = self.llm.cache.as_mut() {
             resolve(p);
         }
+        for over in [
+            &mut self.llm.nuggets,
+            &mut self.llm.variants,
+            &mut self.llm.judge,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(p) = over.gguf.as_mut() {
+                resolve(p);
+            }
+        }
         // Dense models and the reranker: a relative spec naming an existing directory is a
         // path; anything else is a Hugging Face id.
         let models = self
@@ -597,35 +784,16 @@ impl BuildConfig {
         if let Err(e) = crate::source::check_exclude_globs(&self.corpus.exclude) {
             return bad("corpus.exclude", e.to_string());
         }
-        let mut urls: Vec<&String> = self
-            .llm
-            .base_url
-            .iter()
-            .chain(&self.llm.base_urls)
-            .collect();
-        if let Some(url) = urls.iter().find(|u| !crate::dataset::is_web_url(u)) {
-            return bad(
-                "llm.base_url",
-                format!("{url:?} is not an http:// or https:// URL"),
-            );
+        if let Err((field, message)) = self.llm.check("llm") {
+            return bad(&field, message);
         }
-        urls.sort();
-        if let Some(pair) = urls
-            .windows(2)
-            .find(|w| w[0].trim_end_matches('/') == w[1].trim_end_matches('/'))
-        {
-            return bad(
-                "llm.base_urls",
-                format!("{:?} is listed twice: each server once", pair[0]),
-            );
-        }
-        if self.llm.model.as_ref().is_some_and(|m| m.trim().is_empty()) {
-            return bad("llm.model", "empty".into());
-        }
-        if let Some(gguf) = &self.llm.gguf
-            && !gguf.is_file()
-        {
-            return bad("llm.gguf", format!("{} is not a file", gguf.display()));
+        for stage in LlmStage::ALL {
+            if self.llm.stage_override(stage).is_some() {
+                let at = format!("llm.{}", stage.name());
+                if let Err((field, message)) = self.llm.for_stage(stage).check(&at) {
+                    return bad(&field, message);
+                }
+            }
         }
         if let Some(cache) = &self.llm.cache
             && std::fs::metadata(cache).is_ok_and(|m| !m.is_file())
@@ -699,26 +867,6 @@ impl BuildConfig {
                 "must not exceed fusion_depth (the depth every run is retrieved to)".into(),
             );
         }
-        let has_servers = self.llm.base_url.is_some() || !self.llm.base_urls.is_empty();
-        match (&self.llm.gguf, has_servers, &self.llm.model) {
-            (Some(_), false, None) | (None, true, Some(_)) => {}
-            _ => {
-                return bad(
-                    "llm",
-                    "give `gguf`, or `base_url` (and/or `base_urls`) and `model` (not both kinds)"
-                        .into(),
-                );
-            }
-        }
-        if self.llm.concurrency == 0 {
-            return bad("llm.concurrency", "must be at least 1".into());
-        }
-        if let Err(message) = crate::llm::request_timeout(self.llm.timeout_seconds) {
-            return bad("llm.timeout_seconds", message);
-        }
-        if let Err(message) = crate::llm::check_temperature(self.llm.temperature) {
-            return bad("llm.temperature", message);
-        }
         if self.nuggets.max_nuggets == 0 {
             return bad("nuggets.max_nuggets", "must be at least 1".into());
         }
@@ -782,6 +930,34 @@ file = "Cargo.toml"
 base_url = "http://localhost:8000/v1"
 model = "m"
 "#;
+
+    #[test]
+    fn a_stage_table_overrides_only_what_it_names() {
+        let text = format!(
+            "{MINIMAL}temperature = 0.5\nseed = 7\nconcurrency = 3\n[llm.nuggets]\nmodel = \"big\"\n\
+             base_url = \"http://localhost:9000/v1\"\nseed = 8\n[llm.judge]\nmax_repairs = 0\n"
+        );
+        let config = parse(&text).unwrap();
+        let nuggets = config.llm.for_stage(LlmStage::Nuggets);
+        assert_eq!(nuggets.model.as_deref(), Some("big"));
+        assert_eq!(
+            nuggets.base_url.as_deref(),
+            Some("http://localhost:9000/v1")
+        );
+        assert_eq!((nuggets.seed, nuggets.temperature), (Some(8), 0.5));
+        assert_eq!(nuggets.concurrency, 3);
+        assert!(nuggets.nuggets.is_none() && nuggets.judge.is_none());
+        // No table: `[llm]` itself, without the stage tables.
+        let variants = config.llm.for_stage(LlmStage::Variants);
+        assert_eq!(variants.model.as_deref(), Some("m"));
+        assert_eq!(variants.seed, Some(7));
+        assert!(variants.nuggets.is_none());
+        // A table without a backend keeps `[llm]`'s.
+        let judge = config.llm.for_stage(LlmStage::Judge);
+        assert_eq!(judge.model.as_deref(), Some("m"));
+        assert_eq!(judge.max_repairs, 0);
+        assert_ne!(config.llm.max_repairs, 0);
+    }
 
     #[test]
     fn minimal_config_gets_the_paper_defaults() {

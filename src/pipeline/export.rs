@@ -16,6 +16,7 @@ use std::str::FromStr;
 use super::filter::{FilterCounts, Filtered, filter_questions};
 use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, EXPORTED, StageOutcome, layout, read_by_query};
+use super::refresh::{llm_identity, stage_llms};
 use crate::dataset::{
     AtomicWriter, JudgmentRecord, NuggetsRecord, QueryId, Question, read_jsonl, write_json_atomic,
 };
@@ -168,7 +169,7 @@ impl Builder<'_> {
             },
             "retrieval": c.retrieval,
             "llm": {
-                "model": self.llm_identity(),
+                "model": llm_identity(&c.llm),
                 "temperature": c.llm.temperature,
                 "seed": c.llm.seed,
                 "prompts": [
@@ -184,6 +185,14 @@ impl Builder<'_> {
         });
         if let Some(sha256) = &self.tokenizer_sha256 {
             manifest["corpus"]["tokenizer_sha256"] = sha256.as_str().into();
+        }
+        // Only stages with `[llm.STAGE]`: manifests of builds without keep their bytes.
+        for (stage, section) in stage_llms(c) {
+            manifest["llm"][stage.name()] = serde_json::json!({
+                "model": llm_identity(&section),
+                "temperature": section.temperature,
+                "seed": section.seed,
+            });
         }
         // Only when set: manifests of builds without `[refresh]` keep their bytes.
         if let Some(day) = c.refresh.as_ref().and_then(|r| r.retire_before.as_ref()) {

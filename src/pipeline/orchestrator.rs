@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::StageSummary;
-use super::config::BuildConfig;
+use super::config::{BuildConfig, LlmSection, LlmStage};
 use super::manifest::{StageBook, stage_fingerprint};
 use super::refresh::{Carry, llm_identity, result_settings};
 use super::report::ReportStage;
@@ -248,7 +248,9 @@ pub(super) struct Builder<'a> {
     pub(super) book: StageBook,
     /// Output content fingerprints by relative path, as the stages left them.
     pub(super) hashes: BTreeMap<String, Fingerprint>,
-    pub(super) llm: Option<OpenedLlm>,
+    /// The model of the LLM stage that ran last, with the settings it was opened with (a stage
+    /// with other settings in `[llm.STAGE]` opens its own in its place).
+    pub(super) llm: Option<(LlmSection, OpenedLlm)>,
     pub(super) stages: Vec<StageOutcome>,
     pub(super) documents: usize,
     pub(super) questions_out: usize,
@@ -315,26 +317,33 @@ impl Builder<'_> {
         Ok(())
     }
 
-    pub(super) fn llm_identity(&self) -> String {
-        llm_identity(self.config)
+    /// The settings `stage` runs with (`[llm]` with `[llm.STAGE]` applied).
+    pub(super) fn llm_section(&self, stage: LlmStage) -> LlmSection {
+        self.config.llm.for_stage(stage)
     }
 
-    pub(super) fn llm(&mut self) -> Result<&OpenedLlm> {
-        if self.llm.is_none() {
-            let section = &self.config.llm;
+    /// The model `stage` calls, opened on first use (and the previous stage's closed when
+    /// `[llm.STAGE]` names another).
+    pub(super) fn llm(&mut self, stage: LlmStage) -> Result<&OpenedLlm> {
+        let section = self.llm_section(stage);
+        if self.llm.as_ref().is_none_or(|(open, _)| *open != section) {
+            // Closed before the next opens: two local models never share the memory.
+            self.llm = None;
             let backend = section.backend().open()?;
             let cache_path = section
                 .cache
                 .clone()
                 .unwrap_or_else(|| self.path(layout::LLM_CACHE));
             let cache = ResponseCache::open(&cache_path)?;
-            self.llm = Some(OpenedLlm {
+            let opened = OpenedLlm {
                 llm: Llm::new(backend.chat, Some(cache)),
                 context_tokens: backend.context_tokens,
-            });
+            };
+            self.llm = Some((section, opened));
         }
         self.llm
             .as_ref()
+            .map(|(_, opened)| opened)
             .ok_or_else(|| Error::invalid("llm", "no backend configured"))
     }
 
@@ -342,10 +351,10 @@ impl Builder<'_> {
     /// the repair budget, the stage's prompt version and whether schemas are sent (a prompt
     /// bump or a switch of `structured_output` reruns the stage; the response cache then
     /// answers only what was asked before).
-    pub(super) fn llm_fingerprint(&self, stage: &str, prompt: &Prompt) -> FingerprintBuilder {
-        let llm = &self.config.llm;
-        stage_fingerprint(stage)
-            .json("llm", &self.llm_identity())
+    pub(super) fn llm_fingerprint(&self, stage: LlmStage, prompt: &Prompt) -> FingerprintBuilder {
+        let llm = self.llm_section(stage);
+        stage_fingerprint(stage.name())
+            .json("llm", &llm_identity(&llm))
             .json("sampling", &(llm.temperature, llm.seed))
             .json("repairs", &llm.max_repairs)
             .json("prompt", &prompt.id)
@@ -364,11 +373,13 @@ impl Builder<'_> {
         }
     }
 
-    pub(super) fn params(&self, max_tokens: u32) -> ChatParams {
+    /// The generation parameters of `stage`'s calls.
+    pub(super) fn params(&self, stage: LlmStage, max_tokens: u32) -> ChatParams {
+        let llm = self.llm_section(stage);
         ChatParams {
-            temperature: self.config.llm.temperature,
+            temperature: llm.temperature,
             max_tokens,
-            seed: self.config.llm.seed,
+            seed: llm.seed,
             json_schema: None,
         }
     }

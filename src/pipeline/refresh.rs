@@ -26,7 +26,7 @@ use std::str::FromStr;
 use serde_json::{Value, json};
 
 use super::changes::Changes;
-use super::config::BuildConfig;
+use super::config::{BuildConfig, LlmSection, LlmStage};
 use super::manifest::StageBook;
 use super::orchestrator::{BuildSummary, StageOutcome, layout, read_by_query, run_build};
 use super::report::ReportStage;
@@ -195,8 +195,7 @@ fn read_json(path: &Path) -> Result<Value> {
 }
 
 /// The model as the manifest and the stage fingerprints name it (not where it runs).
-pub(super) fn llm_identity(config: &BuildConfig) -> String {
-    let llm = &config.llm;
+pub(super) fn llm_identity(llm: &LlmSection) -> String {
     match (&llm.gguf, &llm.base_url, &llm.model) {
         (Some(path), _, _) => {
             let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -227,9 +226,9 @@ pub(super) fn result_settings(config: &BuildConfig) -> Result<Value> {
         corpus["tokenizer_sha256"] = Fingerprint::of_file(path)?.to_string().into();
     }
     let llm = &config.llm;
-    Ok(json!({
+    let mut settings = json!({
         "llm": {
-            "model": llm_identity(config),
+            "model": llm_identity(llm),
             "temperature": llm.temperature,
             "seed": llm.seed,
             "prompts": [
@@ -244,7 +243,27 @@ pub(super) fn result_settings(config: &BuildConfig) -> Result<Value> {
         "variants": config.variants,
         "judge": config.judge,
         "corpus": corpus,
-    }))
+    });
+    // Only stages with `[llm.STAGE]`: builds without keep their recorded bytes.
+    for (stage, section) in stage_llms(config) {
+        settings["llm"][stage.name()] = json!({
+            "model": llm_identity(&section),
+            "temperature": section.temperature,
+            "seed": section.seed,
+            "max_repairs": section.max_repairs,
+            "structured_output": section.structured_output,
+        });
+    }
+    Ok(settings)
+}
+
+/// The stages that run with `[llm.STAGE]` settings, resolved.
+pub(super) fn stage_llms(config: &BuildConfig) -> Vec<(LlmStage, LlmSection)> {
+    LlmStage::ALL
+        .into_iter()
+        .filter(|&stage| config.llm.stage_override(stage).is_some())
+        .map(|stage| (stage, config.llm.for_stage(stage)))
+        .collect()
 }
 
 /// The old build's settings (`work/settings.json`, else its `manifest.json`) against the new

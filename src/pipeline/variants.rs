@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use super::config::LlmStage;
 use super::orchestrator::{Builder, StageOutcome, calls_line, carried_note, layout};
 use super::workers::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
@@ -237,7 +238,7 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint("variants", &QUERY_VARIANTS)
+            .llm_fingerprint(LlmStage::Variants, &QUERY_VARIANTS)
             .json("variants", &self.config.variants)
             .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .finish();
@@ -248,17 +249,17 @@ impl Builder<'_> {
             on_stage,
             |b| {
                 let config = VariantsConfig {
-                    params: b.params(b.config.variants.max_tokens),
+                    params: b.params(LlmStage::Variants, b.config.variants.max_tokens),
                     max_sub_questions: b.config.variants.max_sub_questions,
-                    max_repairs: b.config.llm.max_repairs,
+                    max_repairs: b.llm_section(LlmStage::Variants).max_repairs,
                     shard: None,
-                    structured_output: b.config.llm.structured_output,
+                    structured_output: b.llm_section(LlmStage::Variants).structured_output,
                 };
                 let questions = b.path(layout::QUESTIONS);
                 let out = b.path(layout::VARIANTS);
                 let carry = b.carry;
                 let carried = |q: &Question| carry.and_then(|c| c.variants(q));
-                let llm = &b.llm()?.llm;
+                let llm = &b.llm(LlmStage::Variants)?.llm;
                 let before = llm.stats();
                 let summary =
                     generate_variants_carrying(llm, &config, &questions, &out, progress, &carried)?;

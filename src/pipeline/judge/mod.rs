@@ -25,6 +25,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::config::LlmStage;
 use super::orchestrator::{Builder, StageOutcome, calls_line, carried_note, layout};
 use super::refresh::{Carry, judge_topic};
 use super::workers::{
@@ -1118,7 +1119,7 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint("judge", self.config.judge.verdict.prompt())
+            .llm_fingerprint(LlmStage::Judge, self.config.judge.verdict.prompt())
             .json("judge", &self.config.judge)
             .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .maybe_fingerprint("nuggets", self.hash(layout::NUGGETS))
@@ -1132,11 +1133,11 @@ impl Builder<'_> {
             let corpus = b.path(layout::CORPUS);
             let pool = b.path(layout::POOL);
             let out = b.path(layout::JUDGMENTS);
-            let params = b.params(section.max_tokens);
-            let max_repairs = b.config.llm.max_repairs;
-            let structured_output = b.config.llm.structured_output;
+            let params = b.params(LlmStage::Judge, section.max_tokens);
+            let max_repairs = b.llm_section(LlmStage::Judge).max_repairs;
+            let structured_output = b.llm_section(LlmStage::Judge).structured_output;
             let carry = b.carry;
-            let opened = b.llm()?;
+            let opened = b.llm(LlmStage::Judge)?;
             let default = JudgeConfig::default();
             let config = JudgeConfig {
                 params,

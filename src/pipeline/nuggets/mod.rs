@@ -12,6 +12,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use super::config::LlmStage;
 use super::orchestrator::{Builder, StageOutcome, calls_line, carried_note, layout};
 use super::workers::{
     AskCounts, ParseOutcome, StageRecord, ask, call_params, run_question_stage, stage_settings,
@@ -292,23 +293,23 @@ impl Builder<'_> {
         on_stage: &mut dyn FnMut(&StageOutcome),
     ) -> Result<()> {
         let fingerprint = self
-            .llm_fingerprint("nuggets", &NUGGETS)
+            .llm_fingerprint(LlmStage::Nuggets, &NUGGETS)
             .json("nuggets", &self.config.nuggets)
             .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .finish();
         self.stage("nuggets", fingerprint, &[layout::NUGGETS], on_stage, |b| {
             let config = NuggetsConfig {
-                params: b.params(b.config.nuggets.max_tokens),
+                params: b.params(LlmStage::Nuggets, b.config.nuggets.max_tokens),
                 max_nuggets: b.config.nuggets.max_nuggets,
-                max_repairs: b.config.llm.max_repairs,
+                max_repairs: b.llm_section(LlmStage::Nuggets).max_repairs,
                 shard: None,
-                structured_output: b.config.llm.structured_output,
+                structured_output: b.llm_section(LlmStage::Nuggets).structured_output,
             };
             let questions = b.path(layout::QUESTIONS);
             let out = b.path(layout::NUGGETS);
             let carry = b.carry;
             let carried = |q: &Question| carry.and_then(|c| c.nuggets(q));
-            let llm = &b.llm()?.llm;
+            let llm = &b.llm(LlmStage::Nuggets)?.llm;
             let before = llm.stats();
             let summary =
                 generate_nuggets_carrying(llm, &config, &questions, &out, progress, &carried)?;
