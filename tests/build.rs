@@ -698,7 +698,10 @@ fn a_stage_with_its_own_llm_calls_only_that_model() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert_eq!(other.requests(), questions.len(), "{stderr}");
-    assert!(stderr.contains("variants") && stderr.contains("index"), "{stderr}");
+    assert!(
+        stderr.contains("variants") && stderr.contains("index"),
+        "{stderr}"
+    );
     for line in stderr.lines() {
         let stage = line.split_whitespace().next().unwrap_or("");
         if matches!(stage, "index" | "variants") {
