@@ -101,6 +101,12 @@ class Index:
         vector_dtype: str = ...,
         logger: Optional[logging.Logger] = ...,
     ) -> "Index": ...
+    def refresh(
+        self,
+        add: Optional[Union[str, "os.PathLike[str]"]] = ...,
+        remove_repos: Sequence[str] = ...,
+        logger: Optional[logging.Logger] = ...,
+    ) -> "Index": ...
     def __len__(self) -> int: ...
     def search_vectors(
         self,

@@ -612,7 +612,12 @@ impl Encoder {
 #[pyclass(module = "freshstack_rs._native", frozen)]
 struct Index {
     engine: freshstack::Engine,
+    /// The directory it was opened from (for `refresh`).
+    path: PathBuf,
 }
+
+/// Queries searched between two looks for Ctrl-C in `Index.retrieve`.
+const RETRIEVE_SLICE: usize = 64;
 
 fn search_options(retriever: &str, k: usize, exact: bool) -> PyResult<SearchOptions> {
     let retriever: RetrieverSpec = retriever
@@ -642,7 +647,7 @@ impl Index {
                 freshstack::Engine::open_with_encoders(&path, &QueryEncoderOptions::default())
             })
             .map_err(library_error)?;
-        Ok(Self { engine })
+        Ok(Self { engine, path })
     }
 
     /// `freshstack index`: builds the index `path` over the JSONL corpus `corpus` (BM25, and a
@@ -697,6 +702,46 @@ impl Index {
         let progress = LogProgress::new(logger);
         run_interruptible(py, &progress, || {
             freshstack::build_hybrid_index(&config, &path, &progress)
+        })?;
+        Self::new(py, path)
+    }
+
+    /// `freshstack index --refresh`: removes the documents of the repositories `remove_repos`
+    /// (`OWNER/NAME`), then adds the JSONL documents of `add` (BM25, and every dense model the
+    /// index recorded embeds them with its build settings), and returns the index reopened.
+    /// The refresh works on a copy renamed into place: this object keeps answering from the
+    /// index as it was, and Ctrl-C (KeyboardInterrupt at the next batch) leaves it unchanged.
+    #[pyo3(signature = (add = None, remove_repos = Vec::new(), logger = None))]
+    fn refresh(
+        &self,
+        py: Python<'_>,
+        add: Option<PathBuf>,
+        remove_repos: Vec<String>,
+        logger: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        if add.is_none() && remove_repos.is_empty() {
+            return Err(PyValueError::new_err(
+                "nothing to refresh: give add (a JSONL corpus) and/or remove_repos",
+            ));
+        }
+        let logger = match logger {
+            Some(logger) => logger,
+            None => py
+                .import("logging")?
+                .call_method1("getLogger", ("freshstack_rs",))?
+                .unbind(),
+        };
+        let config = freshstack::index::RefreshConfig { add, remove_repos };
+        let progress = LogProgress::new(logger);
+        let path = self.path.clone();
+        run_interruptible(py, &progress, || {
+            freshstack::search::refresh_hybrid_index(
+                &config,
+                &path,
+                freshstack::embed::DeviceSpec::default(),
+                None,
+                &progress,
+            )
         })?;
         Self::new(py, path)
     }
@@ -800,9 +845,16 @@ impl Index {
             texts.push(text);
         }
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let results = py
-            .detach(|| self.engine.search_batch(&refs, &options))
-            .map_err(library_error)?;
+        // In slices, so that Ctrl-C raises KeyboardInterrupt between them (every query's hits
+        // are its own: the slicing changes none).
+        let mut results = Vec::with_capacity(refs.len());
+        for slice in refs.chunks(RETRIEVE_SLICE) {
+            let hits = py
+                .detach(|| self.engine.search_batch(slice, &options))
+                .map_err(library_error)?;
+            results.extend(hits);
+            py.check_signals()?;
+        }
         let out = PyDict::new(py);
         for (id, hits) in ids.iter().zip(results) {
             let docs = PyDict::new(py);

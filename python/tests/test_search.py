@@ -144,3 +144,60 @@ def test_search_vectors_takes_numpy_queries(index):
     bad[0, 0] = np.nan
     with pytest.raises(fs.FreshstackError, match="NaN"):
         engine.search_vectors(bad)
+
+
+def test_retrieve_in_slices_gives_every_query_its_own_hits(index):
+    """More queries than one slice between Ctrl-C checks: each query's hits are those of its
+    own search, for BM25 and the dense model."""
+    engine = fs.Index(str(index))
+    words = ["queue", "worker", "route", "cache", "mail", "user", "query", "send", "retries", "id"]
+    queries = {f"q{i}": f"{words[i % 10]} {words[(i * 7) % 10]} {words[(i * 3) % 10]}" for i in range(150)}
+    for retriever in ("bm25", "dense:minilm"):
+        run_ = engine.retrieve(queries, k=3, retriever=retriever)
+        assert list(run_) == list(queries)
+        for q in ("q0", "q63", "q64", "q65", "q149"):
+            assert list(run_[q].items()) == engine.search(queries[q], k=3, retriever=retriever), q
+
+
+def test_refresh_removes_and_adds_documents_like_a_fresh_build(index, tmp_path):
+    """Index.refresh on a copy of the CLI's index: a repository's documents go, new ones come
+    (BM25 and the recorded dense model); the result answers as an index built from scratch over
+    the same documents, and the old object keeps its snapshot."""
+    import shutil
+
+    copy = tmp_path / "idx"
+    shutil.copytree(index, copy)
+    added = tmp_path / "added.jsonl"
+    new_docs = [
+        ("s/y/horizon.php_0_10", "php artisan horizon starts the Horizon dashboard for Redis queues"),
+        ("s/y/events.php_0_10", "Event::dispatch(new OrderShipped($order)); fires an event to listeners"),
+    ]
+    added.write_text(
+        "".join(
+            json.dumps({"_id": i, "title": "", "text": t, "metadata": {"repo": "s/y"}}) + "\n"
+            for i, t in new_docs
+        )
+    )
+    old = fs.Index(str(copy))
+    lines = []
+
+    class Lines:
+        def info(self, line):
+            lines.append(line)
+
+    refreshed = old.refresh(add=added, remove_repos=["r/x"], logger=Lines())
+    assert len(refreshed) == 2 and len(old) == 4
+    fresh = fs.Index.build(
+        tmp_path / "fresh", added, dense=[f"minilm={model_dir('all-MiniLM-L6-v2')}"]
+    )
+    for query in ("horizon redis queue dashboard", "dispatch an event to its listeners"):
+        for retriever in ("bm25", "dense:minilm"):
+            got = refreshed.search(query, k=2, retriever=retriever, exact=True)
+            want = fresh.search(query, k=2, retriever=retriever, exact=True)
+            assert [d for d, _ in got] == [d for d, _ in want], (query, retriever)
+            assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(got, want))
+    assert old.search("queue worker retries", k=1)[0][0] == "r/x/queue.php_0_10"
+    with pytest.raises(ValueError, match="nothing to refresh"):
+        refreshed.refresh()
+    with pytest.raises(fs.FreshstackError, match="r/x"):
+        refreshed.refresh(remove_repos=["r/x"])
