@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
-    BlockQ8_0, GgmlType,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
+    GgmlType,
 };
 use half::{bf16, f16};
 use memmap2::Mmap;
@@ -218,9 +218,75 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
         QType::Q8_0 => BlockQ8_0::to_float(blocks(row), out),
         QType::Q2K => BlockQ2K::to_float(blocks(row), out),
         QType::Q3K => BlockQ3K::to_float(blocks(row), out),
-        QType::Q4K => BlockQ4K::to_float(blocks(row), out),
+        QType::Q4K => dequantize_q4k(row, out),
         QType::Q5K => BlockQ5K::to_float(blocks(row), out),
         QType::Q6K => BlockQ6K::to_float(blocks(row), out),
+    }
+}
+
+/// Bytes of one Q4_K block of 256 values.
+const Q4K_BLOCK_BYTES: usize = 144;
+
+/// Q4_K to f32: candle's `BlockQ4K::to_float`, operation for operation (`d * sc * q - dmin *
+/// m` in f32; Rust never fuses a multiply and an add, so the same bits), compiled for AVX2
+/// where the CPU has it: candle's loop, scalar in a baseline x86-64 build, took 13% of a
+/// prompt of the 1.5B model.
+fn dequantize_q4k(row: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was just detected on this CPU.
+        unsafe { dequantize_q4k_avx2(row, out) };
+        return;
+    }
+    dequantize_q4k_body(row, out);
+}
+
+/// [`dequantize_q4k_body`] with 256-bit vectors allowed.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dequantize_q4k_avx2(row: &[u8], out: &mut [f32]) {
+    dequantize_q4k_body(row, out);
+}
+
+#[inline(always)]
+fn dequantize_q4k_body(row: &[u8], out: &mut [f32]) {
+    let scale_min = |j: usize, q: &[u8]| -> (u8, u8) {
+        if j < 4 {
+            (q[j] & 63, q[j + 4] & 63)
+        } else {
+            (
+                (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+                (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+            )
+        }
+    };
+    for (block, y) in row
+        .chunks_exact(Q4K_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
+        let min = f16::from_le_bytes([block[2], block[3]]).to_f32();
+        let scales = &block[4..16];
+        for (k, (q, y)) in block[16..]
+            .chunks_exact(32)
+            .zip(y.chunks_exact_mut(64))
+            .enumerate()
+        {
+            let (sc1, m1) = scale_min(2 * k, scales);
+            let (sc2, m2) = scale_min(2 * k + 1, scales);
+            let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
+            let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
+            let (low, high) = y.split_at_mut(32);
+            for (o, &b) in low.iter_mut().zip(q) {
+                *o = d1 * f32::from(b & 0x0f) - m1;
+            }
+            for (o, &b) in high.iter_mut().zip(q) {
+                *o = d2 * f32::from(b >> 4) - m2;
+            }
+        }
     }
 }
 
@@ -1371,6 +1437,33 @@ mod tests {
     /// Every kernel against the dequantized row dotted in f64: the only differences allowed
     /// are the activation's 8-bit rounding (integer kernels) and f32 sums.
     /// The vector packing writes the scalar packing's bytes (round to nearest even included).
+    /// Our Q4_K dequantization gives candle's bits, on blocks of every byte pattern mix.
+    #[test]
+    fn q4k_dequantization_equals_candles() {
+        let count = 64;
+        let mut state = 0x1234_5678u32;
+        let mut row: Vec<u8> = (0..count * Q4K_BLOCK_BYTES)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                state as u8
+            })
+            .collect();
+        // Finite halves for d and dmin (random bits would make NaNs and infinities too).
+        for b in 0..count {
+            let at = b * Q4K_BLOCK_BYTES;
+            row[at + 1] &= 0x3b;
+            row[at + 3] &= 0x3b;
+        }
+        let mut ours = vec![0f32; count * 256];
+        let mut theirs = vec![0f32; count * 256];
+        dequantize_q4k(&row, &mut ours);
+        candle_core::quantized::k_quants::BlockQ4K::to_float(blocks(&row), &mut theirs);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&ours), bits(&theirs));
+    }
+
     #[test]
     fn the_vector_bf16_packing_equals_the_scalar_one() {
         #[cfg(target_arch = "x86_64")]
