@@ -172,6 +172,38 @@ fn resolve_root_name(
 }
 
 /// Every `.rs` file under `dir`, sorted.
+/// The seeded generator and the legacy hash have one definition each: no other source file
+/// carries SplitMix64's or FNV-1a's constants (a copy would drift from the one the formats and
+/// samples depend on).
+#[test]
+fn one_splitmix64_and_one_fnv1a() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let owners = [
+        ("9e3779b97f4a7c15", "src/dataset/seeded.rs"),
+        ("bf58476d1ce4e5b9", "src/dataset/seeded.rs"),
+        ("cbf29ce484222325", "src/dataset/fingerprint.rs"),
+        ("00000100000001b3", "src/dataset/fingerprint.rs"),
+    ];
+    let mut copies = Vec::new();
+    for path in rust_files(&root.join("src")) {
+        let rel = path
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .to_lowercase()
+            .replace('_', "");
+        for (constant, owner) in owners {
+            if rel != owner && text.contains(constant.trim_start_matches('0')) {
+                copies.push(format!("{rel} holds {constant} (its home: {owner})"));
+            }
+        }
+    }
+    assert!(copies.is_empty(), "{copies:#?}");
+}
+
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

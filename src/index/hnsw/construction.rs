@@ -46,12 +46,9 @@ fn max_batch(rows: usize) -> usize {
     (rows / 100).max(64)
 }
 
-/// SplitMix64's finaliser: a well-mixed 64-bit hash of `x`.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+/// A well-mixed 64-bit hash of `x`: the first output of SplitMix64 seeded with it.
+fn mix(x: u64) -> u64 {
+    crate::dataset::SplitMix64::new(x).next_u64()
 }
 
 /// The level of every row: the number of `l >= 1` with `hash(row) < 2^64 / M^l`, at most

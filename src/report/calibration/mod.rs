@@ -168,13 +168,9 @@ impl CalibrationSample {
     /// A short stable key of this sample (FNV-1a of its JSON): the review page keeps its
     /// answers in the browser under it.
     pub fn key(&self) -> String {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in bytes {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        format!("{hash:016x}")
+        let mut hash = crate::dataset::Fnv1a64::default();
+        hash.update(&serde_json::to_vec(self).unwrap_or_default());
+        hash.to_string()
     }
 }
 
