@@ -19,8 +19,7 @@ use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
-    GgmlType,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ8_0, GgmlType,
 };
 use half::{bf16, f16};
 use memmap2::Mmap;
@@ -220,7 +219,7 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
         QType::Q3K => BlockQ3K::to_float(blocks(row), out),
         QType::Q4K => dequantize_q4k(row, out),
         QType::Q5K => BlockQ5K::to_float(blocks(row), out),
-        QType::Q6K => BlockQ6K::to_float(blocks(row), out),
+        QType::Q6K => dequantize_q6k(row, out),
     }
 }
 
@@ -285,6 +284,68 @@ fn dequantize_q4k_body(row: &[u8], out: &mut [f32]) {
             }
             for (o, &b) in high.iter_mut().zip(q) {
                 *o = d2 * f32::from(b >> 4) - m2;
+            }
+        }
+    }
+}
+
+/// Bytes of one Q6_K block of 256 values: 128 low nibbles, 64 bytes of high bit pairs, 16
+/// signed scales, the f16 scale.
+const Q6K_BLOCK_BYTES: usize = 210;
+
+/// Q6_K to f32: candle's `BlockQ6K::to_float` (`d * sc * (q - 32)`, multiplied left to right,
+/// so the same bits), compiled for AVX2 where the CPU has it, as [`dequantize_q4k`].
+fn dequantize_q6k(row: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was just detected on this CPU.
+        unsafe { dequantize_q6k_avx2(row, out) };
+        return;
+    }
+    dequantize_q6k_body(row, out);
+}
+
+/// [`dequantize_q6k_body`] with 256-bit vectors allowed.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dequantize_q6k_avx2(row: &[u8], out: &mut [f32]) {
+    dequantize_q6k_body(row, out);
+}
+
+#[inline(always)]
+fn dequantize_q6k_body(row: &[u8], out: &mut [f32]) {
+    for (block, y) in row
+        .chunks_exact(Q6K_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(256))
+    {
+        let (ql, rest) = block.split_at(128);
+        let (qh, rest) = rest.split_at(64);
+        let (scales, d) = rest.split_at(16);
+        let d = f16::from_le_bytes([d[0], d[1]]).to_f32();
+        for half in 0..2 {
+            let ql = &ql[64 * half..64 * half + 64];
+            let qh = &qh[32 * half..32 * half + 32];
+            let scales = &scales[8 * half..8 * half + 8];
+            let y = &mut y[128 * half..128 * half + 128];
+            // Values l and l + 16 of each 32 have scales `is` and `is + 1`.
+            for is in 0..2 {
+                let scale = |k: usize| d * f32::from(scales[is + 2 * k] as i8);
+                let (s1, s2, s3, s4) = (scale(0), scale(1), scale(2), scale(3));
+                for l in 16 * is..16 * is + 16 {
+                    let (low, high) = (ql[l], ql[l + 32]);
+                    let bits = qh[l];
+                    let q1 = ((low & 0x0f) | ((bits & 3) << 4)) as i8 - 32;
+                    let q2 = ((high & 0x0f) | (((bits >> 2) & 3) << 4)) as i8 - 32;
+                    let q3 = ((low >> 4) | (((bits >> 4) & 3) << 4)) as i8 - 32;
+                    let q4 = ((high >> 4) | (((bits >> 6) & 3) << 4)) as i8 - 32;
+                    y[l] = s1 * f32::from(q1);
+                    y[l + 32] = s2 * f32::from(q2);
+                    y[l + 64] = s3 * f32::from(q3);
+                    y[l + 96] = s4 * f32::from(q4);
+                }
             }
         }
     }
@@ -1438,6 +1499,31 @@ mod tests {
     /// are the activation's 8-bit rounding (integer kernels) and f32 sums.
     /// The vector packing writes the scalar packing's bytes (round to nearest even included).
     /// Our Q4_K dequantization gives candle's bits, on blocks of every byte pattern mix.
+    /// Our Q6_K dequantization gives candle's bits.
+    #[test]
+    fn q6k_dequantization_equals_candles() {
+        let count = 64;
+        let mut state = 0x8765_4321u32;
+        let mut row: Vec<u8> = (0..count * Q6K_BLOCK_BYTES)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                state as u8
+            })
+            .collect();
+        for b in 0..count {
+            // A finite f16 scale.
+            row[b * Q6K_BLOCK_BYTES + 209] &= 0x3b;
+        }
+        let mut ours = vec![0f32; count * 256];
+        let mut theirs = vec![0f32; count * 256];
+        dequantize_q6k(&row, &mut ours);
+        candle_core::quantized::k_quants::BlockQ6K::to_float(blocks(&row), &mut theirs);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&ours), bits(&theirs));
+    }
+
     #[test]
     fn q4k_dequantization_equals_candles() {
         let count = 64;
