@@ -106,6 +106,18 @@ pub enum Error {
         /// What is wrong (column, row, the paths looked for).
         message: String,
     },
+    /// Another run holds the lock of an output this one would write: nothing was done.
+    #[error(
+        "another freshstack run is writing {} (it holds {}); wait for it to end",
+        output.display(),
+        lock.display()
+    )]
+    Busy {
+        /// The output (a build directory, an index).
+        output: PathBuf,
+        /// The lock file the other run holds.
+        lock: PathBuf,
+    },
     /// The caller asked the work to stop ([`crate::progress::Progress::cancelled`]); what was
     /// finished is kept, so a rerun resumes.
     #[error("interrupted: {what} stopped on request (finished work is kept; rerun to resume)")]

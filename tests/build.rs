@@ -375,6 +375,9 @@ fn a_second_build_on_the_same_directory_fails_at_once() {
         stderr.contains("another freshstack run is writing"),
         "{stderr}"
     );
+    // A refusal, not a run that stopped midway.
+    assert!(!stderr.contains("stopped"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(!out.join("work/questions.jsonl").exists());
     drop(held);
 }

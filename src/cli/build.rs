@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use clap::Args;
 use freshstack::pipeline::quickstart::{QuickstartOptions, quickstart_config};
 use freshstack::pipeline::{BuildConfig, BuildSummary, Refresh, StageOutcome, build};
@@ -97,11 +96,14 @@ pub fn run_refresh(args: RefreshArgs) -> anyhow::Result<()> {
     let bars = Bars::new();
     let summary = refresh
         .run(&ReportOptions::default(), &bars, &mut print_stage)
-        .with_context(|| {
-            format!(
-                "refresh into {} stopped (finished stages and LLM answers are kept: fix the \
-                 cause, then rerun)",
-                args.out.display()
+        .map_err(|e| {
+            stopped(
+                e,
+                format!(
+                    "refresh into {} stopped (finished stages and LLM answers are kept: fix \
+                     the cause, then rerun)",
+                    args.out.display()
+                ),
             )
         })?;
     eprintln!("done in {:.1}s", start.elapsed().as_secs_f64());
@@ -130,15 +132,27 @@ fn run(config: &BuildConfig, out: PathBuf) -> anyhow::Result<BuildSummary> {
         &bars,
         &mut print_stage,
     )
-    .with_context(|| {
-        format!(
-            "build into {} stopped (finished stages and LLM answers are kept: fix the cause, \
-                 then rerun)",
-            out.display()
+    .map_err(|e| {
+        stopped(
+            e,
+            format!(
+                "build into {} stopped (finished stages and LLM answers are kept: fix the \
+                 cause, then rerun)",
+                out.display()
+            ),
         )
     })?;
     eprintln!("done in {:.1}s", start.elapsed().as_secs_f64());
     Ok(summary)
+}
+
+/// A failed run's error with `context` (it stopped midway: what was finished is kept), except
+/// a refusal to start because another run holds the output, which is one line of its own.
+fn stopped(err: freshstack::Error, context: String) -> anyhow::Error {
+    if matches!(err, freshstack::Error::Busy { .. }) {
+        return err.into();
+    }
+    anyhow::Error::from(err).context(context)
 }
 
 fn print_summary(summary: &BuildSummary) {

@@ -307,14 +307,10 @@ impl OutputLock {
             .map_err(|e| Error::io(lock_path, e))?;
         match try_lock(&file) {
             Ok(true) => Ok(Self { _file: file }),
-            Ok(false) => Err(Error::invalid(
-                "output",
-                format!(
-                    "another freshstack run is writing {} (it holds {}); wait for it to end",
-                    what.display(),
-                    lock_path.display()
-                ),
-            )),
+            Ok(false) => Err(Error::Busy {
+                output: what.to_path_buf(),
+                lock: lock_path.to_path_buf(),
+            }),
             Err(e) => Err(Error::io(lock_path, e)),
         }
     }
