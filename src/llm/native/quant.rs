@@ -226,10 +226,24 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
 /// Bytes of one Q4_K block of 256 values.
 const Q4K_BLOCK_BYTES: usize = 144;
 
+/// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K super-block's 12 scale bytes.
+#[inline(always)]
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
 /// Q4_K to f32: candle's `BlockQ4K::to_float`, operation for operation (`d * sc * q - dmin *
 /// m` in f32; Rust never fuses a multiply and an add, so the same bits), compiled for AVX2
 /// where the CPU has it: candle's loop, scalar in a baseline x86-64 build, took 13% of a
-/// prompt of the 1.5B model.
+/// prompt of the 1.5B model. (The body is called directly from each `target_feature`
+/// wrapper: passed to one generic wrapper instead, it was not inlined and ran without AVX2.)
 fn dequantize_q4k(row: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
@@ -252,16 +266,6 @@ unsafe fn dequantize_q4k_avx2(row: &[u8], out: &mut [f32]) {
 
 #[inline(always)]
 fn dequantize_q4k_body(row: &[u8], out: &mut [f32]) {
-    let scale_min = |j: usize, q: &[u8]| -> (u8, u8) {
-        if j < 4 {
-            (q[j] & 63, q[j + 4] & 63)
-        } else {
-            (
-                (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
-                (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-            )
-        }
-    };
     for (block, y) in row
         .chunks_exact(Q4K_BLOCK_BYTES)
         .zip(out.chunks_exact_mut(256))
@@ -274,8 +278,8 @@ fn dequantize_q4k_body(row: &[u8], out: &mut [f32]) {
             .zip(y.chunks_exact_mut(64))
             .enumerate()
         {
-            let (sc1, m1) = scale_min(2 * k, scales);
-            let (sc2, m2) = scale_min(2 * k + 1, scales);
+            let (sc1, m1) = scale_min_k4(2 * k, scales);
+            let (sc2, m2) = scale_min_k4(2 * k + 1, scales);
             let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
             let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
             let (low, high) = y.split_at_mut(32);
@@ -1083,17 +1087,11 @@ mod x86 {
         }
     }
 
-    /// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K super-block.
+    /// [`super::scale_min_k4`] as floats.
     #[inline(always)]
     fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
-        if j < 4 {
-            (f32::from(q[j] & 63), f32::from(q[j + 4] & 63))
-        } else {
-            (
-                f32::from((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4)),
-                f32::from((q[j + 4] >> 4) | ((q[j] >> 6) << 4)),
-            )
-        }
+        let (scale, min) = super::scale_min_k4(j, q);
+        (f32::from(scale), f32::from(min))
     }
 
     /// Q4_K (`FIVE` false) and Q5_K: 8 sub-blocks of 32, value = d sc q - dmin m.
