@@ -616,6 +616,17 @@ struct Index {
     path: PathBuf,
 }
 
+/// `logger`, or the `freshstack_rs` logger when none was given.
+fn logger_or_default(py: Python<'_>, logger: Option<Py<PyAny>>) -> PyResult<Py<PyAny>> {
+    match logger {
+        Some(logger) => Ok(logger),
+        None => Ok(py
+            .import("logging")?
+            .call_method1("getLogger", ("freshstack_rs",))?
+            .unbind()),
+    }
+}
+
 /// Queries searched between two looks for Ctrl-C in `Index.retrieve`.
 const RETRIEVE_SLICE: usize = 64;
 
@@ -667,13 +678,7 @@ impl Index {
         vector_dtype: &str,
         logger: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let logger = match logger {
-            Some(logger) => logger,
-            None => py
-                .import("logging")?
-                .call_method1("getLogger", ("freshstack_rs",))?
-                .unbind(),
-        };
+        let logger = logger_or_default(py, logger)?;
         use freshstack::dataset::VectorDtype;
         let dense = dense
             .iter()
@@ -724,13 +729,7 @@ impl Index {
                 "nothing to refresh: give add (a JSONL corpus) and/or remove_repos",
             ));
         }
-        let logger = match logger {
-            Some(logger) => logger,
-            None => py
-                .import("logging")?
-                .call_method1("getLogger", ("freshstack_rs",))?
-                .unbind(),
-        };
+        let logger = logger_or_default(py, logger)?;
         let config = freshstack::index::RefreshConfig { add, remove_repos };
         let progress = LogProgress::new(logger);
         let path = self.path.clone();
