@@ -248,12 +248,13 @@ impl Builder<'_> {
             &[layout::VARIANTS],
             on_stage,
             |b| {
+                let stage_llm = b.llm_section(LlmStage::Variants);
                 let config = VariantsConfig {
                     params: b.params(LlmStage::Variants, b.config.variants.max_tokens),
                     max_sub_questions: b.config.variants.max_sub_questions,
-                    max_repairs: b.llm_section(LlmStage::Variants).max_repairs,
+                    max_repairs: stage_llm.max_repairs,
                     shard: None,
-                    structured_output: b.llm_section(LlmStage::Variants).structured_output,
+                    structured_output: stage_llm.structured_output,
                 };
                 let questions = b.path(layout::QUESTIONS);
                 let out = b.path(layout::VARIANTS);

@@ -1134,8 +1134,9 @@ impl Builder<'_> {
             let pool = b.path(layout::POOL);
             let out = b.path(layout::JUDGMENTS);
             let params = b.params(LlmStage::Judge, section.max_tokens);
-            let max_repairs = b.llm_section(LlmStage::Judge).max_repairs;
-            let structured_output = b.llm_section(LlmStage::Judge).structured_output;
+            let stage_llm = b.llm_section(LlmStage::Judge);
+            let max_repairs = stage_llm.max_repairs;
+            let structured_output = stage_llm.structured_output;
             let carry = b.carry;
             let opened = b.llm(LlmStage::Judge)?;
             let default = JudgeConfig::default();

@@ -298,12 +298,13 @@ impl Builder<'_> {
             .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .finish();
         self.stage("nuggets", fingerprint, &[layout::NUGGETS], on_stage, |b| {
+            let stage_llm = b.llm_section(LlmStage::Nuggets);
             let config = NuggetsConfig {
                 params: b.params(LlmStage::Nuggets, b.config.nuggets.max_tokens),
                 max_nuggets: b.config.nuggets.max_nuggets,
-                max_repairs: b.llm_section(LlmStage::Nuggets).max_repairs,
+                max_repairs: stage_llm.max_repairs,
                 shard: None,
-                structured_output: b.llm_section(LlmStage::Nuggets).structured_output,
+                structured_output: stage_llm.structured_output,
             };
             let questions = b.path(layout::QUESTIONS);
             let out = b.path(layout::NUGGETS);
