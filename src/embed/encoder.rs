@@ -13,6 +13,7 @@ use super::batch::{
     DEFAULT_CPU_MAX_BATCH_TOKENS, DEFAULT_MAX_BATCH_TOKENS, plan_batches, run_batches,
 };
 use super::dense_head::DenseHead;
+use super::gguf::GgufEncoder;
 use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling};
 use super::models::{Backbone, build_backbone, model_err};
 use super::pooling::{l2_normalize, pool};
@@ -91,9 +92,20 @@ pub struct EncoderOptions {
     pub dimensions: Option<usize>,
 }
 
+/// Our dtype as candle's.
+fn candle_dtype(dtype: ModelDType) -> DType {
+    match dtype {
+        ModelDType::F32 => DType::F32,
+        ModelDType::Bf16 => DType::BF16,
+        ModelDType::F16 => DType::F16,
+    }
+}
+
 #[derive(Deserialize)]
 struct ModelTypeOnly {
     model_type: Option<String>,
+    #[serde(default)]
+    vocab_size: Option<usize>,
     #[serde(default)]
     eos_token_id: Option<serde_json::Value>,
     #[serde(default)]
@@ -141,8 +153,12 @@ pub struct TextEncoder {
 
 impl TextEncoder {
     /// Loads the model in `files`: manifest (built-in by id or directory name, or derived from
-    /// `config.json` and `1_Pooling`), tokenizer and memory-mapped weights.
+    /// `config.json` and `1_Pooling`), tokenizer and memory-mapped weights; or, for a GGUF file,
+    /// all three from the file (its card found by the file's stem).
     pub fn load(files: &ModelFiles, options: &EncoderOptions) -> Result<Self> {
+        if let Some(path) = &files.gguf {
+            return Self::load_gguf(files, path, options);
+        }
         let name = files.name.as_str();
         let config_text = crate::dataset::bounded::read_text(
             &files.config,
@@ -151,10 +167,94 @@ impl TextEncoder {
         .map_err(|e| Error::io(&files.config, e))?;
         let config: ModelTypeOnly = serde_json::from_str(&config_text)
             .map_err(|e| Error::model(name, format!("{}: {e}", files.config.display())))?;
-        let mut manifest = match &options.manifest {
+        let manifest = match &options.manifest {
             Some(m) => m.clone(),
             None => find_manifest(files)?.map_or_else(|| derive_manifest(files, &config), Ok)?,
         };
+        let tokenizer = Tokenizer::from_file(&files.tokenizer)
+            .map_err(|e| Error::model(name, format!("{}: {e}", files.tokenizer.display())))?;
+        Self::assemble(
+            files,
+            options,
+            manifest,
+            (&config, &config_text),
+            tokenizer,
+            |dtype, device| {
+                // SAFETY: the weight files are memory-mapped read-only; like every mmap user we
+                // rely on them not being truncated while the model is loaded.
+                unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, dtype, device) }
+                    .map_err(|e| Error::model(name, format!("cannot read weights: {e}")))
+            },
+        )
+    }
+
+    /// Loads a GGUF embedding model: the card by the file's stem (else a manifest from the
+    /// file's metadata), the tokenizer and weights from the file, dequantized to the dtype.
+    fn load_gguf(files: &ModelFiles, path: &Path, options: &EncoderOptions) -> Result<Self> {
+        let name = files.name.as_str();
+        let card = match &options.manifest {
+            Some(m) => Some(m.clone()),
+            None => find_manifest(files)?,
+        };
+        let dtype = options
+            .dtype
+            .or(card.as_ref().map(|m| m.dtype))
+            .unwrap_or(ModelDType::F32);
+        let gguf = GgufEncoder::open(path, candle_dtype(dtype))?;
+        let config: ModelTypeOnly = serde_json::from_str(&gguf.config)
+            .map_err(|e| Error::model(name, format!("GGUF config: {e}")))?;
+        let manifest = match card {
+            Some(m) => m,
+            None => ModelManifest {
+                id: files
+                    .gguf
+                    .as_deref()
+                    .and_then(Path::file_stem)
+                    .and_then(|s| s.to_str())
+                    .unwrap_or(name)
+                    .to_string(),
+                kind: ModelKind::Embedding,
+                aliases: Vec::new(),
+                architecture: gguf.architecture,
+                pooling: gguf.pooling,
+                normalize: true,
+                max_length: gguf.context_length.unwrap_or(512),
+                dim: config.hidden_size.unwrap_or(0),
+                matryoshka: Vec::new(),
+                dtype,
+                append_eos: false,
+                query_template: "{text}".to_string(),
+                document_template: "{text}".to_string(),
+                task: super::manifest::FRESHSTACK_TASK.to_string(),
+            },
+        };
+        let GgufEncoder {
+            config: config_text,
+            tokenizer,
+            tensors,
+            ..
+        } = gguf;
+        Self::assemble(
+            files,
+            options,
+            manifest,
+            (&config, &config_text),
+            tokenizer,
+            move |dtype, device| Ok(VarBuilder::from_tensors(tensors, dtype, device)),
+        )
+    }
+
+    /// The rest of a load, whatever the file format: overrides, checks, truncation, backbone,
+    /// `Dense` head and Matryoshka width.
+    fn assemble(
+        files: &ModelFiles,
+        options: &EncoderOptions,
+        mut manifest: ModelManifest,
+        (config, config_text): (&ModelTypeOnly, &str),
+        mut tokenizer: Tokenizer,
+        weights: impl FnOnce(DType, &Device) -> Result<VarBuilder<'static>>,
+    ) -> Result<Self> {
+        let name = files.name.as_str();
         if let Some(model_type) = config.model_type.as_deref() {
             match Architecture::from_model_type(model_type) {
                 Some(arch) => manifest.architecture = arch,
@@ -200,10 +300,22 @@ impl TextEncoder {
         manifest.dtype = dtype;
         let device = options.device.device()?;
 
-        let mut tokenizer = Tokenizer::from_file(&files.tokenizer)
-            .map_err(|e| Error::model(name, format!("{}: {e}", files.tokenizer.display())))?;
+        // The model's own vocabulary (added tokens aside: EmbeddingGemma's tokenizer adds one
+        // past its table) must fit the embedding table, or its ids would index past it.
+        if let Some(rows) = config.vocab_size
+            && tokenizer.get_vocab_size(false) > rows
+        {
+            return Err(Error::model(
+                name,
+                format!(
+                    "the tokenizer has {} tokens but the model's vocab_size is {rows}: \
+                     tokenizer and weights do not belong together",
+                    tokenizer.get_vocab_size(false)
+                ),
+            ));
+        }
         tokenizer.with_padding(None);
-        let eos = eos_id(&config, &tokenizer);
+        let eos = eos_id(config, &tokenizer);
         let append_eos = if manifest.append_eos && manifest.architecture.is_decoder() {
             eos.filter(|&id| !adds_eos(&tokenizer, id))
         } else {
@@ -219,17 +331,8 @@ impl TextEncoder {
             }))
             .map_err(|e| Error::model(name, format!("tokenizer truncation: {e}")))?;
 
-        let candle_dtype = match dtype {
-            ModelDType::F32 => DType::F32,
-            ModelDType::Bf16 => DType::BF16,
-            ModelDType::F16 => DType::F16,
-        };
-        // SAFETY: the weight files are memory-mapped read-only; like every mmap user we rely on
-        // them not being truncated while the model is loaded.
-        let vb =
-            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, candle_dtype, &device) }
-                .map_err(|e| Error::model(name, format!("cannot read weights: {e}")))?;
-        let backbone = build_backbone(manifest.architecture, &config_text, vb, name)?;
+        let vb = weights(candle_dtype(dtype), &device)?;
+        let backbone = build_backbone(manifest.architecture, config_text, vb, name)?;
         if let Some(hidden) = config.hidden_size
             && hidden != backbone.hidden_size()
         {
@@ -450,12 +553,19 @@ impl Encoder for TextEncoder {
     }
 }
 
-/// The built-in manifest for `files`: by Hugging Face id, else by directory name.
+/// The built-in manifest for `files`: by Hugging Face id, else by directory name (a GGUF
+/// file's by its file name without `.gguf`).
 pub(crate) fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>> {
     if let Some(id) = &files.id
         && let Some(m) = ModelManifest::find(id)?
     {
         return Ok(Some(m));
+    }
+    if let Some(path) = &files.gguf {
+        return match path.file_stem().and_then(|n| n.to_str()) {
+            Some(stem) => ModelManifest::find(stem),
+            None => Ok(None),
+        };
     }
     match files.dir.file_name().and_then(|n| n.to_str()) {
         Some(dir_name) => ModelManifest::find(dir_name),

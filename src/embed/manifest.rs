@@ -35,6 +35,9 @@ pub enum Architecture {
     /// ModernBERT bidirectional encoders (GTE-ModernBERT).
     #[serde(rename = "modernbert")]
     ModernBert,
+    /// nomic-bert bidirectional encoders (nomic-embed-text, CodeRankEmbed).
+    #[serde(rename = "nomic-bert")]
+    NomicBert,
 }
 
 impl Architecture {
@@ -50,19 +53,19 @@ impl Architecture {
             "xlm-roberta" | "roberta" => Self::XlmRoberta,
             "mpnet" => Self::MpNet,
             "modernbert" => Self::ModernBert,
+            "nomic_bert" | "nomic-bert" => Self::NomicBert,
             _ => return None,
         })
     }
 
     /// The `model_type`s [`Architecture::from_model_type`] knows, for messages.
-    pub const SUPPORTED: &'static str =
-        "bert, xlm-roberta, mpnet, modernbert, mistral, qwen2, qwen3, gemma2, gemma3_text";
+    pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, modernbert, nomic_bert, mistral, qwen2, qwen3, gemma2, gemma3_text";
 
     /// True for causal decoders (last-token pooling, EOS handling).
     pub fn is_decoder(self) -> bool {
         !matches!(
             self,
-            Self::Bert | Self::XlmRoberta | Self::MpNet | Self::ModernBert
+            Self::Bert | Self::XlmRoberta | Self::MpNet | Self::ModernBert | Self::NomicBert
         )
     }
 
@@ -197,6 +200,10 @@ const BUILTIN: &[(&str, &str)] = &[
     (
         "embeddinggemma-300m",
         include_str!("../../models/embeddinggemma-300m.toml"),
+    ),
+    (
+        "nomic-embed-text-v1.5",
+        include_str!("../../models/nomic-embed-text-v1.5.toml"),
     ),
     (
         "bge-small-en-v1.5",

@@ -17,6 +17,9 @@
 //!   the shared `decoder.rs`) and the dispatch from an [`Architecture`] to its backbone;
 //! - `kernels/` — the CPU kernels under the models (`ops.rs`, `bert_layer.rs`, `bf16.rs`), which
 //!   `llm`'s native GGUF engine reuses;
+//! - `gguf.rs` — embedding models in llama.cpp's GGUF (`bert`, `nomic-bert`): metadata checks,
+//!   the WordPiece tokenizer rebuilt from the stored vocabulary, tensors under their Hugging
+//!   Face names;
 //! - `pooling.rs`, `batch.rs` (length-sorted token-budget batches), `resolve.rs` (where a model's
 //!   files are), `manifest.rs` (the `models/*.toml` registry), `input.rs` (the rows `embed` and
 //!   `rerank` read), `job.rs` ([`embed_file`]: a file in, `.npy` + `.ids` (+ shard sidecar)
@@ -25,6 +28,7 @@
 mod batch;
 mod dense_head;
 mod encoder;
+mod gguf;
 mod input;
 mod job;
 pub(crate) mod kernels;

@@ -27,13 +27,42 @@ pub struct ModelFiles {
     pub weights: Vec<PathBuf>,
     /// sentence-transformers `1_Pooling/config.json`, when present.
     pub pooling_config: Option<PathBuf>,
+    /// A GGUF model file (`--model FILE.gguf`): then `config`, `tokenizer` and `weights` all
+    /// name that one file, which holds all three.
+    pub gguf: Option<PathBuf>,
 }
 
-/// Finds `name`: an existing directory, else a Hugging Face id in the local cache.
+/// Finds `name`: an existing directory or `.gguf` file, else a Hugging Face id in the local
+/// cache.
 pub fn resolve_model(name: &str) -> Result<ModelFiles> {
     let path = Path::new(name);
     if path.is_dir() {
         return model_files(name, None, path);
+    }
+    if path.is_file() {
+        let is_gguf = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+        if !is_gguf {
+            return Err(Error::model(
+                name,
+                "is a file: a model is a directory or a .gguf file",
+            ));
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        return Ok(ModelFiles {
+            name: name.to_string(),
+            id: None,
+            dir,
+            config: path.to_path_buf(),
+            tokenizer: path.to_path_buf(),
+            weights: vec![path.to_path_buf()],
+            pooling_config: None,
+            gguf: Some(path.to_path_buf()),
+        });
     }
     let Some((org, repo)) = name.split_once('/') else {
         return Err(Error::model(
@@ -177,6 +206,7 @@ fn model_files(name: &str, id: Option<String>, dir: &Path) -> Result<ModelFiles>
         tokenizer,
         weights,
         pooling_config: pooling.is_file().then_some(pooling),
+        gguf: None,
     })
 }
 

@@ -131,6 +131,12 @@ impl CrossEncoder {
     /// label, its `tokenizer.json` and memory-mapped weights.
     pub fn load(files: &ModelFiles, options: &RerankerOptions) -> Result<Self> {
         let name = files.name.as_str();
+        if files.gguf.is_some() {
+            return Err(Error::model(
+                name,
+                "GGUF rerankers are not supported: give the model's directory",
+            ));
+        }
         let config_text = crate::dataset::bounded::read_text(
             &files.config,
             crate::dataset::bounded::MAX_SETTINGS_BYTES,

@@ -15,6 +15,10 @@
 //! 4. the up projection with bias, GELU applied in place;
 //! 5. the down projection with bias and residual folded in.
 //!
+//! nomic-bert layers take the same path with two differences: Q and K are rotated (RoPE,
+//! rotate-half) in place right after step 1, and step 4 projects gate and up together
+//! (`[2i, h]`) and keeps `silu(gate) * up`.
+//!
 //! LayerNorms stay candle's (already one fused pass). Each task and each gemm is computed the
 //! same way whatever the thread count (gemm splits rows and columns, never the inner sum), so
 //! outputs do not depend on it. Rows past a batch row's length are left at zero: nothing reads
@@ -37,6 +41,65 @@ pub enum GeluKind {
     Erf,
     /// Tanh approximation (`gelu_new`, `gelu_pytorch_tanh`), as candle's `gelu`.
     Tanh,
+}
+
+/// The feed-forward activation of a layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedForward {
+    /// `down(gelu(up(x)))` (BERT, MPNet).
+    Gelu(GeluKind),
+    /// `down(silu(gate(x)) * up(x))`, gate and up packed as one `[2i, h]` projection
+    /// (nomic-bert).
+    SwiGlu,
+}
+
+/// RoPE tables (rotate-half convention) for positions `0..len` of heads `head_dim` wide, as
+/// `embed::models`' candle path computes them: `inv_freq` rounded to f32 from f64, each angle
+/// one f32 product, its cosine and sine in f32.
+pub struct RotaryTable {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    half: usize,
+    len: usize,
+}
+
+impl RotaryTable {
+    /// Tables of base `theta` for `len` positions.
+    pub fn new(head_dim: usize, theta: f64, len: usize) -> Self {
+        let half = head_dim / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32)
+            .collect();
+        let mut cos = Vec::with_capacity(len * half);
+        let mut sin = Vec::with_capacity(len * half);
+        for pos in 0..len {
+            for &f in &inv_freq {
+                let angle = pos as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        Self {
+            cos,
+            sin,
+            half,
+            len,
+        }
+    }
+
+    /// Rotates the heads in `values` (`heads` of `2 half` values each) as position `pos`.
+    fn rotate(&self, values: &mut [f32], pos: usize) {
+        let cos = &self.cos[pos * self.half..(pos + 1) * self.half];
+        let sin = &self.sin[pos * self.half..(pos + 1) * self.half];
+        for head in values.chunks_exact_mut(2 * self.half) {
+            let (first, second) = head.split_at_mut(self.half);
+            for (((a, b), c), s) in first.iter_mut().zip(second.iter_mut()).zip(cos).zip(sin) {
+                let (x1, x2) = (*a, *b);
+                *a = x1 * c - x2 * s;
+                *b = x1 * s + x2 * c;
+            }
+        }
+    }
 }
 
 /// A dense layer's weight `[out, in]` (contiguous f32 on the CPU) and bias.
@@ -78,7 +141,7 @@ pub struct CpuBertLayer {
     up: Dense,
     down: Dense,
     heads: usize,
-    gelu: GeluKind,
+    feed_forward: FeedForward,
 }
 
 impl CpuBertLayer {
@@ -104,7 +167,36 @@ impl CpuBertLayer {
             up: Dense::from_linear(up)?,
             down: Dense::from_linear(down)?,
             heads,
-            gelu,
+            feed_forward: FeedForward::Gelu(gelu),
+        })
+    }
+
+    /// Packs a nomic-bert layer: the fused `[3h, h]` Q|K|V projection, the attention output,
+    /// and the SwiGLU `gate`, `up` and `down` projections (biases zero where absent).
+    pub fn with_swiglu(
+        qkv: &Linear,
+        attn_out: &Linear,
+        [gate, up, down]: [&Linear; 3],
+        heads: usize,
+    ) -> candle_core::Result<Self> {
+        let qkv = Dense::from_linear(qkv)?;
+        let (gate, up) = (Dense::from_linear(gate)?, Dense::from_linear(up)?);
+        if gate.out_features != up.out_features || gate.in_features != up.in_features {
+            candle_core::bail!("gate and up projections differ in shape");
+        }
+        let h = qkv.in_features;
+        if qkv.out_features != 3 * h || heads == 0 || !h.is_multiple_of(heads) {
+            candle_core::bail!("the Q|K|V projection does not match the hidden size");
+        }
+        let weight = Tensor::cat(&[&gate.weight, &up.weight], 0)?;
+        let bias = [gate.bias.as_slice(), up.bias.as_slice()].concat();
+        Ok(Self {
+            qkv,
+            attn_out: Dense::from_linear(attn_out)?,
+            up: Dense::from_parts(weight, bias)?,
+            down: Dense::from_linear(down)?,
+            heads,
+            feed_forward: FeedForward::SwiGlu,
         })
     }
 
@@ -115,17 +207,26 @@ impl CpuBertLayer {
 
     /// The layer on right-padded `x` `[batch, seq, h]` whose row `i` has `lengths[i]` tokens.
     /// `relative_bias` (MPNet), `[heads, 2 seq - 1]`: head `h`'s logit bias for
-    /// `key - query = d` at `h (2 seq - 1) + d + seq - 1`.
+    /// `key - query = d` at `h (2 seq - 1) + d + seq - 1`. `rotary` (nomic-bert): the RoPE
+    /// tables Q and K are rotated with, covering at least `seq` positions.
     pub fn forward(
         &self,
         x: &Tensor,
         lengths: &[usize],
         relative_bias: Option<&[f32]>,
-        attn_norm: &LayerNorm,
-        out_norm: &LayerNorm,
+        rotary: Option<&RotaryTable>,
+        [attn_norm, out_norm]: [&LayerNorm; 2],
     ) -> candle_core::Result<Tensor> {
         let x = x.contiguous()?;
-        let qkv = x.apply_op2_no_bwd(&self.qkv.weight, &Project::new(&self.qkv, None))?;
+        let (_, seq, h) = x.dims3()?;
+        let mut project_qkv = Project::new(&self.qkv, None);
+        if let Some(table) = rotary {
+            if table.len < seq || table.half * 2 * self.heads != h {
+                candle_core::bail!("rotary tables do not cover {seq} positions of this layer");
+            }
+            project_qkv.rotary = Some((table, seq, 2 * h));
+        }
+        let qkv = x.apply_op2_no_bwd(&self.qkv.weight, &project_qkv)?;
         let ctx = qkv.apply_op1_no_bwd(&Attention {
             heads: self.heads,
             lengths,
@@ -137,21 +238,32 @@ impl CpuBertLayer {
             &Project::new(&self.attn_out, None),
         )?;
         let x = attn_norm.forward(&attended)?;
-        let up = x.apply_op2_no_bwd(&self.up.weight, &Project::new(&self.up, Some(self.gelu)))?;
+        let up = x.apply_op2_no_bwd(
+            &self.up.weight,
+            &Project::new(&self.up, Some(self.feed_forward)),
+        )?;
         let out = up.apply_op3_no_bwd(&self.down.weight, &x, &Project::new(&self.down, None))?;
         out_norm.forward(&out)
     }
 }
 
-/// `x W^T + bias` (+ a residual, as the third operand), then an optional GELU.
+/// `x W^T + bias` (+ a residual, as the third operand), then an optional activation, or RoPE
+/// on the leading columns.
 struct Project<'a> {
     dense: &'a Dense,
-    gelu: Option<GeluKind>,
+    activation: Option<FeedForward>,
+    /// The tables, the sequence length (a row's position is its index modulo it) and how many
+    /// leading columns of each row are rotated (Q and K).
+    rotary: Option<(&'a RotaryTable, usize, usize)>,
 }
 
 impl<'a> Project<'a> {
-    fn new(dense: &'a Dense, gelu: Option<GeluKind>) -> Self {
-        Self { dense, gelu }
+    fn new(dense: &'a Dense, activation: Option<FeedForward>) -> Self {
+        Self {
+            dense,
+            activation,
+            rotary: None,
+        }
     }
 
     fn run(
@@ -194,9 +306,29 @@ impl<'a> Project<'a> {
             }
         };
         gemm_rows_times_weight_t(&mut dst, x, w, m, n, k);
-        if let Some(gelu) = self.gelu {
-            dst.par_chunks_mut(4096)
-                .for_each(|chunk| apply_gelu(chunk, gelu));
+        if let Some((table, seq, rotated)) = self.rotary {
+            dst.par_chunks_mut(n).enumerate().for_each(|(row, values)| {
+                table.rotate(&mut values[..rotated], row % seq);
+            });
+        }
+        match self.activation {
+            Some(FeedForward::Gelu(gelu)) => {
+                dst.par_chunks_mut(4096)
+                    .for_each(|chunk| apply_gelu(chunk, gelu));
+            }
+            Some(FeedForward::SwiGlu) => {
+                let inner = n / 2;
+                let mut gated = vec![0f32; m * inner];
+                gated
+                    .par_chunks_mut(inner)
+                    .zip(dst.par_chunks(n))
+                    .for_each(|(out, row)| silu_times(out, row.split_at(inner)));
+                if let Some(last) = out_dims.last_mut() {
+                    *last = inner;
+                }
+                return Ok((CpuStorage::F32(gated), Shape::from(out_dims)));
+            }
+            None => {}
         }
         Ok((CpuStorage::F32(dst), Shape::from(out_dims)))
     }
@@ -443,6 +575,13 @@ fn gemm_rows_times_weight_t(dst: &mut [f32], x: &[f32], w: &[f32], m: usize, n: 
             false,
             parallelism,
         );
+    }
+}
+
+/// `out = silu(gate) * up`, `silu(x) = x / (1 + exp(-x))` as candle computes it.
+fn silu_times(out: &mut [f32], (gate, up): (&[f32], &[f32])) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + (-g).exp()) * u;
     }
 }
 

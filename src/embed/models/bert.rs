@@ -234,7 +234,13 @@ impl Layer {
     ) -> candle_core::Result<Tensor> {
         if let Some(cpu) = self.cpu.as_ref().filter(|_| CpuBertLayer::accepts(x)) {
             let by_offset = bias.map(|b| b.by_offset.as_slice());
-            return cpu.forward(x, lengths, by_offset, &self.attn_norm, &self.out_norm);
+            return cpu.forward(
+                x,
+                lengths,
+                by_offset,
+                None,
+                [&self.attn_norm, &self.out_norm],
+            );
         }
         let (b, t, h) = x.dims3()?;
         let q = self.split_heads(&self.query.forward(x)?)?;

@@ -1,6 +1,6 @@
 //! One file per architecture, each mapping its `config.json` onto a forward pass that returns
 //! every position's final hidden state: BERT, XLM-RoBERTa and MPNet ([`bert`]), ModernBERT
-//! ([`modernbert`]), and the decoders Mistral, Qwen2/Qwen3, Gemma-2 and Gemma-3 (also
+//! ([`modernbert`]), nomic-bert ([`nomic_bert`]), and the decoders Mistral, Qwen2/Qwen3, Gemma-2 and Gemma-3 (also
 //! bidirectional) over the shared machinery of [`decoder`]. Model files do no file or hub I/O
 //! (resolution is `embed::resolve`'s) and no pooling (`embed::pooling`'s); their CPU fast paths
 //! are in `embed::kernels`. [`build_backbone`] picks the file for an [`Architecture`].
@@ -11,6 +11,7 @@ mod gemma2;
 mod gemma3;
 mod mistral;
 mod modernbert;
+mod nomic_bert;
 mod qwen;
 
 use candle_core::Tensor;
@@ -21,6 +22,7 @@ use gemma2::Gemma2Config;
 use gemma3::Gemma3Config;
 use mistral::MistralConfig;
 use modernbert::{ModernBertConfig, ModernBertModel};
+use nomic_bert::{NomicBertConfig, NomicBertModel};
 use qwen::{QwenConfig, QwenVersion};
 
 use super::manifest::Architecture;
@@ -60,6 +62,10 @@ pub(crate) fn build_backbone(
         Architecture::ModernBert => {
             let cfg: ModernBertConfig = serde_json::from_str(config).map_err(parse_err)?;
             Box::new(ModernBertModel::load(&cfg, vb).map_err(model_err(name))?)
+        }
+        Architecture::NomicBert => {
+            let cfg: NomicBertConfig = serde_json::from_str(config).map_err(parse_err)?;
+            Box::new(NomicBertModel::load(&cfg, vb).map_err(model_err(name))?)
         }
         Architecture::Mistral => {
             let cfg: MistralConfig = serde_json::from_str(config).map_err(parse_err)?;
