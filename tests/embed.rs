@@ -793,3 +793,92 @@ fn nomic_gguf_matches_llama_cpp() {
         .unwrap();
     check(&got, &reference.query_vectors, "query");
 }
+
+/// Stella-style Matryoshka heads on a tiny Qwen2: `modules.json` names `2_Dense_16`, a sibling
+/// `2_Dense_8` exists; `dimensions: 8` loads that head (8 values, not 16 cut to 8), the widths
+/// are offered in the refusal of any other, and no width keeps the listed head.
+#[test]
+fn matryoshka_heads_are_chosen_by_dimensions() {
+    use std::collections::HashMap;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    crate::util::copy_dir(&root().join("tests/fixtures/embed/tiny-qwen2"), dir);
+    std::fs::write(
+        dir.join("modules.json"),
+        r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Dense_16", "type": "sentence_transformers.models.Dense"}]"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    std::fs::write(
+        dir.join("1_Pooling/config.json"),
+        r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#,
+    )
+    .unwrap();
+    let mut rng = fastrand::Rng::with_seed(3);
+    for width in [8usize, 16] {
+        let folder = dir.join(format!("2_Dense_{width}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(
+            folder.join("config.json"),
+            format!(
+                r#"{{"in_features": 32, "out_features": {width}, "bias": true,
+                    "activation_function": "torch.nn.modules.linear.Identity"}}"#
+            ),
+        )
+        .unwrap();
+        let dev = candle_core::Device::Cpu;
+        let weight: Vec<f32> = (0..width * 32).map(|_| rng.f32() - 0.5).collect();
+        let bias: Vec<f32> = (0..width).map(|_| rng.f32() - 0.5).collect();
+        let tensors: HashMap<String, candle_core::Tensor> = [
+            (
+                "linear.weight".to_string(),
+                candle_core::Tensor::from_vec(weight, (width, 32), &dev).unwrap(),
+            ),
+            (
+                "linear.bias".to_string(),
+                candle_core::Tensor::from_vec(bias, width, &dev).unwrap(),
+            ),
+        ]
+        .into();
+        candle_core::safetensors::save(&tensors, folder.join("model.safetensors")).unwrap();
+    }
+    let texts = ["how do I resume a killed build", "queue workers"];
+    let embed = |dimensions: Option<usize>| {
+        let encoder = load(
+            dir,
+            &EncoderOptions {
+                dimensions,
+                dtype: Some(ModelDType::F32),
+                ..EncoderOptions::default()
+            },
+        );
+        encoder
+            .embed(&texts, TextKind::Document, &NoProgress)
+            .unwrap()
+    };
+    let full = embed(None);
+    assert_eq!(full.dim, 16);
+    let eight = embed(Some(8));
+    assert_eq!(eight.dim, 8);
+    // Not the 16-wide head cut to 8 and renormalised.
+    let cut: Vec<f32> = {
+        let head = &full.row(0)[..8];
+        let norm = head.iter().map(|x| x * x).sum::<f32>().sqrt();
+        head.iter().map(|x| x / norm).collect()
+    };
+    assert!(cosine(eight.row(0), &cut) < 0.99);
+    let files = resolve_model(dir.to_str().unwrap()).unwrap();
+    let err = TextEncoder::load(
+        &files,
+        &EncoderOptions {
+            dimensions: Some(12),
+            ..EncoderOptions::default()
+        },
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("widths are 8, 16"), "{err}");
+}

@@ -338,18 +338,35 @@ impl TextEncoder {
         {
             return Err(Error::model(name, "hidden_size mismatch"));
         }
-        let dense = DenseHead::load(&files.dir, name, backbone.hidden_size(), &device)?;
+        // A GGUF file carries no sentence-transformers modules (its directory is not the model's).
+        let dense = match files.gguf {
+            Some(_) => None,
+            None => DenseHead::load(
+                &files.dir,
+                name,
+                backbone.hidden_size(),
+                options.dimensions,
+                &device,
+            )?,
+        };
         manifest.dim = dense
             .as_ref()
             .and_then(DenseHead::out_features)
             .unwrap_or(backbone.hidden_size());
+        // The widths a card lists (truncation) and those of Matryoshka heads (Stella's
+        // `2_Dense_N` folders, one of which the head loaded when asked).
+        let mut widths = manifest.matryoshka.clone();
+        for &w in dense.as_ref().map_or(&[][..], DenseHead::widths) {
+            if !widths.contains(&w) {
+                widths.push(w);
+            }
+        }
         if let Some(n) = options.dimensions {
-            if !manifest.matryoshka.contains(&n) || n > manifest.dim {
-                let widths = if manifest.matryoshka.is_empty() {
+            if !widths.contains(&n) || n > manifest.dim {
+                let widths = if widths.is_empty() {
                     "the model defines no Matryoshka widths".to_string()
                 } else {
-                    let listed: Vec<String> =
-                        manifest.matryoshka.iter().map(|w| w.to_string()).collect();
+                    let listed: Vec<String> = widths.iter().map(|w| w.to_string()).collect();
                     format!("the model's Matryoshka widths are {}", listed.join(", "))
                 };
                 return Err(Error::invalid("dimensions", format!("{n}: {widths}")));

@@ -202,6 +202,14 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../models/embeddinggemma-300m.toml"),
     ),
     (
+        "stella_en_1.5B_v5",
+        include_str!("../../models/stella_en_1.5B_v5.toml"),
+    ),
+    (
+        "gte-modernbert-base",
+        include_str!("../../models/gte-modernbert-base.toml"),
+    ),
+    (
         "nomic-embed-text-v1.5",
         include_str!("../../models/nomic-embed-text-v1.5.toml"),
     ),
@@ -312,12 +320,15 @@ mod tests {
             assert!(m.query_template.contains("{text}"), "{}", m.id);
             assert!(m.document_template.contains("{text}"), "{}", m.id);
             assert_eq!(m.task, FRESHSTACK_TASK, "{}", m.id);
-            // Causal decoders pool their last token; Gemma-3 may be bidirectional (EmbeddingGemma,
-            // mean pooled); encoders never pool the last token.
+            // Encoders never pool the last token; decoders pool it unless mean pooled (Stella,
+            // EmbeddingGemma), and then append no EOS.
             let last = m.pooling == Pooling::LastToken;
-            match m.architecture {
-                Architecture::Gemma3 => {}
-                arch => assert_eq!(arch.is_decoder(), last, "{}", m.id),
+            if !m.architecture.is_decoder() {
+                assert!(!last, "{}", m.id);
+            } else if m.pooling == Pooling::Mean {
+                assert!(!m.append_eos, "{}", m.id);
+            } else {
+                assert!(last, "{}", m.id);
             }
         }
     }
