@@ -318,6 +318,32 @@ impl Rope {
     }
 }
 
+/// Bidirectional encoder self-attention with one fused `[3h, h]` Q|K|V projection and RoPE on
+/// Q and K (ModernBERT, nomic-bert): `out(softmax(Q K^T) V)` for `x` `[batch, seq, h]`.
+pub(super) fn fused_rotary_attention(
+    qkv: &candle_nn::Linear,
+    out: &candle_nn::Linear,
+    x: &Tensor,
+    (heads, head_dim): (usize, usize),
+    rope: &Rope,
+    mask: &AttnMask,
+) -> candle_core::Result<Tensor> {
+    let (b, t, h) = x.dims3()?;
+    let qkv = qkv.forward(x)?.reshape((b, t, 3, heads, head_dim))?;
+    let part = |n: usize| -> candle_core::Result<Tensor> {
+        qkv.narrow(2, n, 1)?
+            .squeeze(2)?
+            .transpose(1, 2)?
+            .contiguous()
+    };
+    let q = candle_nn::rotary_emb::rope(&part(0)?, &rope.cos, &rope.sin)?;
+    let k = candle_nn::rotary_emb::rope(&part(1)?, &rope.cos, &rope.sin)?;
+    let v = part(2)?;
+    let probs = attention_probs(&q.matmul(&k.t()?)?, mask)?.to_dtype(v.dtype())?;
+    let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
+    out.forward(&ctx)
+}
+
 /// A decoder stack: embeddings, layers, final norm.
 pub struct DecoderModel {
     embed: Embedding,

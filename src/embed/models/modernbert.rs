@@ -11,8 +11,8 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use super::Backbone;
-use super::decoder::{Rope, rope_parameters_for, rope_theta};
-use crate::embed::kernels::ops::{AttnMask, attention_probs, gelu_erf};
+use super::decoder::{Rope, fused_rotary_attention, rope_parameters_for, rope_theta};
+use crate::embed::kernels::ops::{AttnMask, gelu_erf};
 
 /// The fields of a ModernBERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -228,32 +228,6 @@ impl ModernBertModel {
         })
     }
 
-    fn attention(
-        &self,
-        layer: &Layer,
-        x: &Tensor,
-        rope: &Rope,
-        mask: &AttnMask,
-    ) -> candle_core::Result<Tensor> {
-        let (b, t, h) = x.dims3()?;
-        let qkv = layer
-            .qkv
-            .forward(x)?
-            .reshape((b, t, 3, self.heads, self.head_dim))?;
-        let part = |n: usize| -> candle_core::Result<Tensor> {
-            qkv.narrow(2, n, 1)?
-                .squeeze(2)?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let q = candle_nn::rotary_emb::rope(&part(0)?, &rope.cos, &rope.sin)?;
-        let k = candle_nn::rotary_emb::rope(&part(1)?, &rope.cos, &rope.sin)?;
-        let v = part(2)?;
-        let probs = attention_probs(&q.matmul(&k.t()?)?, mask)?.to_dtype(v.dtype())?;
-        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
-        layer.out.forward(&ctx)
-    }
-
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
         let both = layer.wi.forward(x)?;
         let input = both.narrow(D::Minus1, 0, self.intermediate)?;
@@ -294,7 +268,15 @@ impl Backbone for ModernBertModel {
                 Some(norm) => norm.forward(&x)?,
                 None => x.clone(),
             };
-            x = (&x + self.attention(layer, &normed, rope, &mask)?)?;
+            x = (&x
+                + fused_rotary_attention(
+                    &layer.qkv,
+                    &layer.out,
+                    &normed,
+                    (self.heads, self.head_dim),
+                    rope,
+                    &mask,
+                )?)?;
             x = (&x + self.mlp(layer, &layer.mlp_norm.forward(&x)?)?)?;
         }
         self.final_norm.forward(&x)

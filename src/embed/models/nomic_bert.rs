@@ -11,9 +11,9 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use super::Backbone;
-use super::decoder::Rope;
+use super::decoder::{Rope, fused_rotary_attention};
 use crate::embed::kernels::bert_layer::{CpuBertLayer, RotaryTable};
-use crate::embed::kernels::ops::{AttnMask, attention_probs, silu_mul};
+use crate::embed::kernels::ops::{AttnMask, silu_mul};
 
 /// The fields of a nomic-bert `config.json` (GPT-2-style names) the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -176,32 +176,6 @@ impl NomicBertModel {
             hidden_size: h,
         })
     }
-
-    fn attention(
-        &self,
-        layer: &Layer,
-        x: &Tensor,
-        rope: &Rope,
-        mask: &AttnMask,
-    ) -> candle_core::Result<Tensor> {
-        let (b, t, h) = x.dims3()?;
-        let qkv = layer
-            .qkv
-            .forward(x)?
-            .reshape((b, t, 3, self.heads, self.head_dim))?;
-        let part = |n: usize| -> candle_core::Result<Tensor> {
-            qkv.narrow(2, n, 1)?
-                .squeeze(2)?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let q = candle_nn::rotary_emb::rope(&part(0)?, &rope.cos, &rope.sin)?;
-        let k = candle_nn::rotary_emb::rope(&part(1)?, &rope.cos, &rope.sin)?;
-        let v = part(2)?;
-        let probs = attention_probs(&q.matmul(&k.t()?)?, mask)?.to_dtype(v.dtype())?;
-        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
-        layer.out.forward(&ctx)
-    }
 }
 
 impl Backbone for NomicBertModel {
@@ -236,7 +210,14 @@ impl Backbone for NomicBertModel {
             softcap: None,
         };
         for layer in &self.layers {
-            let attended = self.attention(layer, &x, &rope, &mask)?;
+            let attended = fused_rotary_attention(
+                &layer.qkv,
+                &layer.out,
+                &x,
+                (self.heads, self.head_dim),
+                &rope,
+                &mask,
+            )?;
             x = layer.norm1.forward(&(&x + attended)?)?;
             let mlp = layer
                 .down
