@@ -389,7 +389,9 @@ fn llama_server_structured_output_parses_every_answer_without_repair() {
         );
         return;
     }
-    check_model(&binary, &smollm2, "smollm2", usize::MAX);
+    // Half the quickstart's questions: every stage's schema and both chat paths are exercised
+    // by the first, and CI's budget (the whole suite on two cores) does not cover all twelve.
+    check_model(&binary, &smollm2, "smollm2", 6);
     let qwen = root().join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     if qwen.is_file() {
         // Four times slower on two cores: a quarter of the questions.

@@ -272,12 +272,12 @@ fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
         work.display()
     );
 
-    // Four quickstart questions (two per LLM shard) and the quickstart corpus.
+    // Two quickstart questions (one per LLM shard) and the quickstart corpus.
     let all = quickstart_questions(&dir);
     let kept: String = std::fs::read_to_string(&all)
         .unwrap()
         .lines()
-        .take(4)
+        .take(2)
         .map(|l| format!("{l}\n"))
         .collect();
     let questions = work.join("questions.jsonl");
