@@ -104,7 +104,7 @@ fn bench(c: &mut Criterion) {
 /// feature). Elements = multiply-adds, so elements/s x 2 = FLOP/s.
 fn bench_bf16_linear(c: &mut Criterion) {
     use candle_core::{DType, Device, Module, Tensor};
-    use freshstack::embed::PackedBf16Linear;
+    use freshstack::kernels::bf16::PackedBf16Linear;
 
     let (m, k, n) = (256usize, 4096usize, 4096usize);
     // Uniform in [-0.5, 0.5), rounded to bf16.

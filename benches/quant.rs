@@ -8,7 +8,7 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use freshstack::llm::native::quant::{Isa, Q8Activation, QMatrix, QType, matvec};
+use freshstack::kernels::quant::{Isa, Q8Activation, QMatrix, QType, matvec};
 use memmap2::MmapMut;
 
 /// Deterministic values in [-1, 1).

@@ -43,7 +43,7 @@ pub enum Target {
     Qrels,
     /// LLM answers: the stages' reply parsers and [`parse`]'s helpers.
     LlmAnswer,
-    /// GGUF files ([`LocalChat::load_quantized`]: the header, then the weights).
+    /// GGUF files ([`LocalChat::load`]: the header, then the weights).
     Gguf,
     /// safetensors files, read as the encoders read them (candle's memory-mapped loader).
     Safetensors,
@@ -216,7 +216,7 @@ pub fn run(target: Target, data: &[u8], scratch: &Scratch) -> Result<(), String>
         }
         Target::Gguf => {
             let path = scratch.file("model.gguf", data)?;
-            LocalChat::load_quantized(&path).map(drop).map_err(err)
+            LocalChat::load(&path).map(drop).map_err(err)
         }
         Target::Safetensors => safetensors(&scratch.file("model.safetensors", data)?),
         Target::Npy => {

@@ -53,6 +53,7 @@ pub mod eval;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod index;
+pub mod kernels;
 pub mod llm;
 pub mod merge;
 pub mod pipeline;

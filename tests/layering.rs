@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 const LEVELS: &[&[&str]] = &[
     // Utilities every layer uses: the error type and the progress callback.
     &["error", "progress"],
+    // Numeric kernels: dot products, GEMM-side layers, quantized blocks, attention.
+    &["kernels"],
     // The data model and its formats.
     &["dataset"],
     // The outside world coming in, encoders, index structures.
@@ -202,6 +204,59 @@ fn one_splitmix64_and_one_fnv1a() {
         }
     }
     assert!(copies.is_empty(), "{copies:#?}");
+}
+
+/// Numeric kernels live in `src/kernels/` only: outside it no function with `dot` in its name
+/// takes a float slice, and no file names an instruction set's intrinsics (`std::arch::x86_64`
+/// and the like; feature detection and `#[target_feature]` wrappers that compile a caller for
+/// one instruction set are fine).
+#[test]
+fn numeric_kernels_live_in_the_kernels_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut strays = Vec::new();
+    for path in rust_files(&root.join("src")) {
+        let rel = path
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel.starts_with("src/kernels/") {
+            continue;
+        }
+        let code = strip(&std::fs::read_to_string(&path).unwrap());
+        for (n, line) in code.lines().enumerate() {
+            for arch in [
+                "arch::x86_64",
+                "arch::x86::",
+                "arch::aarch64",
+                "arch::arm::",
+            ] {
+                if line.contains(arch) {
+                    strays.push(format!("{rel}:{}: names {arch}", n + 1));
+                }
+            }
+            if let Some(name) = dot_product_definition(line) {
+                strays.push(format!("{rel}:{}: defines {name}", n + 1));
+            }
+        }
+    }
+    assert!(
+        strays.is_empty(),
+        "move these into src/kernels/: {strays:#?}"
+    );
+}
+
+/// `Some(name)` when `line` defines a function whose name has `dot` as one of its `_` parts and
+/// whose parameters take a slice of floats (`&[f32]`, `&[u16]` as f16 bits, `&[bf16]`...).
+fn dot_product_definition(line: &str) -> Option<&str> {
+    let at = line.find("fn ")?;
+    let rest = &line[at + 3..];
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    let name = &rest[..end];
+    let takes_floats = ["&[f32]", "&[f16]", "&[bf16]", "&[u16]", "&[f64]"]
+        .iter()
+        .any(|t| rest.contains(t));
+    (name.split('_').any(|part| part == "dot") && takes_floats).then_some(name)
 }
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {

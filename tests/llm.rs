@@ -756,7 +756,7 @@ fn check_tiny_gguf_q8(arch: &str) {
         &std::fs::read_to_string(fixtures.join(format!("tiny-{arch}.json"))).unwrap(),
     )
     .unwrap();
-    let chat = LocalChat::load_quantized(&path).unwrap();
+    let chat = LocalChat::load(&path).unwrap();
     let logits = chat.next_logits(&reference.prompt_ids).unwrap();
     let max_diff = logits
         .iter()

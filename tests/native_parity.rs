@@ -178,7 +178,7 @@ fn native_parity_tokenization_matches_llama_tokenize() {
         let Some(path) = model(file, test) else {
             continue;
         };
-        let chat = LocalChat::load_quantized(&path).unwrap();
+        let chat = LocalChat::load(&path).unwrap();
         let (separator, separator_id) = ["<|im_end|>", "<end_of_turn>", "<|endoftext|>"]
             .into_iter()
             .find_map(|s| match chat.encode(s).unwrap()[..] {

@@ -121,7 +121,7 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
             }
         }
         LlmTool::Tokenize { gguf, special } => {
-            let chat = LocalChat::load_quantized(&gguf)?;
+            let chat = LocalChat::load(&gguf)?;
             // A line is bounded (`dataset::bounded`): stdin fed from /dev/zero or a stream
             // without newlines is refused at the bound instead of growing a buffer until the
             // allocator aborts.
@@ -161,7 +161,7 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
                 freshstack::dataset::bounded::MAX_SETTINGS_BYTES,
             )
             .with_context(|| format!("{}", prompt_file.display()))?;
-            let chat = LocalChat::load_quantized(&gguf)?;
+            let chat = LocalChat::load(&gguf)?;
             let ids = if as_chat {
                 chat.encode(&chat.format().render(&[Message::user(prompt)]))?
             } else {

@@ -7,16 +7,14 @@
 //! data model's, [`VectorMatrix`](crate::dataset::VectorMatrix)).
 //! Guarantees: rows come back in input order; results do not depend on the thread count; the
 //! public API ([`TextEncoder`] through the data model's [`Encoder`](crate::dataset::Encoder))
-//! carries no candle types. Imports only `dataset`,
-//! `error` and `progress`.
+//! carries no candle types. Imports only `kernels` (the CPU kernels under the models),
+//! `dataset`, `error` and `progress`.
 //!
 //! Layout (the shape of text-embeddings-inference's candle backend):
 //! - `encoder.rs` — [`TextEncoder`]: tokenizer + backbone + pooling + normalisation, the device
 //!   and load options;
 //! - `models/` — one file per architecture (`bert.rs`; `mistral.rs`, `qwen.rs`, `gemma2.rs` over
 //!   the shared `decoder.rs`) and the dispatch from an [`Architecture`] to its backbone;
-//! - `kernels/` — the CPU kernels under the models (`ops.rs`, `bert_layer.rs`, `bf16.rs`), which
-//!   `llm`'s native GGUF engine reuses;
 //! - `gguf.rs` — embedding models in llama.cpp's GGUF (`bert`, `nomic-bert`): metadata checks,
 //!   the WordPiece tokenizer rebuilt from the stored vocabulary, tensors under their Hugging
 //!   Face names;
@@ -31,7 +29,6 @@ mod encoder;
 mod gguf;
 mod input;
 mod job;
-pub(crate) mod kernels;
 mod manifest;
 mod models;
 mod pooling;
@@ -44,7 +41,6 @@ pub(crate) use encoder::find_manifest;
 pub use encoder::{DeviceSpec, EncoderOptions, TextEncoder};
 pub use input::{EmbedInput, InputKind, read_embed_input};
 pub use job::{EmbedJob, EmbedReport, embed_file};
-pub use kernels::bf16::PackedBf16Linear;
 pub use manifest::{Architecture, FRESHSTACK_TASK, ModelDType, ModelKind, ModelManifest, Pooling};
 pub(crate) use models::{BertConfig, BertFlavor, BertModel};
 pub use resolve::{ModelFiles, resolve_model};

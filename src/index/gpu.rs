@@ -29,7 +29,8 @@ use half::f16;
 use crate::dataset::{VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::docids::{DocIds, TopK};
-use crate::index::flat::{dot, search as flat_search};
+use crate::index::flat::search as flat_search;
+use crate::kernels::dot::dot;
 
 /// The CUDA C source of the kernels (`kernels/topk.cu`).
 pub const KERNEL_SOURCE: &str = include_str!("../../kernels/topk.cu");

@@ -32,7 +32,7 @@ pub use bm25::{
     Bm25Index, Bm25Settings, Bm25Writer, DEFAULT_B, DEFAULT_K1, MAX_QUERY_BYTES, ScoredOrd,
 };
 pub use docids::{DocIds, TopK};
-pub use flat::{dot, search as flat_search};
+pub use flat::search as flat_search;
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuFlat, KERNEL_SOURCE, compile_kernels};
 pub use hnsw::{HnswGraph, cache_key};

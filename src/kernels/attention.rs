@@ -11,7 +11,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::embed::kernels::ops::softmax_row;
+use crate::kernels::ops::softmax_row;
 
 /// Positions per transposed key block.
 pub const KEY_BLOCK: usize = 16;
@@ -130,6 +130,29 @@ thread_local! {
 /// and value is loaded once for all of them.
 const HEADS_AT_ONCE: usize = 4;
 
+/// How a layer turns query x key products into attention weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scoring {
+    /// The factor on every product (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// `Some(w)`: a query at position `i` sees the keys at `j` with `i - w < j <= i` only (a
+    /// sliding-window layer); `None`: every earlier key.
+    pub window: Option<usize>,
+    /// `Some(c)`: scores become `c * tanh(score / c)` before the softmax (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl Scoring {
+    /// `1 / sqrt(head_dim)`, every earlier key, no soft-capping.
+    pub fn standard(head_dim: usize) -> Self {
+        Self {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: None,
+            softcap: None,
+        }
+    }
+}
+
 /// Causal attention of `n` queries (`q` `[n][heads * head_dim]`) at positions
 /// `start..start + n` of `layer`, whose keys and values `cache` already holds; writes
 /// `[n][heads * head_dim]` to `out`. Each (position, key/value head, tile of its query heads)
@@ -140,13 +163,13 @@ pub fn attention(
     heads: usize,
     q: &[f32],
     start: usize,
+    scoring: Scoring,
     out: &mut [f32],
 ) {
     let (hd, kvh) = (cache.head_dim, cache.kv_heads);
     let qw = heads * hd;
     let group = heads / kvh;
     let tiles_per_kv = group.div_ceil(HEADS_AT_ONCE);
-    let scale = 1.0 / (hd as f32).sqrt();
     let keys = &cache.keys[layer];
     let values = &cache.values[layer];
     let n = q.len() / qw;
@@ -169,6 +192,7 @@ pub fn attention(
         let count = out.len() / hd;
         let queries = &q[t * qw + first * hd..t * qw + (first + count) * hd];
         let visible = start + t + 1;
+        let first = scoring.window.map_or(0, |w| visible.saturating_sub(w));
         SCORES.with(|scores| {
             let mut scores = scores.borrow_mut();
             scores.resize(HEADS_AT_ONCE * visible.div_ceil(KEY_BLOCK) * KEY_BLOCK, 0.0);
@@ -179,8 +203,10 @@ pub fn attention(
                 values,
                 value_offset: kv * hd,
                 kv_width: kvh * hd,
+                first,
                 visible,
-                scale,
+                scale: scoring.scale,
+                softcap: scoring.softcap,
             };
             tile.run(&mut scores, out);
         });
@@ -196,8 +222,12 @@ struct Tile<'a> {
     values: &'a [f32],
     value_offset: usize,
     kv_width: usize,
+    /// The first key position the queries see (the window's start).
+    first: usize,
+    /// One past the last key position they see.
     visible: usize,
     scale: f32,
+    softcap: Option<f32>,
 }
 
 impl Tile<'_> {
@@ -251,7 +281,7 @@ impl Tile<'_> {
         unsafe {
             let scale = _mm512_set1_ps(self.scale);
             let q = self.queries.as_ptr();
-            for b in 0..blocks {
+            for b in self.first / KEY_BLOCK..blocks {
                 let keys = self.keys.as_ptr().add(b * hd * KEY_BLOCK);
                 let mut even = [_mm512_setzero_ps(); C];
                 let mut odd = [_mm512_setzero_ps(); C];
@@ -270,7 +300,7 @@ impl Tile<'_> {
                 }
             }
             for i in 0..C {
-                softmax_row(&mut scores[i * stride..i * stride + self.visible]);
+                self.weights(&mut scores[i * stride..i * stride + self.visible]);
             }
             let s = scores.as_ptr();
             let values = self.values.as_ptr();
@@ -278,7 +308,7 @@ impl Tile<'_> {
             let mut chunk = 0;
             while chunk + 64 <= hd {
                 let mut acc = [[_mm512_setzero_ps(); 4]; C];
-                for j in 0..self.visible {
+                for j in self.first..self.visible {
                     let at = values.add(j * self.kv_width + self.value_offset + chunk);
                     let v = [
                         _mm512_loadu_ps(at),
@@ -302,7 +332,7 @@ impl Tile<'_> {
             }
             while chunk < hd {
                 let mut acc = [_mm512_setzero_ps(); C];
-                for j in 0..self.visible {
+                for j in self.first..self.visible {
                     let v =
                         _mm512_loadu_ps(values.add(j * self.kv_width + self.value_offset + chunk));
                     for i in 0..C {
@@ -317,6 +347,19 @@ impl Tile<'_> {
         }
     }
 
+    /// Turns one query's scores (`row[..visible]`) into attention weights over the keys it
+    /// sees (`row[first..visible]`): soft-capping if any, then the softmax. The cells before
+    /// `first` are left as they are and never read.
+    fn weights(&self, row: &mut [f32]) {
+        let seen = &mut row[self.first..self.visible];
+        if let Some(cap) = self.softcap {
+            for s in seen.iter_mut() {
+                *s = cap * (*s / cap).tanh();
+            }
+        }
+        softmax_row(seen);
+    }
+
     /// Any CPU, any head width: one query at a time.
     fn run_portable(&self, scores: &mut [f32], out: &mut [f32]) {
         let hd = self.head_dim;
@@ -324,7 +367,11 @@ impl Tile<'_> {
         let stride = self.visible.div_ceil(KEY_BLOCK) * KEY_BLOCK;
         for (i, query) in self.queries.chunks_exact(hd).enumerate() {
             let scores = &mut scores[i * stride..(i + 1) * stride];
-            for (b, chunk) in scores.chunks_exact_mut(KEY_BLOCK).enumerate() {
+            for (b, chunk) in scores
+                .chunks_exact_mut(KEY_BLOCK)
+                .enumerate()
+                .skip(self.first / KEY_BLOCK)
+            {
                 let keys = &self.keys[b * block..(b + 1) * block];
                 let mut acc = [0f32; KEY_BLOCK];
                 for (d, &qd) in query.iter().enumerate() {
@@ -337,11 +384,15 @@ impl Tile<'_> {
                     chunk[l] = acc[l] * self.scale;
                 }
             }
-            let probs = &mut scores[..self.visible];
-            softmax_row(probs);
+            self.weights(&mut scores[..self.visible]);
             let out = &mut out[i * hd..(i + 1) * hd];
             out.fill(0.0);
-            for (j, &p) in probs.iter().enumerate() {
+            for (j, &p) in scores
+                .iter()
+                .enumerate()
+                .take(self.visible)
+                .skip(self.first)
+            {
                 let at = j * self.kv_width + self.value_offset;
                 for (o, &v) in out.iter_mut().zip(&self.values[at..at + hd]) {
                     *o = p.mul_add(v, *o);
@@ -355,10 +406,20 @@ impl Tile<'_> {
 mod tests {
     use super::*;
 
-    /// Against a plain f64 attention, with several batch splits giving the same bits.
+    /// Against a plain f64 attention, with several batch splits giving the same bits: the
+    /// standard scoring, and a sliding window (shorter than the sequence, not a multiple of a
+    /// key block) with soft-capping and another scale.
     #[test]
     fn attention_matches_the_definition_and_ignores_batching() {
-        for hd in [8, 64] {
+        let capped = |hd: usize| Scoring {
+            scale: 2.0 / (hd as f32).sqrt(),
+            window: Some(21),
+            softcap: Some(0.7),
+        };
+        for (hd, scoring) in [8, 64]
+            .into_iter()
+            .flat_map(|hd| [(hd, Scoring::standard(hd)), (hd, capped(hd))])
+        {
             let (heads, kvh, n) = (4, 2, 37);
             let mut state = 7u64;
             let mut rand = || {
@@ -383,6 +444,7 @@ mod tests {
                         heads,
                         &q[start * qw..end * qw],
                         start,
+                        scoring,
                         &mut out[start * qw..end * qw],
                     );
                     start = end;
@@ -396,22 +458,28 @@ mod tests {
                 for h in 0..heads {
                     let kv = h / (heads / kvh);
                     let qv = &q[(t * heads + h) * hd..(t * heads + h + 1) * hd];
-                    let s: Vec<f64> = (0..=t)
+                    let first = scoring.window.map_or(0, |w| (t + 1).saturating_sub(w));
+                    let s: Vec<f64> = (first..=t)
                         .map(|j| {
                             let kj = &k[(j * kvh + kv) * hd..(j * kvh + kv + 1) * hd];
-                            qv.iter()
+                            let s = qv
+                                .iter()
                                 .zip(kj)
                                 .map(|(a, b)| f64::from(*a) * f64::from(*b))
                                 .sum::<f64>()
-                                / (hd as f64).sqrt()
+                                * f64::from(scoring.scale);
+                            match scoring.softcap.map(f64::from) {
+                                Some(cap) => cap * (s / cap).tanh(),
+                                None => s,
+                            }
                         })
                         .collect();
                     let max = s.iter().cloned().fold(f64::MIN, f64::max);
                     let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
                     let z: f64 = e.iter().sum();
                     for d in 0..hd {
-                        let want: f64 = (0..=t)
-                            .map(|j| e[j] / z * f64::from(v[(j * kvh + kv) * hd + d]))
+                        let want: f64 = (first..=t)
+                            .map(|j| e[j - first] / z * f64::from(v[(j * kvh + kv) * hd + d]))
                             .sum();
                         let got = whole[(t * heads + h) * hd + d];
                         assert!(

@@ -32,16 +32,7 @@ use candle_nn::{LayerNorm, Linear};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::ops::{erf_rational, softmax_row};
-
-/// Which GELU the MLP uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GeluKind {
-    /// Exact: `0.5 x (1 + erf(x / sqrt 2))` (BERT's `gelu`).
-    Erf,
-    /// Tanh approximation (`gelu_new`, `gelu_pytorch_tanh`), as candle's `gelu`.
-    Tanh,
-}
+use super::ops::{GeluKind, gelu_in_place, softmax_row};
 
 /// The feed-forward activation of a layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,7 +305,7 @@ impl<'a> Project<'a> {
         match self.activation {
             Some(FeedForward::Gelu(gelu)) => {
                 dst.par_chunks_mut(4096)
-                    .for_each(|chunk| apply_gelu(chunk, gelu));
+                    .for_each(|chunk| gelu_in_place(chunk, gelu));
             }
             Some(FeedForward::SwiGlu) => {
                 let inner = n / 2;
@@ -582,44 +573,6 @@ fn gemm_rows_times_weight_t(dst: &mut [f32], x: &[f32], w: &[f32], m: usize, n: 
 fn silu_times(out: &mut [f32], (gate, up): (&[f32], &[f32])) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
-    }
-}
-
-/// GELU in place; an AVX2 copy of the same code is taken when the CPU has it (twice the lanes
-/// of the baseline SSE build; no FMA contraction, so both give the same bits).
-fn apply_gelu(values: &mut [f32], kind: GeluKind) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            return unsafe { apply_gelu_avx2(values, kind) };
-        }
-    }
-    apply_gelu_portable(values, kind);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn apply_gelu_avx2(values: &mut [f32], kind: GeluKind) {
-    apply_gelu_portable(values, kind);
-}
-
-#[inline(always)]
-fn apply_gelu_portable(values: &mut [f32], kind: GeluKind) {
-    match kind {
-        GeluKind::Erf => {
-            for v in values {
-                let x = *v;
-                *v = 0.5 * x * (1.0 + erf_rational(x * std::f32::consts::FRAC_1_SQRT_2));
-            }
-        }
-        GeluKind::Tanh => {
-            const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
-            for v in values {
-                let x = *v;
-                *v = 0.5 * x * (1.0 + (SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh());
-            }
-        }
     }
 }
 

@@ -335,6 +335,53 @@ impl CustomOp2 for SiluMulBf16 {
     }
 }
 
+/// Which GELU the MLP uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeluKind {
+    /// Exact: `0.5 x (1 + erf(x / sqrt 2))` (BERT's `gelu`).
+    Erf,
+    /// Tanh approximation (`gelu_new`, `gelu_pytorch_tanh`), as candle's `gelu`.
+    Tanh,
+}
+
+/// GELU in place; an AVX2 copy of the same code is taken when the CPU has it (twice the lanes
+/// of the baseline SSE build; no FMA contraction, so both give the same bits).
+pub(crate) fn gelu_in_place(values: &mut [f32], kind: GeluKind) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { gelu_in_place_avx2(values, kind) };
+        }
+    }
+    gelu_in_place_portable(values, kind);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn gelu_in_place_avx2(values: &mut [f32], kind: GeluKind) {
+    gelu_in_place_portable(values, kind);
+}
+
+#[inline(always)]
+fn gelu_in_place_portable(values: &mut [f32], kind: GeluKind) {
+    match kind {
+        GeluKind::Erf => {
+            for v in values {
+                let x = *v;
+                *v = 0.5 * x * (1.0 + erf_rational(x * std::f32::consts::FRAC_1_SQRT_2));
+            }
+        }
+        GeluKind::Tanh => {
+            const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+            for v in values {
+                let x = *v;
+                *v = 0.5 * x * (1.0 + (SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

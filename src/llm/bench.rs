@@ -75,7 +75,7 @@ pub fn peak_rss_bytes() -> Option<u64> {
 pub fn bench_gguf(path: &Path, config: BenchConfig) -> Result<BenchReport> {
     let started = Instant::now();
     let sequences = config.sequences.max(1);
-    let chat = LocalChat::load_quantized(path)?.with_sequences(sequences);
+    let chat = LocalChat::load(path)?.with_sequences(sequences);
     if chat.sequences() < sequences {
         return Err(Error::invalid(
             "bench sequences",

@@ -1,9 +1,11 @@
 //! Language models behind one small trait, with a persistent response cache.
 //!
 //! Owns: the [`Chat`] trait (messages in, text out), its OpenAI-compatible HTTP implementation
-//! ([`OpenAiChat`]), native GGUF generation through candle ([`LocalChat`]), the SQLite response cache ([`ResponseCache`]), the [`Llm`] front that every
-//! stage calls (cache first, then the backend, with counters), our own prompts
-//! ([`prompts`], versioned text files) and robust output parsing ([`parse`]).
+//! ([`OpenAiChat`]), native GGUF generation on our own kernels ([`LocalChat`] over [`native`]:
+//! the engine; `gguf_tokenizer.rs`: the tokenizer rebuilt from the metadata;
+//! `chat_format.rs`: [`ChatFormat`]), the SQLite response cache ([`ResponseCache`]), the
+//! [`Llm`] front that every stage calls (cache first, then the backend, with counters), our own
+//! prompts ([`prompts`], versioned text files) and robust output parsing ([`parse`]).
 //!
 //! Guarantees: a call whose answer is in the cache never reaches the backend, so a rerun of a
 //! finished stage makes no calls and an interrupted one resumes where it stopped; every answer
@@ -12,7 +14,8 @@
 mod backend;
 pub mod bench;
 mod cache;
-mod gemma;
+mod chat_format;
+mod gguf_tokenizer;
 pub mod grammar;
 mod local;
 pub mod native;
@@ -31,7 +34,8 @@ pub use backend::{
     check_temperature, request_timeout,
 };
 pub use cache::{ResponseCache, cache_key};
-pub use local::{ChatFormat, LocalChat};
+pub use chat_format::ChatFormat;
+pub use local::LocalChat;
 pub use openai::{API_KEY_ENV, OpenAiChat, OpenAiConfig};
 pub use redact::{Redacted, redact};
 pub use schema::StructuredOutput;

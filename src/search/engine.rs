@@ -7,8 +7,9 @@ use std::sync::{Arc, OnceLock};
 use crate::dataset::{Encoder, ScoredDoc, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::{
-    Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, cache_key, dot, flat_search, layout,
+    Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, cache_key, flat_search, layout,
 };
+use crate::kernels::dot::dot;
 use crate::search::{Ann, Retriever, RetrieverSpec, SearchOptions};
 
 /// One dense model of an open index.

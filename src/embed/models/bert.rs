@@ -18,8 +18,8 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use super::Backbone;
-use crate::embed::kernels::bert_layer::{CpuBertLayer, GeluKind};
-use crate::embed::kernels::ops::{AttnMask, attention_probs, gelu_erf};
+use crate::kernels::bert_layer::CpuBertLayer;
+use crate::kernels::ops::{AttnMask, GeluKind, attention_probs, gelu_erf};
 
 /// The fields of a BERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]

@@ -8,10 +8,10 @@
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 
-use crate::embed::kernels::bf16::DecoderLinear;
+use crate::kernels::bf16::DecoderLinear;
 
 use super::Backbone;
-use crate::embed::kernels::ops::{AttnMask, attention_probs, silu_mul};
+use crate::kernels::ops::{AttnMask, attention_probs, silu_mul};
 
 /// Feed-forward activation of the gated MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

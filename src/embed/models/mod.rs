@@ -3,7 +3,7 @@
 //! ([`modernbert`]), nomic-bert ([`nomic_bert`]), and the decoders Mistral, Qwen2/Qwen3, Gemma-2 and Gemma-3 (also
 //! bidirectional) over the shared machinery of [`decoder`]. Model files do no file or hub I/O
 //! (resolution is `embed::resolve`'s) and no pooling (`embed::pooling`'s); their CPU fast paths
-//! are in `embed::kernels`. [`build_backbone`] picks the file for an [`Architecture`].
+//! are in `crate::kernels`. [`build_backbone`] picks the file for an [`Architecture`].
 
 mod bert;
 mod decoder;

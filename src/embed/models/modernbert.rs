@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::Backbone;
 use super::decoder::{Rope, fused_rotary_attention, rope_parameters_for, rope_theta};
-use crate::embed::kernels::ops::{AttnMask, gelu_erf};
+use crate::kernels::ops::{AttnMask, gelu_erf};
 
 /// The fields of a ModernBERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]

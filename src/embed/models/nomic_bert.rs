@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::Backbone;
 use super::decoder::{Rope, fused_rotary_attention};
-use crate::embed::kernels::bert_layer::{CpuBertLayer, RotaryTable};
-use crate::embed::kernels::ops::{AttnMask, silu_mul};
+use crate::kernels::bert_layer::{CpuBertLayer, RotaryTable};
+use crate::kernels::ops::{AttnMask, silu_mul};
 
 /// The fields of a nomic-bert `config.json` (GPT-2-style names) the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]

@@ -19,16 +19,14 @@
 //! Levels come from a seeded hash of the row index: level >= l with probability `M^-l`
 //! (HNSW's `mL = 1 / ln M`), by integer comparison, so no floating-point logarithm is involved.
 //! Distances are the search's own: the f32 form of a point's f16 row against f16 rows with
-//! [`traversal_dot`] (or its AVX2 + F16C form, bit-identical), so every CPU builds the same graph.
+//! [`dot_f16`](crate::kernels::dot::dot_f16) (or its AVX2 + F16C form, bit-identical), so every CPU builds the same graph.
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::{
-    AVX2, AVX512, Adjacency, Kernel, MAX_LAYERS, PORTABLE, Rows, Scored, UpperLayer, half_to_f32,
-    traversal_score,
-};
+use super::{Adjacency, MAX_LAYERS, Rows, Scored, UpperLayer, half_to_f32};
+use crate::kernels::dot::{F16_AVX2, F16_AVX512, F16_PORTABLE, F16Kernel, dot_f16_with};
 use crate::progress::Progress;
 
 /// How many of the best nodes a point's search found are compared with those of the other
@@ -82,7 +80,7 @@ struct Growing<'a> {
     m: usize,
     ef: usize,
     /// The traversal kernel (never wider than the CPU runs; all give the same bits).
-    kernel: Kernel,
+    kernel: F16Kernel,
     levels: Vec<u8>,
     /// Rows whose vector is the same as an earlier row's (see [`super::duplicates`]): never
     /// inserted (no lists, no links to them); the search returns them with their first row.
@@ -136,7 +134,7 @@ impl Growing<'_> {
 
     #[inline(always)]
     fn score<const K: u8>(&self, query: &[f32], row: u32) -> f32 {
-        traversal_score::<K>(query, self.row(row))
+        dot_f16_with::<K>(query, self.row(row))
     }
 
     /// Greedy walk on `layer` from `start` to a local best.
@@ -308,11 +306,11 @@ impl Growing<'_> {
         let found = match self.kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernel` is never wider than what `super::kernel` found on this CPU.
-            Kernel::Avx512 => unsafe { self.search_avx512(&mut scratch, point) },
+            F16Kernel::Avx512 => unsafe { self.search_avx512(&mut scratch, point) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Kernel::Avx2 => unsafe { self.search_avx2(&mut scratch, point) },
-            _ => self.search::<PORTABLE>(&mut scratch, point),
+            F16Kernel::Avx2 => unsafe { self.search_avx2(&mut scratch, point) },
+            _ => self.search::<F16_PORTABLE>(&mut scratch, point),
         };
         SCRATCH.with(|slot| *slot.borrow_mut() = scratch);
         found
@@ -324,11 +322,11 @@ impl Growing<'_> {
         let plan = match self.kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernel` is never wider than what `super::kernel` found on this CPU.
-            Kernel::Avx512 => unsafe { self.choose_avx512(s, point, found, peers) },
+            F16Kernel::Avx512 => unsafe { self.choose_avx512(s, point, found, peers) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Kernel::Avx2 => unsafe { self.choose_avx2(s, point, found, peers) },
-            _ => self.choose::<PORTABLE>(s, point, found, peers),
+            F16Kernel::Avx2 => unsafe { self.choose_avx2(s, point, found, peers) },
+            _ => self.choose::<F16_PORTABLE>(s, point, found, peers),
         };
         SCRATCH.with(|slot| *slot.borrow_mut() = scratch);
         plan
@@ -340,11 +338,11 @@ impl Growing<'_> {
         let list = match self.kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernel` is never wider than what `super::kernel` found on this CPU.
-            Kernel::Avx512 => unsafe { self.relink_avx512(s, layer, target, sources) },
+            F16Kernel::Avx512 => unsafe { self.relink_avx512(s, layer, target, sources) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Kernel::Avx2 => unsafe { self.relink_avx2(s, layer, target, sources) },
-            _ => self.relink::<PORTABLE>(s, layer, target, sources),
+            F16Kernel::Avx2 => unsafe { self.relink_avx2(s, layer, target, sources) },
+            _ => self.relink::<F16_PORTABLE>(s, layer, target, sources),
         };
         SCRATCH.with(|slot| *slot.borrow_mut() = scratch);
         list
@@ -353,37 +351,37 @@ impl Growing<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     fn search_avx2(&self, scratch: &mut Scratch, point: u32) -> Found {
-        self.search::<AVX2>(scratch, point)
+        self.search::<F16_AVX2>(scratch, point)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,f16c")]
     fn search_avx512(&self, scratch: &mut Scratch, point: u32) -> Found {
-        self.search::<AVX512>(scratch, point)
+        self.search::<F16_AVX512>(scratch, point)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     fn choose_avx2(&self, s: &mut Scratch, point: u32, found: Found, peers: &[Vec<u32>]) -> Plan {
-        self.choose::<AVX2>(s, point, found, peers)
+        self.choose::<F16_AVX2>(s, point, found, peers)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,f16c")]
     fn choose_avx512(&self, s: &mut Scratch, point: u32, found: Found, peers: &[Vec<u32>]) -> Plan {
-        self.choose::<AVX512>(s, point, found, peers)
+        self.choose::<F16_AVX512>(s, point, found, peers)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     fn relink_avx2(&self, s: &mut Scratch, layer: usize, target: u32, from: &[u32]) -> Vec<u32> {
-        self.relink::<AVX2>(s, layer, target, from)
+        self.relink::<F16_AVX2>(s, layer, target, from)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,f16c")]
     fn relink_avx512(&self, s: &mut Scratch, layer: usize, target: u32, from: &[u32]) -> Vec<u32> {
-        self.relink::<AVX512>(s, layer, target, from)
+        self.relink::<F16_AVX512>(s, layer, target, from)
     }
 
     fn set(&mut self, layer: usize, node: u32, list: &[u32]) {
@@ -518,7 +516,7 @@ pub(super) fn construct(
     dim: usize,
     m: usize,
     ef_construction: usize,
-    kernel: Kernel,
+    kernel: F16Kernel,
     copies: &[(u32, u32)],
     progress: &dyn Progress,
 ) -> (u32, Adjacency, Vec<UpperLayer>) {
@@ -636,7 +634,7 @@ mod tests {
     #[test]
     fn same_graph_whatever_the_threads_and_the_kernel() {
         let vectors = rows(3000, 40);
-        let build = |threads: usize, kernel: Kernel| {
+        let build = |threads: usize, kernel: F16Kernel| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
@@ -653,9 +651,9 @@ mod tests {
                     )
                 })
         };
-        let reference = build(1, Kernel::Portable);
+        let reference = build(1, F16Kernel::Portable);
         assert!(!reference.2.is_empty(), "no upper layer");
-        for kernel in [Kernel::Portable, super::super::kernel()] {
+        for kernel in [F16Kernel::Portable, crate::kernels::dot::f16_kernel()] {
             for threads in [1, 2, 5] {
                 let other = build(threads, kernel);
                 assert_eq!(reference.0, other.0, "{kernel:?} {threads}");

@@ -24,6 +24,9 @@ use rayon::prelude::*;
 use crate::dataset::{Fingerprint, VectorDtype, VectorMatrix};
 use crate::error::{Error, Result};
 use crate::index::manifest::HnswSettings;
+use crate::kernels::dot::{
+    F16_AVX2, F16_AVX512, F16_PORTABLE, F16Kernel, dot_f16_with, f16_kernel, prefetch_bytes,
+};
 use crate::progress::Progress;
 
 /// Layers of the graph at most.
@@ -203,7 +206,7 @@ impl HnswGraph {
             dim,
             settings.m,
             settings.ef_construction,
-            kernel(),
+            f16_kernel(),
             &copies,
             progress,
         );
@@ -355,36 +358,36 @@ impl HnswGraph {
             return Vec::new();
         }
         let ef = ef.max(k);
-        match kernel() {
+        match f16_kernel() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernel` found AVX-512 (F) on this CPU.
-            Kernel::Avx512 => unsafe { self.search_avx512(query, k, ef) },
+            F16Kernel::Avx512 => unsafe { self.search_avx512(query, k, ef) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernel` found AVX2 and F16C on this CPU.
-            Kernel::Avx2 => unsafe { self.search_avx2(query, k, ef) },
-            _ => self.search_with::<PORTABLE>(query, k, ef),
+            F16Kernel::Avx2 => unsafe { self.search_avx2(query, k, ef) },
+            _ => self.search_with::<F16_PORTABLE>(query, k, ef),
         }
     }
 
-    /// [`HnswGraph::search_with`] compiled for AVX2, with [`traversal_dot_avx2`] inlined (the
-    /// same arithmetic as [`traversal_dot`], so the same results).
+    /// [`HnswGraph::search_with`] compiled for AVX2, with [`dot_f16_avx2`](crate::kernels::dot::dot_f16_avx2) inlined (the
+    /// same arithmetic as [`dot_f16`](crate::kernels::dot::dot_f16), so the same results).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     fn search_avx2(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
-        self.search_with::<AVX2>(query, k, ef)
+        self.search_with::<F16_AVX2>(query, k, ef)
     }
 
-    /// [`HnswGraph::search_with`] compiled for AVX-512, with [`traversal_dot_avx512`] inlined.
+    /// [`HnswGraph::search_with`] compiled for AVX-512, with [`dot_f16_avx512`](crate::kernels::dot::dot_f16_avx512) inlined.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,f16c")]
     fn search_avx512(&self, query: &[f32], k: usize, ef: usize) -> Vec<u32> {
-        self.search_with::<AVX512>(query, k, ef)
+        self.search_with::<F16_AVX512>(query, k, ef)
     }
 
     /// The inner product of the search with the kernel `K`.
     #[inline(always)]
     fn score<const K: u8>(&self, query: &[f32], row: u32) -> f32 {
-        traversal_score::<K>(query, self.vector(row))
+        dot_f16_with::<K>(query, self.vector(row))
     }
 
     #[inline(always)]
@@ -552,7 +555,7 @@ impl Scratch {
             if let Some(&ahead) = fresh.get(i + PREFETCH_AHEAD) {
                 prefetch_rest(vector(ahead));
             }
-            let s = Scored::new(traversal_score::<K>(query, vector(n)), n);
+            let s = Scored::new(dot_f16_with::<K>(query, vector(n)), n);
             let worst = results.peek().map_or(0, |w| w.0.score());
             if results.len() < ef || s.score() > worst {
                 candidates.push(s);
@@ -574,177 +577,6 @@ impl Scratch {
     }
 }
 
-/// The inner product that guides the search: 32 independent accumulators (four 8-lane
-/// registers under AVX2, so additions do not wait on each other), a fixed summation order and
-/// no FMA, so every CPU computes the same bits. The reported scores come from the exact
-/// rescoring with [`dot`], not from this.
-#[inline(always)]
-fn traversal_dot(a: &[f32], b: &[u16]) -> f32 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0f32; 32];
-    let (wide_a, wide_b) = (a.chunks_exact(32), b.chunks_exact(32));
-    let (rest_a, rest_b) = (wide_a.remainder(), wide_b.remainder());
-    for (x, y) in wide_a.zip(wide_b) {
-        for i in 0..32 {
-            acc[i] += x[i] * half::f16::from_bits(y[i]).to_f32();
-        }
-    }
-    let mut tail = 0f32;
-    for (x, y) in rest_a.iter().zip(rest_b) {
-        tail += x * half::f16::from_bits(*y).to_f32();
-    }
-    let mut lanes = [0f32; 8];
-    for (i, lane) in lanes.iter_mut().enumerate() {
-        *lane = (acc[i] + acc[i + 8]) + (acc[i + 16] + acc[i + 24]);
-    }
-    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
-        + tail
-}
-
-/// [`traversal_dot`] with AVX2 and F16C intrinsics: register `j` holds accumulators
-/// `8j..8j + 8`, f16 converts to f32 exactly, and products and sums are rounded one by one (no
-/// FMA), so the bits are the same.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-fn traversal_dot_avx2(a: &[f32], b: &[u16]) -> f32 {
-    use std::arch::x86_64::{
-        __m128i, __m256, _mm_loadu_si128, _mm256_add_ps, _mm256_cvtph_ps, _mm256_loadu_ps,
-        _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    };
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let wide = n / 32 * 32;
-    let mut acc: [__m256; 4] = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i < wide {
-        for (j, sum) in acc.iter_mut().enumerate() {
-            // SAFETY: i + 8j + 8 <= wide <= n = a.len() = b.len(): the eight values are in bounds.
-            let (x, y) = unsafe {
-                (
-                    _mm256_loadu_ps(a.as_ptr().add(i + 8 * j)),
-                    _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(i + 8 * j).cast::<__m128i>())),
-                )
-            };
-            *sum = _mm256_add_ps(*sum, _mm256_mul_ps(x, y));
-        }
-        i += 32;
-    }
-    let folded = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds eight floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), folded) };
-    let mut tail = 0f32;
-    for (x, y) in a[wide..].iter().zip(&b[wide..]) {
-        tail += x * half::f16::from_bits(*y).to_f32();
-    }
-    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
-        + tail
-}
-
-/// The traversal kernel compiled into a search or construction path (a const parameter, so
-/// each path is compiled for one instruction set and the dot product inlines).
-const PORTABLE: u8 = 0;
-/// [`traversal_dot_avx2`].
-const AVX2: u8 = 1;
-/// [`traversal_dot_avx512`].
-const AVX512: u8 = 2;
-
-/// The widest traversal kernel this CPU runs. All three give the same bits.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kernel {
-    Portable,
-    Avx2,
-    Avx512,
-}
-
-/// The widest kernel this CPU runs (feature detection is cached by the standard library).
-fn kernel() -> Kernel {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("f16c")
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Kernel::Avx512;
-            }
-            return Kernel::Avx2;
-        }
-    }
-    Kernel::Portable
-}
-
-/// The traversal inner product with kernel `K`. `K` other than [`PORTABLE`] only ever reaches
-/// here inside a function compiled for that instruction set, called after [`kernel`] found it.
-#[inline(always)]
-fn traversal_score<const K: u8>(query: &[f32], row: &[u16]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if K == AVX512 {
-            // SAFETY: see above: the CPU has AVX-512 F (and AVX2, F16C).
-            return unsafe { traversal_dot_avx512(query, row) };
-        }
-        if K == AVX2 {
-            // SAFETY: see above: the CPU has AVX2 and F16C.
-            return unsafe { traversal_dot_avx2(query, row) };
-        }
-    }
-    traversal_dot(query, row)
-}
-
-/// [`traversal_dot`] with AVX-512: register `lo` holds accumulators `0..16`, `hi` `16..32`;
-/// folding each register's halves gives exactly the AVX2 form's `(acc0 + acc1) + (acc2 + acc3)`,
-/// so the bits are the same.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,f16c")]
-#[inline]
-fn traversal_dot_avx512(a: &[f32], b: &[u16]) -> f32 {
-    use std::arch::x86_64::{
-        __m256i, _mm256_add_ps, _mm256_castpd_ps, _mm256_loadu_si256, _mm256_storeu_ps,
-        _mm512_add_ps, _mm512_castpd512_pd256, _mm512_castps_pd, _mm512_cvtph_ps,
-        _mm512_extractf64x4_pd, _mm512_loadu_ps, _mm512_mul_ps, _mm512_setzero_ps,
-    };
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let wide = n / 32 * 32;
-    let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut i = 0;
-    while i < wide {
-        // SAFETY: i + 32 <= wide <= n = a.len() = b.len(): the 32 values are in bounds.
-        unsafe {
-            let x0 = _mm512_loadu_ps(a.as_ptr().add(i));
-            let x1 = _mm512_loadu_ps(a.as_ptr().add(i + 16));
-            let y0 = _mm512_cvtph_ps(_mm256_loadu_si256(b.as_ptr().add(i).cast::<__m256i>()));
-            let y1 = _mm512_cvtph_ps(_mm256_loadu_si256(b.as_ptr().add(i + 16).cast::<__m256i>()));
-            lo = _mm512_add_ps(lo, _mm512_mul_ps(x0, y0));
-            hi = _mm512_add_ps(hi, _mm512_mul_ps(x1, y1));
-        }
-        i += 32;
-    }
-    let halves = |v| {
-        let v = _mm512_castps_pd(v);
-        (
-            _mm256_castpd_ps(_mm512_castpd512_pd256(v)),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(v)),
-        )
-    };
-    let ((a0, a1), (a2, a3)) = (halves(lo), halves(hi));
-    let folded = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds eight floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), folded) };
-    let mut tail = 0f32;
-    for (x, y) in a[wide..].iter().zip(&b[wide..]) {
-        tail += x * half::f16::from_bits(*y).to_f32();
-    }
-    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
-        + tail
-}
-
 /// Cache lines of a row prefetched as soon as it is found unvisited (the rest follow
 /// [`PREFETCH_AHEAD`] rows before it is scored).
 const HEAD_LINES: usize = 2;
@@ -764,24 +596,6 @@ fn prefetch_rest(v: &[u16]) {
         HEAD_LINES * 64,
         std::mem::size_of_val(v),
     );
-}
-
-/// Prefetches the cache lines holding bytes `from..to` of the memory at `at`.
-#[inline(always)]
-fn prefetch_bytes(at: *const u8, from: usize, to: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let mut offset = from;
-        while offset < to {
-            // SAFETY: SSE is part of x86-64; a prefetch never faults, whatever the address
-            // (`wrapping_add` keeps the pointer arithmetic itself defined).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(offset).cast::<i8>()) };
-            offset += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (at, from, to);
 }
 
 /// A row and its score packed in one integer that orders like the score (`total_cmp`), then
@@ -1004,7 +818,7 @@ fn parse(
 mod tests {
     use super::*;
     use crate::dataset::{VectorDtype, write_npy};
-    use crate::index::flat::dot;
+    use crate::kernels::dot::dot;
     use crate::progress::NoProgress;
 
     fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
@@ -1029,35 +843,6 @@ mod tests {
         )
         .unwrap();
         VectorMatrix::open(&path).unwrap()
-    }
-
-    #[test]
-    fn traversal_dots_agree_bit_for_bit() {
-        let rows = unit_rows(2, 1100, 9);
-        for len in [0, 1, 7, 31, 32, 33, 384, 1027] {
-            let a = &rows[0][..len];
-            let b: Vec<u16> = rows[1][..len]
-                .iter()
-                .map(|v| half::f16::from_f32(*v).to_bits())
-                .collect();
-            let b = &b[..];
-            let naive: f32 = a.iter().zip(&rows[1]).map(|(x, y)| x * y).sum();
-            assert!((traversal_dot(a, b) - naive).abs() < 1e-2, "{len}");
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("f16c")
-            {
-                // SAFETY: the CPU has AVX2 and F16C.
-                let wide = unsafe { traversal_dot_avx2(a, b) };
-                assert_eq!(wide.to_bits(), traversal_dot(a, b).to_bits(), "{len}");
-            }
-            #[cfg(target_arch = "x86_64")]
-            if kernel() == Kernel::Avx512 {
-                // SAFETY: the CPU has AVX-512 F, AVX2 and F16C.
-                let widest = unsafe { traversal_dot_avx512(a, b) };
-                assert_eq!(widest.to_bits(), traversal_dot(a, b).to_bits(), "{len}");
-            }
-        }
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use super::Session;
-use super::attention::KvCache;
 use super::model::{Model, Run};
+use crate::kernels::attention::KvCache;
 
 /// Sessions for up to `capacity` sequences at once; a caller takes the one whose cached prompt
 /// shares the longest prefix with its own.

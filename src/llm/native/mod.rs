@@ -1,20 +1,19 @@
 //! Native GGUF inference on our own CPU kernels (`llama`, `qwen2`, `qwen3` families): weights
 //! stay quantized in the memory-mapped file, prompts run as matrix products, generated tokens
-//! through integer matrix x vector kernels chosen at run time by CPU features (see [`quant`]).
+//! through integer matrix x vector kernels chosen at run time by CPU features (see
+//! [`crate::kernels::quant`]; the KV cache and attention are [`crate::kernels::attention`]).
 //!
 //! A [`Session`] keeps the KV cache between calls: a prompt that starts with the tokens of the
 //! previous prompt reuses their keys and values and computes only the rest. Positions computed
 //! by the prompt path are the only ones reused (never generated ones), and the prompt path's
 //! results do not depend on how a prompt is split, so reuse never changes an answer.
 
-pub mod attention;
 pub mod batch;
 pub mod model;
-pub mod quant;
 
-pub use attention::KvCache;
+pub use crate::kernels::attention::KvCache;
 pub use batch::{Batcher, Decoding, PooledSession, SessionPool};
-pub use model::{Config, Family, Model, Run};
+pub use model::{Activation, Config, Family, Model, Run};
 
 /// Returns the heap pages freed since the last call to the kernel. The prompt path's
 /// activations (a 512-token piece: ~12 MB for SmolLM2-135M, ~40 MB for Qwen2.5-0.5B) are freed

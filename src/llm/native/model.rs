@@ -1,7 +1,17 @@
-//! The decoder of the `llama`, `qwen2` and `qwen3` GGUF families on our own kernels: RMSNorm,
-//! grouped-query attention with RoPE (llama: interleaved pairs as llama.cpp's converter permutes
-//! the weights for; Qwen: halves, "NeoX"), Qwen2's q/k/v biases, Qwen3's per-head q/k norms,
-//! SiLU-gated feed-forward, tied or separate output head.
+//! The decoder of the `llama`, `qwen2`, `qwen3`, `gemma`, `gemma2` and `gemma3` GGUF families
+//! on our own kernels: RMSNorm, grouped-query attention with RoPE (llama: interleaved pairs as
+//! llama.cpp's converter permutes the weights for; the others: halves, "NeoX"), Qwen2's q/k/v
+//! biases, per-head q/k norms (Qwen3, Gemma 3), SiLU- or GELU-gated feed-forward, tied or
+//! separate output head.
+//!
+//! Gemma as `transformers` and llama.cpp run it (candle-transformers' `quantized_gemma3` differs:
+//! SiLU for GELU, no linear RoPE scaling, no window while generating): embeddings scaled by
+//! `sqrt(hidden)`, norms after the attention and the feed-forward as well as before (Gemma 2
+//! and 3), GELU (tanh) gating, sliding-window layers (Gemma 2: every other one; Gemma 3: all
+//! but every sixth, with their own RoPE base), linear RoPE scaling on Gemma 3's global layers,
+//! Gemma 2's attention and final logit soft-capping, and llama.cpp's attention scale (the 27B
+//! models: `1/sqrt(hidden / heads)`, the others `1/sqrt(head_dim)`). Norm weights are read as
+//! stored: llama.cpp's converter already wrote Gemma's `1 + w`.
 //!
 //! Two paths share one KV cache: [`Model::prompt`] runs many tokens through matrix x matrix
 //! products and returns the logits of the last one only; [`Model::step`] runs one generated
@@ -14,9 +24,13 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file;
 use memmap2::Mmap;
 
-use super::attention::{KvCache, attention};
-use super::quant::{Isa, Q8Activation, QMatrix, QType, dot_f32, matmul, matvec_many};
-use crate::embed::kernels::ops::exp_fast;
+use crate::kernels::attention::{KvCache, Scoring, attention};
+use crate::kernels::dot::dot;
+use crate::kernels::ops::{GeluKind, exp_fast, gelu_in_place};
+use crate::kernels::quant::{Isa, Q8Activation, QMatrix, QType, matmul, matvec_many};
+
+/// Gemma 3: every sixth layer is global unless the metadata says otherwise (llama.cpp's rule).
+const GEMMA3_SLIDING_PATTERN: usize = 6;
 
 /// The families this model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,18 +41,54 @@ pub enum Family {
     Qwen2,
     /// `qwen3`.
     Qwen3,
+    /// `gemma` (Gemma 1): global attention everywhere, no extra norms.
+    Gemma,
+    /// `gemma2`: sliding and global layers alternate, post-norms, soft-capping.
+    Gemma2,
+    /// `gemma3`: five sliding layers per global one, q/k norms, two RoPE bases.
+    Gemma3,
 }
 
 impl Family {
+    /// Every family, in the order errors list them.
+    pub const ALL: [Family; 6] = [
+        Family::Llama,
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Gemma,
+        Family::Gemma2,
+        Family::Gemma3,
+    ];
+
     /// The family of a `general.architecture` value.
     pub fn of_architecture(arch: &str) -> Option<Self> {
-        match arch {
-            "llama" => Some(Family::Llama),
-            "qwen2" => Some(Family::Qwen2),
-            "qwen3" => Some(Family::Qwen3),
-            _ => None,
+        Self::ALL.into_iter().find(|f| f.architecture() == arch)
+    }
+
+    /// Its `general.architecture` value (also the prefix of its metadata keys).
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma => "gemma",
+            Family::Gemma2 => "gemma2",
+            Family::Gemma3 => "gemma3",
         }
     }
+
+    fn is_gemma(self) -> bool {
+        matches!(self, Family::Gemma | Family::Gemma2 | Family::Gemma3)
+    }
+}
+
+/// The gated feed-forward's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) * up` (llama, Qwen).
+    Silu,
+    /// `gelu_tanh(gate) * up` (Gemma).
+    GeluTanh,
 }
 
 /// Shape and constants from the GGUF metadata.
@@ -64,6 +114,12 @@ pub struct Config {
     pub eps: f32,
     /// Vocabulary size (rows of the output head).
     pub vocab: usize,
+    /// The factor on every embedding row (Gemma: `sqrt(hidden)`).
+    pub embed_scale: Option<f32>,
+    /// The feed-forward's activation.
+    pub activation: Activation,
+    /// `Some(c)`: logits become `c * tanh(logit / c)` (Gemma 2).
+    pub final_softcap: Option<f32>,
 }
 
 struct Layer {
@@ -77,10 +133,18 @@ struct Layer {
     bv: Option<Vec<f32>>,
     q_norm: Option<Vec<f32>>,
     k_norm: Option<Vec<f32>>,
+    /// Gemma 2 and 3: the norm of the attention's output before it is added.
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
+    /// Gemma 2 and 3: the norm of the feed-forward's output before it is added.
+    post_ffn_norm: Option<Vec<f32>>,
     gate: QMatrix,
     up: QMatrix,
     down: QMatrix,
+    /// Scale, window and soft-capping of its attention.
+    scoring: Scoring,
+    /// Which of the model's RoPE tables it rotates with (Gemma 3's local layers: 1).
+    rope_table: usize,
 }
 
 /// How a pass multiplies activations by the weights.
@@ -109,8 +173,9 @@ pub struct Model {
     layers: Vec<Layer>,
     out_norm: Vec<f32>,
     output: QMatrix,
-    /// RoPE inverse frequencies, one per rotated pair.
-    inv_freq: Vec<f32>,
+    /// RoPE inverse frequencies, one per rotated pair: the global layers' table, then (Gemma
+    /// 3) the sliding layers' own.
+    inv_freq: Vec<Vec<f32>>,
 }
 
 /// Why a model could not be loaded: a message naming the tensor or key.
@@ -156,11 +221,7 @@ impl Model {
         family: Family,
     ) -> Result<Self, LoadError> {
         let md = &content.metadata;
-        let arch = match family {
-            Family::Llama => "llama",
-            Family::Qwen2 => "qwen2",
-            Family::Qwen3 => "qwen3",
-        };
+        let arch = family.architecture();
         let get_u = |key: &str| -> Result<usize, LoadError> {
             md.get(&format!("{arch}.{key}"))
                 .and_then(|v| {
@@ -202,8 +263,55 @@ impl Model {
                 "metadata: odd head width {head_dim} or RoPE width {rope_dims}"
             ));
         }
-        let rope_base = get_f("rope.freq_base").unwrap_or(10_000.0);
+        let gemma = family.is_gemma();
+        let rope_base = get_f("rope.freq_base").unwrap_or(if family == Family::Gemma3 {
+            1_000_000.0
+        } else {
+            10_000.0
+        });
         let eps = get_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
+        // Gemma's sliding layers: the window, and every how many layers one is global.
+        let (window, pattern) = match family {
+            Family::Gemma2 => (get_u("attention.sliding_window")?, 2),
+            Family::Gemma3 => (
+                get_u("attention.sliding_window")?,
+                get_u("attention.sliding_window_type").unwrap_or(GEMMA3_SLIDING_PATTERN),
+            ),
+            _ => (0, 1),
+        };
+        if pattern == 0 {
+            return Err("metadata: a sliding-window pattern of 0".into());
+        }
+        // Gemma 3's sliding layers rotate with their own base; linear RoPE scaling applies to
+        // the global layers only.
+        let local_base = match family {
+            Family::Gemma3 => get_f("rope.freq_base_swa")
+                .or_else(|| get_f("rope.local_freq_base"))
+                .unwrap_or(10_000.0),
+            _ => rope_base,
+        };
+        let linear_scaling = gemma
+            && md
+                .get(&format!("{arch}.rope.scaling.type"))
+                .and_then(|v| v.to_string().ok())
+                .is_some_and(|t| t == "linear");
+        let global_scale = if linear_scaling {
+            get_f("rope.scaling.factor").unwrap_or(1.0)
+        } else {
+            1.0
+        };
+        let mut scoring = Scoring::standard(head_dim);
+        if gemma {
+            // llama.cpp: the 27B models (Gemma 2: 46 layers, Gemma 3: 62) scale by
+            // hidden / heads, the others by head_dim.
+            let big = matches!(
+                (family, layers),
+                (Family::Gemma2, 46) | (Family::Gemma3, 62)
+            );
+            let width = if big { hidden / heads } else { head_dim };
+            scoring.scale = (1.0 / (width as f64).sqrt()) as f32;
+            scoring.softcap = get_f("attn_logit_softcapping");
+        }
         let embeddings = matrix(content, &map, "token_embd.weight")?;
         if embeddings.cols != hidden {
             return Err(format!(
@@ -242,8 +350,11 @@ impl Model {
         let q_width = heads * head_dim;
         let kv_width = kv_heads * head_dim;
         let mut blocks = Vec::with_capacity(layers);
+        let post_norms = matches!(family, Family::Gemma2 | Family::Gemma3);
         for i in 0..layers {
             let p = |s: &str| format!("blk.{i}.{s}");
+            // Gemma 2: every other layer is global; Gemma 3: every `pattern`-th; else all.
+            let global = (i + 1).is_multiple_of(pattern);
             let layer = Layer {
                 attn_norm: vector(&p("attn_norm.weight"))?,
                 wq: matrix(content, &map, &p("attn_q.weight"))?,
@@ -255,10 +366,21 @@ impl Model {
                 bv: optional(&p("attn_v.bias"))?,
                 q_norm: optional(&p("attn_q_norm.weight"))?,
                 k_norm: optional(&p("attn_k_norm.weight"))?,
+                post_attn_norm: post_norms
+                    .then(|| vector(&p("post_attention_norm.weight")))
+                    .transpose()?,
                 ffn_norm: vector(&p("ffn_norm.weight"))?,
+                post_ffn_norm: post_norms
+                    .then(|| vector(&p("post_ffw_norm.weight")))
+                    .transpose()?,
                 gate: matrix(content, &map, &p("ffn_gate.weight"))?,
                 up: matrix(content, &map, &p("ffn_up.weight"))?,
                 down: matrix(content, &map, &p("ffn_down.weight"))?,
+                scoring: Scoring {
+                    window: (!global && window > 0).then_some(window),
+                    ..scoring
+                },
+                rope_table: usize::from(!global && gemma),
             };
             let shapes = [
                 ("attn_q", &layer.wq, q_width, hidden),
@@ -280,6 +402,8 @@ impl Model {
             for (name, norm, width) in [
                 ("attn_norm", Some(&layer.attn_norm), hidden),
                 ("ffn_norm", Some(&layer.ffn_norm), hidden),
+                ("post_attention_norm", layer.post_attn_norm.as_ref(), hidden),
+                ("post_ffw_norm", layer.post_ffn_norm.as_ref(), hidden),
                 ("attn_q_norm", layer.q_norm.as_ref(), head_dim),
                 ("attn_k_norm", layer.k_norm.as_ref(), head_dim),
                 ("attn_q.bias", layer.bq.as_ref(), q_width),
@@ -304,9 +428,15 @@ impl Model {
                 output.cols
             ));
         }
-        let inv_freq = (0..rope_dims / 2)
-            .map(|i| 1f32 / rope_base.powf((2 * i) as f32 / rope_dims as f32))
-            .collect();
+        let table = |base: f32, scale: f32| -> Vec<f32> {
+            (0..rope_dims / 2)
+                .map(|i| 1f32 / base.powf((2 * i) as f32 / rope_dims as f32) / scale)
+                .collect()
+        };
+        let mut inv_freq = vec![table(rope_base, global_scale)];
+        if gemma {
+            inv_freq.push(table(local_base, 1.0));
+        }
         Ok(Self {
             config: Config {
                 family,
@@ -319,6 +449,17 @@ impl Model {
                 rope_base,
                 eps,
                 vocab: output.rows,
+                embed_scale: gemma.then(|| (hidden as f64).sqrt() as f32),
+                activation: if gemma {
+                    Activation::GeluTanh
+                } else {
+                    Activation::Silu
+                },
+                final_softcap: if gemma {
+                    get_f("final_logit_softcapping")
+                } else {
+                    None
+                },
             },
             isa: Isa::detect(),
             embeddings,
@@ -347,8 +488,13 @@ impl Model {
                     self.embeddings.rows
                 ));
             }
-            self.embeddings
-                .dequantize_row(id as usize, &mut x[t * d..(t + 1) * d]);
+            let row = &mut x[t * d..(t + 1) * d];
+            self.embeddings.dequantize_row(id as usize, row);
+            if let Some(scale) = self.config.embed_scale {
+                for v in row {
+                    *v *= scale;
+                }
+            }
         }
         Ok(())
     }
@@ -460,10 +606,14 @@ impl Model {
                     c.heads,
                     &q[first * qw..end * qw],
                     start,
+                    layer.scoring,
                     &mut attn[first * qw..end * qw],
                 );
             }
             self.project(products, &[&layer.wo], &attn, &mut acts, &mut [&mut o[..]]);
+            if let Some(norm) = &layer.post_attn_norm {
+                rms_norm_each(&mut o, norm, c.eps);
+            }
             add_in_place(&mut x, &o);
             rms_norm_rows(&x, &layer.ffn_norm, c.eps, &mut h);
             // Every cell is written by the products below.
@@ -476,7 +626,15 @@ impl Model {
                 &mut acts,
                 &mut [&mut gate[..], &mut up[..]],
             );
-            silu_mul(&mut gate, &up);
+            match c.activation {
+                Activation::Silu => silu_mul(&mut gate, &up),
+                Activation::GeluTanh => {
+                    gelu_in_place(&mut gate, GeluKind::Tanh);
+                    for (g, u) in gate.iter_mut().zip(&up) {
+                        *g *= u;
+                    }
+                }
+            }
             self.project(
                 products,
                 &[&layer.down],
@@ -484,6 +642,9 @@ impl Model {
                 &mut acts,
                 &mut [&mut o[..]],
             );
+            if let Some(norm) = &layer.post_ffn_norm {
+                rms_norm_each(&mut o, norm, c.eps);
+            }
             add_in_place(&mut x, &o);
         }
         Ok(x)
@@ -543,13 +704,13 @@ impl Model {
             .chunks_exact_mut(c.head_dim)
             .chain(k.chunks_exact_mut(c.head_dim))
         {
-            self.rope(head, pos, neox);
+            self.rope(head, pos, neox, &self.inv_freq[layer.rope_table]);
         }
     }
 
-    fn rope(&self, head: &mut [f32], pos: usize, neox: bool) {
+    fn rope(&self, head: &mut [f32], pos: usize, neox: bool, inv_freq: &[f32]) {
         let half = self.config.rope_dims / 2;
-        for (i, &f) in self.inv_freq.iter().enumerate() {
+        for (i, &f) in inv_freq.iter().enumerate() {
             let angle = pos as f32 * f;
             let (sin, cos) = angle.sin_cos();
             let (a, b) = if neox {
@@ -568,7 +729,7 @@ impl Model {
     }
 
     /// The logits of each row of `last` (`[rows][hidden]`), the output head's weights read
-    /// once for all; each row's are those of [`matvec`](super::quant::matvec) on it alone.
+    /// once for all; each row's are those of [`matvec`](crate::kernels::quant::matvec) on it alone.
     fn logits_many(&self, last: &[f32]) -> Vec<Vec<f32>> {
         let rows = last.len() / self.config.hidden;
         let mut h = vec![0f32; last.len()];
@@ -584,15 +745,27 @@ impl Model {
         let vocab = self.output.rows;
         let mut logits = vec![0f32; rows * vocab];
         matvec_many(self.isa, &[&self.output], &h, &acts, &mut [&mut logits[..]]);
+        if let Some(cap) = self.config.final_softcap {
+            for l in &mut logits {
+                *l = (*l / cap).tanh() * cap;
+            }
+        }
         logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
     }
 }
 
 fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
-    let mean = dot_f32(x, x) / x.len() as f32;
+    let mean = dot(x, x) / x.len() as f32;
     let inv = 1.0 / (mean + eps).sqrt();
     for (v, w) in x.iter_mut().zip(w) {
         *v = *v * inv * w;
+    }
+}
+
+/// [`rms_norm_in_place`] on each row of `x` (rows as wide as `w`).
+fn rms_norm_each(x: &mut [f32], w: &[f32], eps: f32) {
+    for row in x.chunks_exact_mut(w.len()) {
+        rms_norm_in_place(row, w, eps);
     }
 }
 
