@@ -32,14 +32,14 @@ pub(super) struct GgufTokenizer {
     pub(super) tokens: Vec<String>,
     /// Which tokens are special markers.
     pub(super) special: Vec<bool>,
-    /// Token string to id.
-    pub(super) vocab: HashMap<String, u32>,
 }
 
 impl GgufTokenizer {
-    /// Rebuilds the tokenizer from the metadata; the error names the missing or unsupported
-    /// key.
-    pub(super) fn from_metadata(md: &Metadata) -> Result<Self, String> {
+    /// Rebuilds the tokenizer from the metadata, with the token string -> id map it was built
+    /// from (for the loader's lookups of markers: the caller drops it, so the loaded model
+    /// does not keep a second copy of the vocabulary); the error names the missing or
+    /// unsupported key.
+    pub(super) fn from_metadata(md: &Metadata) -> Result<(Self, HashMap<String, u32>), String> {
         let tokenizer_model = md
             .get("tokenizer.ggml.model")
             .and_then(|v| v.to_string().ok())
@@ -112,13 +112,13 @@ impl GgufTokenizer {
             .add_special_tokens(specials)
             .map_err(|e| format!("tokenizer: {e}"))?;
 
-        Ok(Self {
+        let tokenizer = Self {
             tokenizer,
             spm_pieces,
             tokens,
             special,
-            vocab,
-        })
+        };
+        Ok((tokenizer, vocab))
     }
 
     /// The text of `ids`, special tokens left out.

@@ -282,8 +282,8 @@ impl LocalChat {
             }
         }
         let context_tokens = get_u32(&format!("{arch}.context_length")).unwrap_or(2048) as usize;
-        let tokenizer = GgufTokenizer::from_metadata(md).map_err(|e| gguf_error(&path, e))?;
-        let vocab = &tokenizer.vocab;
+        let (tokenizer, vocab) =
+            GgufTokenizer::from_metadata(md).map_err(|e| gguf_error(&path, e))?;
 
         let template = get_str("tokenizer.chat_template");
         let format = ChatFormat::detect(template.as_deref(), vocab.contains_key("<|im_start|>"));
