@@ -59,11 +59,7 @@ fn lower_modules_never_name_higher_ones() {
     let mut violations = Vec::new();
     let mut used_allowances = BTreeSet::new();
     for file in rust_files(&src) {
-        let rel = file
-            .strip_prefix(root)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let rel = relative(root, &file);
         let Some(module_path) = module_path(&rel) else {
             continue;
         };
@@ -188,11 +184,7 @@ fn one_splitmix64_and_one_fnv1a() {
     ];
     let mut copies = Vec::new();
     for path in rust_files(&root.join("src")) {
-        let rel = path
-            .strip_prefix(root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let rel = relative(root, &path);
         let text = std::fs::read_to_string(&path)
             .unwrap()
             .to_lowercase()
@@ -215,11 +207,7 @@ fn numeric_kernels_live_in_the_kernels_module() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut strays = Vec::new();
     for path in rust_files(&root.join("src")) {
-        let rel = path
-            .strip_prefix(root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let rel = relative(root, &path);
         if rel.starts_with("src/kernels/") {
             continue;
         }
@@ -257,6 +245,14 @@ fn dot_product_definition(line: &str) -> Option<&str> {
         .iter()
         .any(|t| rest.contains(t));
     (name.split('_').any(|part| part == "dot") && takes_floats).then_some(name)
+}
+
+/// `path` under `root`, with `/` separators (`src/index/mod.rs`).
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap()
+        .to_string_lossy()
+        .replace('\\', "/")
 }
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {

@@ -236,10 +236,11 @@ pub(crate) fn prefetch_bytes(at: *const u8, from: usize, to: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+    /// `n` random unit vectors of width `dim` (also the HNSW tests' data).
+    pub(crate) fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
         let mut rng = fastrand::Rng::with_seed(seed);
         (0..n)
             .map(|_| {

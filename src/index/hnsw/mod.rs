@@ -819,18 +819,8 @@ mod tests {
     use super::*;
     use crate::dataset::{VectorDtype, write_npy};
     use crate::kernels::dot::dot;
+    use crate::kernels::dot::tests::unit_rows;
     use crate::progress::NoProgress;
-
-    fn unit_rows(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
-        let mut rng = fastrand::Rng::with_seed(seed);
-        (0..n)
-            .map(|_| {
-                let v: Vec<f32> = (0..dim).map(|_| rng.f32() - 0.5).collect();
-                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                v.into_iter().map(|x| x / norm).collect()
-            })
-            .collect()
-    }
 
     fn matrix(dir: &Path, rows: &[Vec<f32>]) -> VectorMatrix {
         let path = dir.join("v.npy");
