@@ -1,6 +1,7 @@
 //! The crate's error type: every variant names what failed and where (file, line, field), so
 //! the CLI can print it as one line.
 
+use std::fmt;
 use std::path::PathBuf;
 
 /// Result with [`Error`].
@@ -31,7 +32,15 @@ pub enum Error {
     /// A user-supplied setting or argument is invalid.
     #[error("invalid {what}: {message}")]
     InvalidArgument {
-        /// The flag, config key or argument.
+        /// The setting.
+        what: Setting,
+        /// Why it is invalid.
+        message: String,
+    },
+    /// A configuration file's key, a model card or a prompt template is invalid.
+    #[error("invalid {what}: {message}")]
+    InvalidConfig {
+        /// The file and key (`build.toml: questions.since`), card or template.
         what: String,
         /// Why it is invalid.
         message: String,
@@ -146,8 +155,16 @@ impl Error {
     }
 
     /// An invalid argument or setting.
-    pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn invalid(what: Setting, message: impl Into<String>) -> Self {
         Error::InvalidArgument {
+            what,
+            message: message.into(),
+        }
+    }
+
+    /// An invalid configuration key, model card or prompt template, named by `what`.
+    pub fn invalid_config(what: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidConfig {
             what: what.into(),
             message: message.into(),
         }
@@ -192,6 +209,310 @@ pub(crate) fn candle_message(e: &candle_core::Error) -> String {
             format!("path: {path:?} {}", candle_message(inner))
         }
         other => other.to_string(),
+    }
+}
+
+/// The user-facing setting or argument an [`Error::InvalidArgument`] is about. The command line
+/// maps a variant to the flag that sets it with a `match`, so the compiler checks every mapping;
+/// [`Setting::name`] is how the library's own message names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Setting {
+    /// `analyzer`.
+    Analyzer,
+    /// `ANN method`.
+    AnnMethod,
+    /// `bench sequences`.
+    BenchSequences,
+    /// `bench tokens`.
+    BenchTokens,
+    /// `b`.
+    Bm25B,
+    /// `k1`.
+    Bm25K1,
+    /// `build directory`.
+    BuildDirectory,
+    /// `chart series`.
+    ChartSeries,
+    /// `context tokens`.
+    ContextTokens,
+    /// `corpus`.
+    Corpus,
+    /// `dataset`.
+    Dataset,
+    /// `day`.
+    Day,
+    /// `day range`.
+    DayRange,
+    /// `dense model`.
+    DenseModel,
+    /// `dense models`.
+    DenseModels,
+    /// `device`.
+    Device,
+    /// `dim`.
+    Dim,
+    /// `dimensions`.
+    Dimensions,
+    /// `docs per call`.
+    DocsPerCall,
+    /// `dtype`.
+    Dtype,
+    /// `exclude`.
+    Exclude,
+    /// `fusion`.
+    Fusion,
+    /// `fusion depth`.
+    FusionDepth,
+    /// `fusion output`.
+    FusionOutput,
+    /// `fusion weights`.
+    FusionWeights,
+    /// `GPU exact search`.
+    GpuExactSearch,
+    /// `hnsw`.
+    Hnsw,
+    /// `id`.
+    Id,
+    /// `index`.
+    Index,
+    /// `judge min term coverage`.
+    JudgeMinTermCoverage,
+    /// `judge self check`.
+    JudgeSelfCheck,
+    /// `judge term weight`.
+    JudgeTermWeight,
+    /// `judge threshold`.
+    JudgeThreshold,
+    /// `judge verdict`.
+    JudgeVerdict,
+    /// `judge votes`.
+    JudgeVotes,
+    /// `judgments`.
+    Judgments,
+    /// `k`.
+    K,
+    /// `kind`.
+    Kind,
+    /// `language model`.
+    LanguageModel,
+    /// `llm`.
+    Llm,
+    /// `LLM base URL`.
+    LlmBaseUrl,
+    /// `llm concurrency`.
+    LlmConcurrency,
+    /// `LLM model`.
+    LlmModel,
+    /// `LLM request`.
+    LlmRequest,
+    /// `LLM timeout`.
+    LlmTimeout,
+    /// `matrix`.
+    Matrix,
+    /// `max-length`.
+    MaxLength,
+    /// `max tokens`.
+    MaxTokens,
+    /// `merge`.
+    Merge,
+    /// `merge output`.
+    MergeOutput,
+    /// `metric`.
+    Metric,
+    /// `model name`.
+    ModelName,
+    /// `model override`.
+    ModelOverride,
+    /// `models`.
+    Models,
+    /// `npy header`.
+    NpyHeader,
+    /// `out`.
+    Out,
+    /// `--out`.
+    OutFlag,
+    /// `per-query output`.
+    PerQueryOutput,
+    /// `pool`.
+    Pool,
+    /// `pooling`.
+    Pooling,
+    /// `posts`.
+    Posts,
+    /// `queries`.
+    Queries,
+    /// `query`.
+    Query,
+    /// `query encoder`.
+    QueryEncoder,
+    /// `query field`.
+    QueryField,
+    /// `query model`.
+    QueryModel,
+    /// `query vector`.
+    QueryVector,
+    /// `query vectors`.
+    QueryVectors,
+    /// `questions`.
+    Questions,
+    /// `questions.since`.
+    QuestionsSince,
+    /// `questions.until`.
+    QuestionsUntil,
+    /// `refresh`.
+    Refresh,
+    /// `refresh.retire_before`.
+    RefreshRetireBefore,
+    /// `removed repository`.
+    RemovedRepository,
+    /// `report page`.
+    ReportPage,
+    /// `repository`.
+    Repository,
+    /// `rerank`.
+    Rerank,
+    /// `rerank corpus`.
+    RerankCorpus,
+    /// `rerank depth`.
+    RerankDepth,
+    /// `retriever`.
+    Retriever,
+    /// `retrievers`.
+    Retrievers,
+    /// `rows`.
+    Rows,
+    /// `rrf k`.
+    RrfK,
+    /// `run output`.
+    RunOutput,
+    /// `runs`.
+    Runs,
+    /// `shard`.
+    Shard,
+    /// `since`.
+    Since,
+    /// `site URL`.
+    SiteUrl,
+    /// `tag`.
+    Tag,
+    /// `tag match`.
+    TagMatch,
+    /// `tokenizer`.
+    Tokenizer,
+    /// `topic`.
+    Topic,
+    /// `topics`.
+    Topics,
+    /// `vectors`.
+    Vectors,
+}
+
+impl Setting {
+    /// How messages name the setting.
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::Analyzer => "analyzer",
+            Setting::AnnMethod => "ANN method",
+            Setting::BenchSequences => "bench sequences",
+            Setting::BenchTokens => "bench tokens",
+            Setting::Bm25B => "b",
+            Setting::Bm25K1 => "k1",
+            Setting::BuildDirectory => "build directory",
+            Setting::ChartSeries => "chart series",
+            Setting::ContextTokens => "context tokens",
+            Setting::Corpus => "corpus",
+            Setting::Dataset => "dataset",
+            Setting::Day => "day",
+            Setting::DayRange => "day range",
+            Setting::DenseModel => "dense model",
+            Setting::DenseModels => "dense models",
+            Setting::Device => "device",
+            Setting::Dim => "dim",
+            Setting::Dimensions => "dimensions",
+            Setting::DocsPerCall => "docs per call",
+            Setting::Dtype => "dtype",
+            Setting::Exclude => "exclude",
+            Setting::Fusion => "fusion",
+            Setting::FusionDepth => "fusion depth",
+            Setting::FusionOutput => "fusion output",
+            Setting::FusionWeights => "fusion weights",
+            Setting::GpuExactSearch => "GPU exact search",
+            Setting::Hnsw => "hnsw",
+            Setting::Id => "id",
+            Setting::Index => "index",
+            Setting::JudgeMinTermCoverage => "judge min term coverage",
+            Setting::JudgeSelfCheck => "judge self check",
+            Setting::JudgeTermWeight => "judge term weight",
+            Setting::JudgeThreshold => "judge threshold",
+            Setting::JudgeVerdict => "judge verdict",
+            Setting::JudgeVotes => "judge votes",
+            Setting::Judgments => "judgments",
+            Setting::K => "k",
+            Setting::Kind => "kind",
+            Setting::LanguageModel => "language model",
+            Setting::Llm => "llm",
+            Setting::LlmBaseUrl => "LLM base URL",
+            Setting::LlmConcurrency => "llm concurrency",
+            Setting::LlmModel => "LLM model",
+            Setting::LlmRequest => "LLM request",
+            Setting::LlmTimeout => "LLM timeout",
+            Setting::Matrix => "matrix",
+            Setting::MaxLength => "max-length",
+            Setting::MaxTokens => "max tokens",
+            Setting::Merge => "merge",
+            Setting::MergeOutput => "merge output",
+            Setting::Metric => "metric",
+            Setting::ModelName => "model name",
+            Setting::ModelOverride => "model override",
+            Setting::Models => "models",
+            Setting::NpyHeader => "npy header",
+            Setting::Out => "out",
+            Setting::OutFlag => "--out",
+            Setting::PerQueryOutput => "per-query output",
+            Setting::Pool => "pool",
+            Setting::Pooling => "pooling",
+            Setting::Posts => "posts",
+            Setting::Queries => "queries",
+            Setting::Query => "query",
+            Setting::QueryEncoder => "query encoder",
+            Setting::QueryField => "query field",
+            Setting::QueryModel => "query model",
+            Setting::QueryVector => "query vector",
+            Setting::QueryVectors => "query vectors",
+            Setting::Questions => "questions",
+            Setting::QuestionsSince => "questions.since",
+            Setting::QuestionsUntil => "questions.until",
+            Setting::Refresh => "refresh",
+            Setting::RefreshRetireBefore => "refresh.retire_before",
+            Setting::RemovedRepository => "removed repository",
+            Setting::ReportPage => "report page",
+            Setting::Repository => "repository",
+            Setting::Rerank => "rerank",
+            Setting::RerankCorpus => "rerank corpus",
+            Setting::RerankDepth => "rerank depth",
+            Setting::Retriever => "retriever",
+            Setting::Retrievers => "retrievers",
+            Setting::Rows => "rows",
+            Setting::RrfK => "rrf k",
+            Setting::RunOutput => "run output",
+            Setting::Runs => "runs",
+            Setting::Shard => "shard",
+            Setting::Since => "since",
+            Setting::SiteUrl => "site URL",
+            Setting::Tag => "tag",
+            Setting::TagMatch => "tag match",
+            Setting::Tokenizer => "tokenizer",
+            Setting::Topic => "topic",
+            Setting::Topics => "topics",
+            Setting::Vectors => "vectors",
+        }
+    }
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -67,7 +67,7 @@ pub use dataset::{
     AtomicWriter, Document, DocumentMetadata, Encoder, NuggetQrels, QueryId, Question,
     QuestionMetadata, Run, ScoredDoc,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, Setting};
 pub use eval::{EvalConfig, Evaluation, Judgments, Metric, MetricAt, evaluate};
 pub use index::{IndexConfig, build_index};
 pub use llm::{Chat, ChatParams, Llm, Message, OpenAiChat, OpenAiConfig, ResponseCache};

@@ -21,7 +21,7 @@ use crate::dataset::{
     AtomicWriter, NpyWriter, QueryId, SHARD_FORMAT, ShardInfo, VectorMatrix,
     check_output_is_not_an_input, ids_path, shard_info_path, write_ids_beside,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// What [`merge_shards`] joined.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -37,7 +37,7 @@ pub struct MergeSummary {
 /// Reads and checks the sidecars of `shards`, returned in shard order.
 fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
     if shards.is_empty() {
-        return Err(Error::invalid("merge", "no shard files given"));
+        return Err(Error::invalid(Setting::Merge, "no shard files given"));
     }
     let mut infos = Vec::with_capacity(shards.len());
     for path in shards {
@@ -48,7 +48,7 @@ fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
         )
         .map_err(|e| {
             Error::invalid(
-                "merge",
+                Setting::Merge,
                 format!(
                     "{}: cannot read its shard sidecar {} ({e}); was it written as a shard?",
                     path.display(),
@@ -74,7 +74,7 @@ fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
     for (path, info) in &infos[1..] {
         let differs = |what: &str| {
             Error::invalid(
-                "merge",
+                Setting::Merge,
                 format!(
                     "{} and {} differ in {what}: not shards of one run",
                     first_path.display(),
@@ -110,12 +110,12 @@ fn read_infos(shards: &[PathBuf]) -> Result<Vec<(PathBuf, ShardInfo)>> {
         } else {
             format!("missing shard(s) {}", missing.join(", "))
         };
-        return Err(Error::invalid("merge", message));
+        return Err(Error::invalid(Setting::Merge, message));
     }
     let items: usize = infos.iter().map(|(_, info)| info.items).sum();
     if items != total_items {
         return Err(Error::invalid(
-            "merge",
+            Setting::Merge,
             format!("the shards hold {items} items, the input had {total_items}"),
         ));
     }
@@ -132,8 +132,8 @@ pub fn merge_shards(shards: &[PathBuf], out: &Path) -> Result<MergeSummary> {
         inputs.push(ids_path(shard));
     }
     let input_refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    check_output_is_not_an_input("merge output", out, &input_refs)?;
-    check_output_is_not_an_input("merge output", &ids_path(out), &input_refs)?;
+    check_output_is_not_an_input(Setting::MergeOutput, out, &input_refs)?;
+    check_output_is_not_an_input(Setting::MergeOutput, &ids_path(out), &input_refs)?;
     let infos = read_infos(shards)?;
     let stage = infos[0].1.stage.clone();
     let rows = if stage == "embed" {
@@ -230,7 +230,7 @@ fn merge_jsonl(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
                         Ordering::Less => best = Some(i),
                         Ordering::Equal => {
                             return Err(Error::invalid(
-                                "merge",
+                                Setting::Merge,
                                 format!(
                                     "question {key:?} is in both {} and {}: shards overlap",
                                     cursors[b].path.display(),
@@ -261,7 +261,7 @@ fn merge_jsonl(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
     for (cursor, (_, info)) in cursors.iter().zip(infos) {
         if cursor.rows != info.rows {
             return Err(Error::invalid(
-                "merge",
+                Setting::Merge,
                 format!(
                     "{} has {} lines, its sidecar says {} (truncated or edited?)",
                     cursor.path.display(),
@@ -288,7 +288,7 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
             && (first.dtype(), first.dim()) != (this.dtype(), this.dim())
         {
             return Err(Error::invalid(
-                "merge",
+                Setting::Merge,
                 format!(
                     "{}: dtype/dim {:?}/{} differ from the first shard's {:?}/{}",
                     path.display(),
@@ -301,7 +301,7 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
         }
         if this.rows() != info.positions.len() || this.rows() != info.rows {
             return Err(Error::invalid(
-                "merge",
+                Setting::Merge,
                 format!(
                     "{} has {} rows, its sidecar lists {} positions",
                     path.display(),
@@ -316,7 +316,7 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
         let shard_ids: Vec<&str> = text.lines().collect();
         if shard_ids.len() != this.rows() {
             return Err(Error::invalid(
-                "merge",
+                Setting::Merge,
                 format!(
                     "{} has {} ids for {} rows",
                     ids_path.display(),
@@ -328,7 +328,7 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
         for (row, (&p, id)) in info.positions.iter().zip(shard_ids).enumerate() {
             if p >= total || source[p].0 != u32::MAX {
                 return Err(Error::invalid(
-                    "merge",
+                    Setting::Merge,
                     format!(
                         "{}: row position {p} is out of range or in two shards",
                         path.display()
@@ -344,11 +344,13 @@ fn merge_npy(infos: &[(PathBuf, ShardInfo)], out: &Path) -> Result<usize> {
         .into_iter()
         .enumerate()
         .map(|(p, id)| {
-            id.ok_or_else(|| Error::invalid("merge", format!("no shard holds input row {p}")))
+            id.ok_or_else(|| {
+                Error::invalid(Setting::Merge, format!("no shard holds input row {p}"))
+            })
         })
         .collect::<Result<_>>()?;
     let Some(first) = matrices.first() else {
-        return Err(Error::invalid("merge", "no shard files given"));
+        return Err(Error::invalid(Setting::Merge, "no shard files given"));
     };
     // The stored bytes are copied as they are: no value is converted twice.
     let mut writer = NpyWriter::create(out, first.dtype(), total, first.dim())?;

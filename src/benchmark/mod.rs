@@ -29,7 +29,7 @@ pub use topic::{JudgedCheck, TopicData, TopicSpec, check_judged, load_topic};
 
 use crate::dataset::{NuggetQrels, Run, write_json_atomic};
 use crate::embed::{EncoderOptions, resolve_model};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::eval::{EvalConfig, Judgments, evaluate};
 use crate::index::Bm25Settings;
 use crate::progress::Progress;
@@ -78,7 +78,7 @@ pub fn run_benchmark(
     // A topic's name becomes directories under `out_dir` (`TopicSpec::plan` checks it too; a
     // config built by hand is checked here, before anything is read or written).
     for spec in &config.topics {
-        crate::dataset::check_plain_name("topic", &spec.name)?;
+        crate::dataset::check_plain_name(Setting::Topic, &spec.name)?;
     }
     // The reranker loads before any topic, so a bad model fails at once.
     let reranker = match &config.rerank {
@@ -95,14 +95,17 @@ pub fn run_benchmark(
         None => None,
     };
     if config.retrievers.is_empty() {
-        return Err(Error::invalid("retrievers", "give at least one retriever"));
+        return Err(Error::invalid(
+            Setting::Retrievers,
+            "give at least one retriever",
+        ));
     }
     if config.k == 0 {
-        return Err(Error::invalid("k", "must be at least 1"));
+        return Err(Error::invalid(Setting::K, "must be at least 1"));
     }
     if config.fusion && config.retrievers.len() < 2 {
         return Err(Error::invalid(
-            "fusion",
+            Setting::Fusion,
             "fusion needs at least two retrievers",
         ));
     }
@@ -115,7 +118,7 @@ pub fn run_benchmark(
         };
         if retrievers.iter().any(|r| r.name() == kind.name()) {
             return Err(Error::invalid(
-                "retrievers",
+                Setting::Retrievers,
                 format!("{} given twice", kind.name()),
             ));
         }

@@ -21,7 +21,7 @@ use crate::dataset::{
     AtomicWriter, Document, Fingerprint, Question, Run, VectorDtype, write_json_atomic,
 };
 use crate::embed::{EncoderOptions, resolve_model};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::{Bm25Settings, IndexConfig, Manifest, build_index};
 use crate::progress::Progress;
 use crate::search::{
@@ -51,7 +51,7 @@ impl std::str::FromStr for BenchmarkRetriever {
         match spec.strip_prefix("dense:").filter(|m| !m.is_empty()) {
             Some(model) => Ok(Self::Dense(model.parse()?)),
             None => Err(Error::invalid(
-                "retriever",
+                Setting::Retriever,
                 format!("{spec:?}: expected bm25 or dense:MODEL"),
             )),
         }

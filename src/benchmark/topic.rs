@@ -8,7 +8,7 @@ use crate::dataset::{
     DatasetPart, DatasetSpec, Document, Question, check_plain_name, load_corpus, load_queries,
     resolve_files,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// A topic: its name (a table column) and where its questions and corpus come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl TopicSpec {
     ) -> Result<Vec<Self>> {
         if queries.is_empty() || corpus.is_empty() {
             return Err(Error::invalid(
-                "queries",
+                Setting::Queries,
                 "give at least one queries dataset and one corpus dataset",
             ));
         }
@@ -42,7 +42,7 @@ impl TopicSpec {
         if !topics.is_empty() {
             let ([q], [c]) = (queries, corpus) else {
                 return Err(Error::invalid(
-                    "topics",
+                    Setting::Topics,
                     "with topics, give one queries dataset and one corpus dataset (each \
                      expanded per topic)",
                 ));
@@ -61,7 +61,7 @@ impl TopicSpec {
         } else {
             if queries.len() != corpus.len() {
                 return Err(Error::invalid(
-                    "queries",
+                    Setting::Queries,
                     format!(
                         "{} queries datasets but {} corpus datasets: give them in pairs (or one \
                          of each with topics)",
@@ -87,7 +87,7 @@ impl TopicSpec {
                 for spec in [&queries, &corpus] {
                     if let DatasetSpec::Hub { repo, config: None } = spec {
                         return Err(Error::invalid(
-                            "dataset",
+                            Setting::Dataset,
                             format!(
                                 "{repo}: name a config (topic), e.g. {repo}:langchain, or give topics"
                             ),
@@ -105,9 +105,9 @@ impl TopicSpec {
         // local SPEC): one plain component, by the rule of every name that becomes a path. It
         // comes from `topics` when given, else from the queries (hub config or directory name).
         let setting = if topics.is_empty() {
-            "queries"
+            Setting::Queries
         } else {
-            "topics"
+            Setting::Topics
         };
         let mut names = HashSet::new();
         for t in &out {

@@ -14,15 +14,20 @@ use freshstack::index::{AnalyzerKind, Bm25Settings, DEFAULT_B, DEFAULT_K1};
 
 use super::progress::Bars;
 use super::with_flags;
+use freshstack::Setting;
 
 /// How the library's settings are named on this command line.
-const FLAGS: &[(&str, &str)] = &[
-    ("retrievers", "--retriever"),
-    ("k", "-k"),
-    ("fusion", "--fusion"),
-    ("queries", "--queries"),
-    ("topics", "--topic"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::Retrievers => "--retriever",
+        Setting::K => "-k",
+        Setting::Fusion => "--fusion",
+        Setting::Queries => "--queries",
+        Setting::Topics => "--topic",
+        _ => return None,
+    })
+}
 
 /// Arguments of `freshstack benchmark`.
 #[derive(Debug, Args)]
@@ -92,7 +97,7 @@ pub struct BenchmarkArgs {
 
 pub fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
     let topics = TopicSpec::plan(&args.queries, &args.corpus, &args.topics)
-        .map_err(|e| with_flags(e, FLAGS))?;
+        .map_err(|e| with_flags(e, flags))?;
     let paper = args.paper.as_deref().map(PaperResults::read).transpose()?;
     let config = BenchmarkConfig {
         topics,
@@ -118,7 +123,7 @@ pub fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
         },
     };
     let started = std::time::Instant::now();
-    let results = run_benchmark(&config, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
+    let results = run_benchmark(&config, &Bars::new()).map_err(|e| with_flags(e, flags))?;
     write_results(&results, paper.as_ref(), &args.out)
         .with_context(|| format!("writing results into {}", args.out.display()))?;
     for t in &results.topics {

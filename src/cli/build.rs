@@ -10,6 +10,7 @@ use freshstack::pipeline::{BuildConfig, BuildSummary, Refresh, StageOutcome, bui
 use freshstack::report::{PoolingResults, ReportOptions};
 
 use super::progress::Bars;
+use freshstack::Setting;
 
 /// Arguments of `freshstack build`.
 #[derive(Debug, Args)]
@@ -65,7 +66,14 @@ pub fn run_build(args: BuildArgs) -> anyhow::Result<()> {
 }
 
 /// The settings `quickstart_config`'s errors name, and `quickstart`'s flags for them.
-const QUICKSTART_FLAGS: &[(&str, &str)] = &[("repository", "--repo"), ("models", "--models")];
+/// The flag that sets each setting this command's errors can name.
+fn quickstart_flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::Repository => "--repo",
+        Setting::Models => "--models",
+        _ => return None,
+    })
+}
 
 pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
     let models = args.models.unwrap_or_else(|| args.repo.join("models"));
@@ -75,7 +83,7 @@ pub fn run_quickstart(args: QuickstartArgs) -> anyhow::Result<()> {
         max_questions: args.max_questions,
         dense: true,
     })
-    .map_err(|e| super::with_flags(e, QUICKSTART_FLAGS))?;
+    .map_err(|e| super::with_flags(e, quickstart_flags))?;
     eprintln!(
         "quickstart: a benchmark about freshstack itself — corpus {}, questions {}, nuggets by \
          Qwen2.5-Coder-1.5B-Instruct and query variants by 0.5B natively, labels from term \

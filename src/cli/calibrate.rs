@@ -10,6 +10,7 @@ use freshstack::report::calibration::{
 };
 
 use super::with_flags;
+use freshstack::Setting;
 
 /// The `calibrate` subcommands.
 #[derive(Debug, Args)]
@@ -77,11 +78,15 @@ enum CalibrateCommand {
     },
 }
 
-const FLAGS: &[(&str, &str)] = &[
-    ("questions", "--questions"),
-    ("docs per call", "--docs-per-call"),
-    ("pool", "--pool"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::Questions => "--questions",
+        Setting::DocsPerCall => "--docs-per-call",
+        Setting::Pool => "--pool",
+        _ => return None,
+    })
+}
 
 pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     match args.command {
@@ -92,7 +97,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             out,
         } => {
             let sample = calibration::sample(&dataset, &SampleOptions { questions, seed })
-                .map_err(|e| with_flags(e, FLAGS))?;
+                .map_err(|e| with_flags(e, flags))?;
             let files = write_review(&out, &sample)?;
             let mut stdout = std::io::stdout().lock();
             writeln!(
@@ -138,7 +143,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 docs_per_call,
                 review,
             })
-            .map_err(|e| with_flags(e, FLAGS))?;
+            .map_err(|e| with_flags(e, flags))?;
             let mut stdout = std::io::stdout().lock();
             if json {
                 serde_json::to_writer_pretty(&mut stdout, &report)?;

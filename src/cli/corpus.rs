@@ -9,6 +9,7 @@ use freshstack::source::{
 };
 
 use super::progress::Bars;
+use freshstack::Setting;
 
 /// Arguments of `freshstack corpus`.
 #[derive(Debug, Args)]
@@ -40,11 +41,15 @@ pub struct CorpusArgs {
 }
 
 /// The settings of `build_corpus`'s errors, and this command's flags for them.
-const FLAGS: &[(&str, &str)] = &[
-    ("repository", "--repo"),
-    ("max tokens", "--max-tokens"),
-    ("tokenizer", "--tokenizer"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::Repository => "--repo",
+        Setting::MaxTokens => "--max-tokens",
+        Setting::Tokenizer => "--tokenizer",
+        _ => return None,
+    })
+}
 
 pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
     let config = CorpusConfig {
@@ -57,7 +62,7 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
     };
     let started = std::time::Instant::now();
     let summary =
-        build_corpus(&config, &args.out, &Bars::new()).map_err(|e| super::with_flags(e, FLAGS))?;
+        build_corpus(&config, &args.out, &Bars::new()).map_err(|e| super::with_flags(e, flags))?;
     if let Some(path) = &args.summary {
         write_summary(&summary, path)?;
     }

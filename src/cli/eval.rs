@@ -67,8 +67,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         },
         per_query: args.per_query,
     };
-    let report = evaluate_files(&job)
-        .map_err(|e| super::with_flags(e, &[("per-query output", "--per-query")]))?;
+    let report = evaluate_files(&job).map_err(|e| {
+        super::with_flags(e, |s| {
+            (s == freshstack::Setting::PerQueryOutput).then_some("--per-query")
+        })
+    })?;
     let text = if args.json {
         let mut s = report.comparison.to_json();
         s.push('\n');

@@ -8,6 +8,8 @@ use clap::{Args, ValueEnum};
 use freshstack::dataset::{RunFile, ScoreText, write_trec_rankings};
 use freshstack::search::{FusionMethod, FusionOptions, fuse_rankings};
 
+use freshstack::Setting;
+
 use super::with_flags;
 
 /// Fusion methods on the command line (`fuse --method`, `search`/`retrieve --fusion-method`).
@@ -31,12 +33,16 @@ impl Method {
 }
 
 /// How the library's settings are named on this command line.
-const FLAGS: &[(&str, &str)] = &[
-    ("fusion depth", "--depth"),
-    ("fusion weights", "--weights"),
-    ("fusion output", "--out"),
-    ("rrf k", "--rrf-k"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::FusionDepth => "--depth",
+        Setting::FusionWeights => "--weights",
+        Setting::FusionOutput => "--out",
+        Setting::RrfK => "--rrf-k",
+        _ => return None,
+    })
+}
 
 /// Arguments of `freshstack fuse`.
 #[derive(Debug, Args)]
@@ -69,8 +75,8 @@ pub struct FuseArgs {
 
 pub fn run(args: FuseArgs) -> anyhow::Result<()> {
     let inputs: Vec<&std::path::Path> = args.runs.iter().map(PathBuf::as_path).collect();
-    freshstack::dataset::check_output_is_not_an_input("fusion output", &args.out, &inputs)
-        .map_err(|e| with_flags(e, FLAGS))?;
+    freshstack::dataset::check_output_is_not_an_input(Setting::FusionOutput, &args.out, &inputs)
+        .map_err(|e| with_flags(e, flags))?;
     // Named by their paths, so that an error about a run names its file.
     let runs = args
         .runs
@@ -90,7 +96,7 @@ pub fn run(args: FuseArgs) -> anyhow::Result<()> {
     };
     let started = Instant::now();
     let refs: Vec<&RunFile> = runs.iter().collect();
-    let fused = fuse_rankings(&refs, &options, &args.tag).map_err(|e| with_flags(e, FLAGS))?;
+    let fused = fuse_rankings(&refs, &options, &args.tag).map_err(|e| with_flags(e, flags))?;
     let fusion_ms = started.elapsed().as_secs_f64() * 1e3;
     write_trec_rankings(&fused, &args.out, &args.tag, usize::MAX, ScoreText::F64)
         .with_context(|| format!("cannot write {}", args.out.display()))?;

@@ -94,7 +94,11 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             args.max_batch_tokens,
             &Bars::new(),
         )
-        .map_err(|e| super::with_flags(e, &[("removed repository", "--remove-repo")]))?;
+        .map_err(|e| {
+            super::with_flags(e, |s| {
+                (s == freshstack::Setting::RemovedRepository).then_some("--remove-repo")
+            })
+        })?;
         eprintln!(
             "refreshed {}: removed {}, added {}, {} documents now",
             args.index.display(),
@@ -132,8 +136,11 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         vector_dtype: args.vector_dtype,
     };
     let started = std::time::Instant::now();
-    let summary = build_hybrid_index(&config, &args.index, &Bars::new())
-        .map_err(|e| super::with_flags(e, &[("vectors", "--vectors")]))?;
+    let summary = build_hybrid_index(&config, &args.index, &Bars::new()).map_err(|e| {
+        super::with_flags(e, |s| {
+            (s == freshstack::Setting::Vectors).then_some("--vectors")
+        })
+    })?;
     let mut parts = Vec::new();
     if summary.manifest.bm25.is_some() {
         parts.push("bm25".to_string());

@@ -7,6 +7,7 @@ use freshstack::pipeline::{JudgeConfig, JudgeInputs, Verdict, judge};
 
 use super::llm::{LlmArgs, stats_line};
 use super::progress::Bars;
+use freshstack::Setting;
 
 /// Arguments of `freshstack judge`.
 #[derive(Debug, Args)]
@@ -74,16 +75,20 @@ pub struct JudgeArgs {
 }
 
 /// The settings `judge`'s errors name, and this command's flags for them.
-const FLAGS: &[(&str, &str)] = &[
-    ("context tokens", "--llm-context-tokens"),
-    ("docs per call", "--docs-per-call"),
-    ("judge threshold", "--threshold"),
-    ("judge term weight", "--term-weight"),
-    ("judge min term coverage", "--min-term-coverage"),
-    ("judge votes", "--votes"),
-    ("judge self check", "--self-check"),
-    ("pool", "--pool"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::ContextTokens => "--llm-context-tokens",
+        Setting::DocsPerCall => "--docs-per-call",
+        Setting::JudgeThreshold => "--threshold",
+        Setting::JudgeTermWeight => "--term-weight",
+        Setting::JudgeMinTermCoverage => "--min-term-coverage",
+        Setting::JudgeVotes => "--votes",
+        Setting::JudgeSelfCheck => "--self-check",
+        Setting::Pool => "--pool",
+        _ => return None,
+    })
+}
 
 pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
     let default = JudgeConfig::default();
@@ -119,7 +124,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<()> {
         &args.out,
         &Bars::new(),
     )
-    .map_err(|e| super::with_flags(e, FLAGS))?;
+    .map_err(|e| super::with_flags(e, flags))?;
     if let Some(path) = &args.summary {
         freshstack::dataset::write_json_atomic(path, &summary)?;
     }

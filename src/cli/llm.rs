@@ -4,15 +4,20 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use freshstack::Setting;
 use freshstack::dataset::Shard;
 use freshstack::llm::{BackendSpec, ChatParams, Llm, ResponseCache, StructuredOutput};
 
 /// The settings of the backend's errors, and their flags.
-const BACKEND_FLAGS: &[(&str, &str)] = &[
-    ("LLM base URL", "--llm-base-url"),
-    ("LLM model", "--llm-model"),
-    ("LLM timeout", "--llm-timeout"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn backend_flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::LlmBaseUrl => "--llm-base-url",
+        Setting::LlmModel => "--llm-model",
+        Setting::LlmTimeout => "--llm-timeout",
+        _ => return None,
+    })
+}
 
 /// `--llm-structured-output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -147,7 +152,7 @@ impl LlmArgs {
         }
         let chat = spec
             .open()
-            .map_err(|e| super::with_flags(e, BACKEND_FLAGS))?
+            .map_err(|e| super::with_flags(e, backend_flags))?
             .chat;
         let cache =
             if self.no_cache {

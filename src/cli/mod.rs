@@ -196,11 +196,14 @@ pub fn one_line(err: &anyhow::Error) -> String {
     line.replace('\n', " ")
 }
 
-/// A library error for the command line: an invalid setting named in `flags` (setting, flag)
-/// reads `invalid FLAG: ...`, as the user typed it; anything else is unchanged.
-pub fn with_flags(err: freshstack::Error, flags: &[(&str, &str)]) -> anyhow::Error {
+/// A library error for the command line: an invalid setting that `flag_of` maps to a flag reads
+/// `invalid FLAG: ...`, as the user typed it; anything else is unchanged.
+pub fn with_flags(
+    err: freshstack::Error,
+    flag_of: fn(freshstack::Setting) -> Option<&'static str>,
+) -> anyhow::Error {
     if let freshstack::Error::InvalidArgument { what, message } = &err
-        && let Some((_, flag)) = flags.iter().find(|(setting, _)| setting == what)
+        && let Some(flag) = flag_of(*what)
     {
         return anyhow::anyhow!("invalid {flag}: {message}");
     }

@@ -12,13 +12,18 @@ use freshstack::search::RerankConfig;
 
 use super::progress::Bars;
 use super::with_flags;
+use freshstack::Setting;
 
 /// How the library's settings are named on this command line.
-const FLAGS: &[(&str, &str)] = &[
-    ("rerank depth", "-k"),
-    ("queries", "--queries"),
-    ("corpus", "--corpus"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::RerankDepth => "-k",
+        Setting::Queries => "--queries",
+        Setting::Corpus => "--corpus",
+        _ => return None,
+    })
+}
 
 /// Arguments of `freshstack rerank`.
 #[derive(Debug, Args)]
@@ -78,7 +83,7 @@ pub fn run(args: RerankArgs) -> anyhow::Result<()> {
         },
         depth: args.k,
     };
-    let report = rerank_file(&job, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
+    let report = rerank_file(&job, &Bars::new()).map_err(|e| with_flags(e, flags))?;
     let summary = &report.summary;
     eprintln!(
         "reranked the top {} of {} questions with {} (max length {}): {} pairs, {} tokens, {} \

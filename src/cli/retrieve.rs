@@ -13,6 +13,7 @@ use super::fuse::Method;
 use super::progress::Bars;
 use super::rerank::RerankStageArgs;
 use super::with_flags;
+use freshstack::Setting;
 
 /// Fusion flags shared by `search` and `retrieve`.
 #[derive(Debug, Args)]
@@ -135,18 +136,22 @@ pub struct RetrieveArgs {
 }
 
 /// How the library's settings are named on this command line.
-pub const FLAGS: &[(&str, &str)] = &[
-    ("rerank depth", "--rerank-depth"),
-    ("rerank corpus", "--corpus"),
-    ("corpus", "--corpus"),
-    ("queries", "--queries"),
-    ("query vectors", "--query-vectors"),
-    ("fusion depth", "--fusion-depth"),
-    ("fusion weights", "--fusion-weights"),
-    ("rrf k", "--rrf-k"),
-    ("query model", "--model"),
-    ("run output", "--out"),
-];
+/// The flag that sets each setting this command's errors can name.
+pub fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::RerankDepth => "--rerank-depth",
+        Setting::RerankCorpus => "--corpus",
+        Setting::Corpus => "--corpus",
+        Setting::Queries => "--queries",
+        Setting::QueryVectors => "--query-vectors",
+        Setting::FusionDepth => "--fusion-depth",
+        Setting::FusionWeights => "--fusion-weights",
+        Setting::RrfK => "--rrf-k",
+        Setting::QueryModel => "--model",
+        Setting::RunOutput => "--out",
+        _ => return None,
+    })
+}
 
 pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     let device = args.encoders.device();
@@ -175,7 +180,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
             .config(args.encoders.device(), args.encoders.model_dtype()),
         tag: args.tag.clone(),
     };
-    let summary = retrieve(&config, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
+    let summary = retrieve(&config, &Bars::new()).map_err(|e| with_flags(e, flags))?;
     if summary.unsearchable > 0 {
         eprintln!(
             "warning: {} queries got no results (for bm25: no searchable terms, symbols only); \

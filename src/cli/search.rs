@@ -10,7 +10,7 @@ use freshstack::search::{
 
 use super::progress::Bars;
 use super::rerank::RerankStageArgs;
-use super::retrieve::{EncoderArgs, FLAGS, FusionArgs};
+use super::retrieve::{EncoderArgs, FusionArgs, flags};
 use super::with_flags;
 
 /// Arguments of `freshstack search`.
@@ -62,7 +62,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
             .config(args.encoders.device(), args.encoders.model_dtype()),
     };
     let hits =
-        search_query(&config, &args.query, &Bars::new()).map_err(|e| with_flags(e, FLAGS))?;
+        search_query(&config, &args.query, &Bars::new()).map_err(|e| with_flags(e, flags))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // The engine scores in f32: printed as f32, as they always were.
     for (rank, hit) in hits.iter().enumerate() {

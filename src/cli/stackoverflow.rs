@@ -13,6 +13,7 @@ use freshstack::source::stackoverflow::{
 
 use super::progress::Bars;
 use super::with_flags;
+use freshstack::Setting;
 
 /// Arguments of `freshstack stackoverflow`.
 #[derive(Debug, Args)]
@@ -119,29 +120,33 @@ pub fn run(args: StackOverflowArgs) -> anyhow::Result<()> {
 }
 
 /// The settings of the Stack Overflow readers' errors, and this command's flags for them.
-const FLAGS: &[(&str, &str)] = &[
-    ("posts", "--posts"),
-    ("tag", "--tag"),
-    ("since", "--since"),
-    ("day range", "--since/--until"),
-    ("site URL", "--site-url"),
-];
+/// The flag that sets each setting this command's errors can name.
+fn flags(setting: Setting) -> Option<&'static str> {
+    Some(match setting {
+        Setting::Posts => "--posts",
+        Setting::Tag => "--tag",
+        Setting::Since => "--since",
+        Setting::DayRange => "--since/--until",
+        Setting::SiteUrl => "--site-url",
+        _ => return None,
+    })
+}
 
 fn import(args: ImportArgs) -> anyhow::Result<()> {
     let config = ImportConfig {
-        filter: TagFilter::new(&args.tags, args.match_mode).map_err(|e| with_flags(e, FLAGS))?,
-        range: DayRange::new(args.since, args.until).map_err(|e| with_flags(e, FLAGS))?,
+        filter: TagFilter::new(&args.tags, args.match_mode).map_err(|e| with_flags(e, flags))?,
+        range: DayRange::new(args.since, args.until).map_err(|e| with_flags(e, flags))?,
         min_score: args.min_score,
         allow_unaccepted: args.allow_unaccepted,
         site_url: args.site_url,
         max_event_bytes: args.max_event_bytes,
     };
     // Fails on a missing file or an unknown compression before any work.
-    detect_compression(&args.posts).map_err(|e| with_flags(e, FLAGS))?;
+    detect_compression(&args.posts).map_err(|e| with_flags(e, flags))?;
     let started = std::time::Instant::now();
     // Library errors already name the dump (and the byte offset and line for bad XML).
     let summary = import_questions(&args.posts, &config, &args.out, &Bars::new())
-        .map_err(|e| with_flags(e, FLAGS))?;
+        .map_err(|e| with_flags(e, flags))?;
     if let Some(path) = &args.summary {
         write_import_summary(&summary, path)?;
     }
@@ -175,10 +180,10 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
 }
 
 fn tags(args: TagsArgs) -> anyhow::Result<()> {
-    let range = DayRange::new(args.since, args.until).map_err(|e| with_flags(e, FLAGS))?;
-    detect_compression(&args.posts).map_err(|e| with_flags(e, FLAGS))?;
+    let range = DayRange::new(args.since, args.until).map_err(|e| with_flags(e, flags))?;
+    detect_compression(&args.posts).map_err(|e| with_flags(e, flags))?;
     let report = tag_cooccurrence(&args.posts, &args.tag, &range, args.top, &Bars::new())
-        .map_err(|e| with_flags(e, FLAGS))?;
+        .map_err(|e| with_flags(e, flags))?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -204,7 +209,7 @@ fn tags(args: TagsArgs) -> anyhow::Result<()> {
 }
 
 fn topics(args: TopicsArgs) -> anyhow::Result<()> {
-    detect_compression(&args.posts).map_err(|e| with_flags(e, FLAGS))?;
+    detect_compression(&args.posts).map_err(|e| with_flags(e, flags))?;
     let report = recent_topics(
         &args.posts,
         &args.since,
@@ -212,7 +217,7 @@ fn topics(args: TopicsArgs) -> anyhow::Result<()> {
         args.top,
         &Bars::new(),
     )
-    .map_err(|e| with_flags(e, FLAGS))?;
+    .map_err(|e| with_flags(e, flags))?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::tempfiles::{self, TempFile};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// How many symbolic links [`resolve_links`] follows before giving up (Linux's own limit).
 const MAX_LINKS: usize = 40;
@@ -271,7 +271,7 @@ pub fn resolve_output_path(out: &Path) -> Option<PathBuf> {
 /// `what` names the output setting in the error (`--out`). Inputs that do not exist are ignored
 /// (their readers report them); `-` (standard output) and outputs that are neither regular
 /// files, directories nor new names (a FIFO, `/dev/null`) are never inputs.
-pub fn check_output_is_not_an_input(what: &str, out: &Path, inputs: &[&Path]) -> Result<()> {
+pub fn check_output_is_not_an_input(what: Setting, out: &Path, inputs: &[&Path]) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     if out.as_os_str() == "-" {
         return Ok(());
@@ -435,8 +435,9 @@ mod tests {
         std::os::unix::fs::symlink(&input, &link).unwrap();
         let sub = dir.path().join("checkout");
         std::fs::create_dir(&sub).unwrap();
-        let check =
-            |out: &Path, inputs: &[&Path]| check_output_is_not_an_input("--out", out, inputs);
+        let check = |out: &Path, inputs: &[&Path]| {
+            check_output_is_not_an_input(Setting::OutFlag, out, inputs)
+        };
         for (out, inputs) in [
             (input.clone(), vec![input.as_path()]),
             (link.clone(), vec![input.as_path()]),

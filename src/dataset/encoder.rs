@@ -4,7 +4,7 @@
 //! `embed` implements it with its models, `index` builds dense parts from any implementation,
 //! `search` encodes queries with one, and tests implement it with hash or random vectors.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::{NoProgress, Progress};
 
 /// Whether a text is a query (instruction template) or a document.
@@ -25,7 +25,7 @@ impl std::str::FromStr for TextKind {
             "query" => Ok(Self::Query),
             "document" | "doc" => Ok(Self::Document),
             other => Err(Error::invalid(
-                "kind",
+                Setting::Kind,
                 format!("unknown kind '{other}' (expected query or document)"),
             )),
         }
@@ -53,9 +53,9 @@ pub trait Encoder: Send + Sync {
 
     /// Embeds one query.
     fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
-        self.embed_queries(&[text])?
-            .pop()
-            .ok_or_else(|| Error::invalid("query encoder", "returned no vector for the query"))
+        self.embed_queries(&[text])?.pop().ok_or_else(|| {
+            Error::invalid(Setting::QueryEncoder, "returned no vector for the query")
+        })
     }
 }
 

@@ -12,7 +12,7 @@ use super::document::Document;
 use super::jsonl::read_jsonl;
 use super::parquet::read_parquet;
 use super::question::Question;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// Columns a query file must have, and those read when present.
 const QUERY_COLUMNS: &[&str] = &["query_id", "query_title", "query_text", "nuggets"];
@@ -174,7 +174,7 @@ pub fn resolve_files(
         DatasetSpec::Hub { repo, config } => {
             let config = config.as_deref().ok_or_else(|| {
                 Error::invalid(
-                    "dataset",
+                    Setting::Dataset,
                     format!("{repo}: name a config (topic), e.g. {repo}:langchain, or give topics"),
                 )
             })?;

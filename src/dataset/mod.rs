@@ -40,7 +40,7 @@ pub use atomic::{
     AtomicWriter, check_output_is_not_an_input, is_stream_target, resolve_output_path,
     write_json_atomic,
 };
-pub use document::{Document, DocumentMetadata, document_text};
+pub use document::{Document, DocumentMetadata, document_text, for_each_document, read_documents};
 pub use encoder::{Embeddings, Encoder, TextKind};
 pub use fingerprint::{
     FINGERPRINT_FORMAT, Fingerprint, FingerprintBuilder, Fnv1a64, ParseFingerprintError,
@@ -51,7 +51,7 @@ pub use names::{check_plain_name, is_plain_name};
 pub use parquet::read_parquet;
 pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget};
 pub use question::{Nugget, QueryId, Question, QuestionMetadata, read_questions};
-pub(crate) use question::{RowIds, borrowed_id, string_id};
+pub(crate) use question::{RowIds, borrowed_id};
 pub use records::{
     DropReason, DroppedNugget, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow, Quote,
     SupportGrade, VariantsRecord,

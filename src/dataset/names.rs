@@ -3,7 +3,7 @@
 //! the subdirectory of a local `--queries DIR`). A name that passes is exactly one plain
 //! component, so joining it to a directory never leaves that directory.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// Whether `name` is one plain path component: not empty, only ASCII letters, digits, `.`, `_`
 /// and `-` (no separator, no NUL, nothing a shell or a URL would change), and neither `.` nor
@@ -19,7 +19,7 @@ pub fn is_plain_name(name: &str) -> bool {
 
 /// [`is_plain_name`] as an invalid-argument error for the setting `what` (the command line
 /// turns a setting into the flag the user typed).
-pub fn check_plain_name(what: &str, name: &str) -> Result<()> {
+pub fn check_plain_name(what: Setting, name: &str) -> Result<()> {
     if is_plain_name(name) {
         Ok(())
     } else if name == "." || name == ".." {
@@ -50,17 +50,21 @@ mod tests {
             ".hidden",
         ] {
             assert!(is_plain_name(good), "{good:?}");
-            check_plain_name("topic", good).unwrap();
+            check_plain_name(Setting::Topic, good).unwrap();
         }
         for bad in [
             "", ".", "..", "a/b", "../x", "/abs", "a\\b", "a b", "a\0b", "é",
         ] {
             assert!(!is_plain_name(bad), "{bad:?}");
-            let err = check_plain_name("topic", bad).unwrap_err().to_string();
+            let err = check_plain_name(Setting::Topic, bad)
+                .unwrap_err()
+                .to_string();
             assert!(err.starts_with("invalid topic: "), "{err}");
             assert_eq!(err.lines().count(), 1, "{err}");
         }
-        let err = check_plain_name("topic", "..").unwrap_err().to_string();
+        let err = check_plain_name(Setting::Topic, "..")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "invalid topic: \"..\" names a directory, not a name of its own"

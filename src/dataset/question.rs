@@ -168,7 +168,7 @@ pub(crate) fn string_id<'de, D: Deserializer<'de>>(
 }
 
 /// A string field that may be `null` (read as empty).
-fn string_or_null<'de, D: Deserializer<'de>>(
+pub(crate) fn string_or_null<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> std::result::Result<String, D::Error> {
     Option::<String>::deserialize(deserializer).map(Option::unwrap_or_default)

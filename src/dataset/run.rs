@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 
 use super::atomic::AtomicWriter;
 use super::run_file::{DocRef, Rankings, RunFile};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// One retrieved document and its retrieval score.
 #[derive(Debug, Clone, PartialEq)]
@@ -370,7 +370,10 @@ fn push_digits(text: &mut String, mut n: u64, width: usize) {
 /// Checks a TREC run tag: one word (the last column of a line).
 pub fn check_trec_tag(tag: &str) -> Result<()> {
     if tag.is_empty() || tag.contains(char::is_whitespace) {
-        return Err(Error::invalid("tag", format!("{tag:?}: must be one word")));
+        return Err(Error::invalid(
+            Setting::Tag,
+            format!("{tag:?}: must be one word"),
+        ));
     }
     Ok(())
 }

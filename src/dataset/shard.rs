@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Fnv1a64, write_json_atomic};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// Version of the sidecar format.
 pub const SHARD_FORMAT: u32 = 1;
@@ -40,7 +40,7 @@ impl std::str::FromStr for Shard {
 
     /// Parses `I/N` (0 <= I < N).
     fn from_str(text: &str) -> Result<Self> {
-        let bad = |m: &str| Error::invalid("shard", format!("{text:?}: {m}"));
+        let bad = |m: &str| Error::invalid(Setting::Shard, format!("{text:?}: {m}"));
         let (i, n) = text.split_once('/').ok_or_else(|| bad("expected I/N"))?;
         let index: usize = i.trim().parse().map_err(|_| bad("I is not a number"))?;
         let count: usize = n.trim().parse().map_err(|_| bad("N is not a number"))?;

@@ -19,7 +19,7 @@ use half::f16;
 use memmap2::Mmap;
 
 use super::atomic::AtomicWriter;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// Element type of a stored matrix.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl std::str::FromStr for VectorDtype {
             "f32" => Ok(Self::F32),
             "f16" => Ok(Self::F16),
             other => Err(Error::invalid(
-                "dtype",
+                Setting::Dtype,
                 format!("'{other}' (expected f32 or f16)"),
             )),
         }
@@ -292,7 +292,7 @@ impl NpyWriter {
         let unpadded = MAGIC.len() + 4 + dict.len() + 1;
         let padding = unpadded.next_multiple_of(64) - unpadded;
         let header_len = u16::try_from(dict.len() + padding + 1)
-            .map_err(|_| Error::invalid("npy header", "longer than 65535 bytes"))?;
+            .map_err(|_| Error::invalid(Setting::NpyHeader, "longer than 65535 bytes"))?;
         let mut header = Vec::with_capacity(unpadded + padding);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&[1, 0]);
@@ -317,7 +317,7 @@ impl NpyWriter {
     pub fn write_row(&mut self, row: &[f32]) -> Result<()> {
         if row.len() != self.dim {
             return Err(Error::invalid(
-                "matrix",
+                Setting::Matrix,
                 format!(
                     "a row of {} values in a matrix of dim {}",
                     row.len(),
@@ -343,7 +343,7 @@ impl NpyWriter {
     pub(crate) fn write_row_bytes(&mut self, bytes: &[u8]) -> Result<()> {
         if bytes.len() != self.dim * self.dtype.element_bytes() {
             return Err(Error::invalid(
-                "matrix",
+                Setting::Matrix,
                 format!(
                     "a row of {} bytes in a {} matrix of dim {}",
                     bytes.len(),
@@ -362,7 +362,7 @@ impl NpyWriter {
     pub fn finish(self) -> Result<()> {
         if self.written != self.rows {
             return Err(Error::invalid(
-                "matrix",
+                Setting::Matrix,
                 format!(
                     "{}: {} of {} rows written",
                     self.path.display(),
@@ -399,7 +399,7 @@ pub fn write_npy(
 pub fn write_npy_matrix(path: &Path, data: &[f32], dim: usize, dtype: VectorDtype) -> Result<()> {
     if dim == 0 || !data.len().is_multiple_of(dim) {
         return Err(Error::invalid(
-            "matrix",
+            Setting::Matrix,
             format!("{} values do not make rows of {dim}", data.len()),
         ));
     }
@@ -419,7 +419,7 @@ pub fn ids_path(npy: &Path) -> PathBuf {
 pub fn write_ids(path: &Path, ids: &[String]) -> Result<()> {
     if let Some(bad) = ids.iter().find(|id| id.contains(['\n', '\r'])) {
         return Err(Error::invalid(
-            "id",
+            Setting::Id,
             format!("{bad:?} contains a line break"),
         ));
     }

@@ -19,7 +19,7 @@ use super::models::{Backbone, build_backbone, model_err};
 use super::pooling::{l2_normalize, pool};
 use super::resolve::ModelFiles;
 use crate::dataset::{Embeddings, Encoder, Shard, TextKind};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 
 /// Where the model runs.
@@ -38,7 +38,7 @@ impl DeviceSpec {
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
                 Error::invalid(
-                    "device",
+                    Setting::Device,
                     format!("cuda:{n}: {e} (GPU support needs a build with `--features cuda`)"),
                 )
             }),
@@ -59,7 +59,10 @@ impl std::str::FromStr for DeviceSpec {
                 .and_then(|n| n.parse().ok())
                 .map(Self::Cuda)
                 .ok_or_else(|| {
-                    Error::invalid("device", format!("'{text}' (expected cpu, cuda or cuda:N)"))
+                    Error::invalid(
+                        Setting::Device,
+                        format!("'{text}' (expected cpu, cuda or cuda:N)"),
+                    )
                 }),
         }
     }
@@ -294,7 +297,7 @@ impl TextEncoder {
             manifest.max_length = manifest.max_length.min(limit);
         }
         if manifest.max_length < 2 {
-            return Err(Error::invalid("max-length", "must be at least 2"));
+            return Err(Error::invalid(Setting::MaxLength, "must be at least 2"));
         }
         let dtype = options.dtype.unwrap_or(manifest.dtype);
         manifest.dtype = dtype;
@@ -369,7 +372,10 @@ impl TextEncoder {
                     let listed: Vec<String> = widths.iter().map(|w| w.to_string()).collect();
                     format!("the model's Matryoshka widths are {}", listed.join(", "))
                 };
-                return Err(Error::invalid("dimensions", format!("{n}: {widths}")));
+                return Err(Error::invalid(
+                    Setting::Dimensions,
+                    format!("{n}: {widths}"),
+                ));
             }
             manifest.dim = n;
         }

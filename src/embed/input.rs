@@ -4,9 +4,7 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
-
-use crate::dataset::{Question, RowIds, document_text};
+use crate::dataset::{Document, Question, RowIds};
 use crate::error::{Error, Result};
 
 /// Which schema the input file uses.
@@ -29,15 +27,6 @@ pub struct EmbedInput {
     /// `text`; for queries [`Question::query_text`] (`query_title + " " + query_text`, what
     /// `retrieve` and pooling search with).
     pub texts: Vec<String>,
-}
-
-/// A corpus row as embedding reads it.
-#[derive(Deserialize)]
-struct DocumentRow {
-    #[serde(rename = "_id", deserialize_with = "crate::dataset::string_id")]
-    id: String,
-    title: Option<String>,
-    text: Option<String>,
 }
 
 /// Reads a corpus or query JSONL file. The schema is taken from the first row and every row
@@ -77,9 +66,8 @@ pub fn read_embed_input(path: &Path) -> Result<EmbedInput> {
         }
         let (id, text, field) = match kind {
             InputKind::Documents => {
-                let doc: DocumentRow = serde_json::from_str(&line).map_err(bad)?;
-                let (title, body) = (doc.title.unwrap_or_default(), doc.text.unwrap_or_default());
-                let text = document_text(&title, &body).into_owned();
+                let doc: Document = serde_json::from_str(&line).map_err(bad)?;
+                let text = doc.model_text().into_owned();
                 (doc.id, text, "text")
             }
             InputKind::Queries => {

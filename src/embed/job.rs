@@ -10,7 +10,7 @@ use crate::dataset::{
     Encoder, Shard, ShardInfo, TextKind, VectorDtype, is_stream_target, write_ids_beside,
     write_npy_matrix,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 
 /// What [`embed_file`] embeds and where it writes.
@@ -75,7 +75,7 @@ pub fn embed_file(job: &EmbedJob, progress: &dyn Progress) -> Result<EmbedReport
     let texts: Vec<&str> = input.texts.iter().map(String::as_str).collect();
     if job.shard.is_some() && is_stream_target(&job.out) {
         return Err(Error::invalid(
-            "out",
+            Setting::Out,
             format!(
                 "{} is not a regular file: a shard's output needs one (its sidecar lies beside it)",
                 job.out.display()

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use crate::dataset::TextKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// The FreshStack retrieval task, as the reference's later examples phrase it (Qwen3-Embedding).
 pub const FRESHSTACK_TASK: &str = "Given a technical question, retrieve relevant code snippets or technical documentation that best answer the question";
@@ -113,7 +113,7 @@ impl std::str::FromStr for Pooling {
             "mean" => Ok(Self::Mean),
             "last_token" | "last-token" | "lasttoken" => Ok(Self::LastToken),
             other => Err(Error::invalid(
-                "pooling",
+                Setting::Pooling,
                 format!("unknown pooling '{other}' (expected cls, mean or last-token)"),
             )),
         }
@@ -142,7 +142,7 @@ impl std::str::FromStr for ModelDType {
             "bf16" => Ok(Self::Bf16),
             "f16" => Ok(Self::F16),
             other => Err(Error::invalid(
-                "dtype",
+                Setting::Dtype,
                 format!("unknown dtype '{other}' (expected f32, bf16 or f16)"),
             )),
         }
@@ -269,7 +269,7 @@ impl ModelManifest {
     /// Parses a manifest; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
         toml::from_str(text)
-            .map_err(|e| Error::invalid(format!("manifest {origin}"), e.to_string()))
+            .map_err(|e| Error::invalid_config(format!("manifest {origin}"), e.to_string()))
     }
 
     /// Every built-in manifest (`models/*.toml`).

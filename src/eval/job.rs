@@ -8,7 +8,7 @@ use super::{
     compare_runs, load_judgments,
 };
 use crate::dataset::{RunFile, check_output_is_not_an_input};
-use crate::error::Result;
+use crate::error::{Result, Setting};
 
 /// Files to evaluate and how; see [`evaluate_files`].
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ pub fn evaluate_files(job: &EvalJob) -> Result<EvalReport> {
         let inputs: Vec<&Path> = std::iter::once(job.judgments.as_path())
             .chain(job.runs.iter().map(PathBuf::as_path))
             .collect();
-        check_output_is_not_an_input("per-query output", out, &inputs)?;
+        check_output_is_not_an_input(Setting::PerQueryOutput, out, &inputs)?;
     }
     let beyond: Vec<String> = job
         .config

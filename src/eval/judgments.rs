@@ -11,7 +11,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::load::read_queries_jsonl;
 use crate::dataset::NuggetQrels;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// What one judged document means for one question.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -200,7 +200,7 @@ pub fn load_judgments(path: &Path, format: JudgmentsFormat) -> Result<Judgments>
     };
     if judgments.is_empty() {
         return Err(Error::invalid(
-            "judgments",
+            Setting::Judgments,
             format!(
                 "{}: no question with nuggets, nothing to evaluate",
                 path.display()

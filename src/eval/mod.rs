@@ -33,7 +33,7 @@ pub use round::py_round;
 pub use significance::{PairedTest, paired_t_test, paired_tests, randomization_test};
 
 use crate::dataset::{DocRef, Rankings};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use metrics::*;
 
 /// Largest cutoff ndeval (and so the reference) computes alpha-nDCG for.
@@ -117,7 +117,7 @@ impl std::str::FromStr for Metric {
             _ => {
                 let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
                 return Err(Error::invalid(
-                    "metric",
+                    Setting::Metric,
                     format!("`{name}` is not one of {}", names.join(", ")),
                 ));
             }
@@ -188,7 +188,7 @@ impl EvalConfig {
     pub fn new(metrics: &[Metric], ks: &[usize]) -> Result<Self> {
         if let Some(&k) = ks.iter().find(|&&k| k == 0 || k > MAX_CUTOFF) {
             return Err(Error::invalid(
-                "k",
+                Setting::K,
                 format!("cutoffs must be in [1, {MAX_CUTOFF}], got {k}"),
             ));
         }

@@ -13,6 +13,7 @@
 
 use std::sync::LazyLock;
 
+use crate::error::Setting;
 use rust_stemmers::{Algorithm, Stemmer};
 use serde::{Deserialize, Serialize};
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
@@ -105,7 +106,7 @@ impl std::str::FromStr for AnalyzerKind {
             "code" => Ok(Self::Code),
             "plain" => Ok(Self::Plain),
             other => Err(crate::Error::invalid(
-                "analyzer",
+                Setting::Analyzer,
                 format!("unknown analyzer {other:?}: expected code or plain"),
             )),
         }

@@ -31,7 +31,7 @@ use tantivy::schema::{
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 use crate::dataset::Document;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::analyzer::{AnalyzerKind, AnalyzerTokenizer};
 use crate::progress::Progress;
 
@@ -72,10 +72,16 @@ impl Bm25Settings {
     /// Checks the parameters are in their meaningful ranges.
     pub fn validate(&self) -> Result<()> {
         if !(self.k1.is_finite() && self.k1 >= 0.0) {
-            return Err(Error::invalid("k1", format!("{} must be >= 0", self.k1)));
+            return Err(Error::invalid(
+                Setting::Bm25K1,
+                format!("{} must be >= 0", self.k1),
+            ));
         }
         if !(0.0..=1.0).contains(&self.b) {
-            return Err(Error::invalid("b", format!("{} must be in [0, 1]", self.b)));
+            return Err(Error::invalid(
+                Setting::Bm25B,
+                format!("{} must be in [0, 1]", self.b),
+            ));
         }
         Ok(())
     }
@@ -346,7 +352,7 @@ impl Bm25Index {
     pub fn query_terms(&self, query: &str) -> Result<BTreeMap<String, u32>> {
         if query.len() > MAX_QUERY_BYTES {
             return Err(Error::invalid(
-                "query",
+                Setting::Query,
                 format!(
                     "{} bytes, longer than the {MAX_QUERY_BYTES}-byte limit",
                     query.len()

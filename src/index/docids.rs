@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// Ordinal -> document id, with the tie-break rank of each ordinal.
 #[derive(Debug, Clone, Default)]
@@ -28,7 +28,7 @@ impl DocIds {
 
     fn build(ids: Vec<String>, allow_removed: bool) -> Result<Self> {
         if u32::try_from(ids.len()).is_err() {
-            return Err(Error::invalid("corpus", "more than 2^32 documents"));
+            return Err(Error::invalid(Setting::Corpus, "more than 2^32 documents"));
         }
         if let Some((i, id)) = ids
             .iter()
@@ -36,7 +36,7 @@ impl DocIds {
             .find(|(_, id)| (id.is_empty() && !allow_removed) || id.contains(['\n', '\r']))
         {
             return Err(Error::invalid(
-                "corpus",
+                Setting::Corpus,
                 format!(
                     "document {} has an empty id or one with a line break: {id:?}",
                     i + 1
@@ -56,7 +56,7 @@ impl DocIds {
             let count = shown.len();
             shown.truncate(5);
             return Err(Error::invalid(
-                "corpus",
+                Setting::Corpus,
                 format!(
                     "{count} duplicate document id(s): {}",
                     shown

@@ -27,7 +27,7 @@ use cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
 use half::f16;
 
 use crate::dataset::{VectorDtype, VectorMatrix};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::docids::{DocIds, TopK};
 use crate::index::flat::search as flat_search;
 use crate::kernels::dot::dot;
@@ -101,7 +101,7 @@ impl GpuFlat {
     pub fn new(matrix: &VectorMatrix, ordinal: usize) -> Result<Self> {
         if matrix.dtype() != VectorDtype::F16 {
             return Err(Error::invalid(
-                "GPU exact search",
+                Setting::GpuExactSearch,
                 format!(
                     "{}: {} vectors; the GPU search takes f16 (store the vectors as f16)",
                     matrix.path().display(),
@@ -131,7 +131,7 @@ impl GpuFlat {
         let stream = ctx.default_stream();
         let (rows, dim) = (matrix.rows(), matrix.dim());
         let total = rows.checked_mul(dim).ok_or_else(|| {
-            Error::invalid("GPU exact search", format!("{rows} x {dim} overflows"))
+            Error::invalid(Setting::GpuExactSearch, format!("{rows} x {dim} overflows"))
         })?;
         // SAFETY: every element is written by the uploads below before any kernel reads it.
         let mut docs = unsafe { stream.alloc::<u16>(total.max(1)) }.map_err(driver("alloc"))?;
@@ -203,7 +203,7 @@ impl GpuFlat {
     ) -> Result<Vec<Vec<(u32, f32)>>> {
         if matrix.rows() != self.rows || matrix.dim() != self.dim {
             return Err(Error::invalid(
-                "GPU exact search",
+                Setting::GpuExactSearch,
                 format!(
                     "matrix {} x {} is not the uploaded {} x {}",
                     matrix.rows(),
@@ -215,7 +215,7 @@ impl GpuFlat {
         }
         if let Some(q) = queries.iter().find(|q| q.len() != self.dim) {
             return Err(Error::invalid(
-                "query vector",
+                Setting::QueryVector,
                 format!(
                     "dimension {} for a matrix of dimension {}",
                     q.len(),
@@ -288,8 +288,8 @@ impl GpuFlat {
         let mut cands = s.alloc_zeros::<u32>(nq * cap).map_err(driver("alloc"))?;
         let mut kth = s.alloc_zeros::<f32>(nq).map_err(driver("alloc"))?;
         let (rows_u32, dim_u32, nq_u32) = (
-            u32::try_from(self.rows).map_err(|_| Error::invalid("rows", "over 2^32"))?,
-            u32::try_from(self.dim).map_err(|_| Error::invalid("dim", "over 2^32"))?,
+            u32::try_from(self.rows).map_err(|_| Error::invalid(Setting::Rows, "over 2^32"))?,
+            u32::try_from(self.dim).map_err(|_| Error::invalid(Setting::Dim, "over 2^32"))?,
             nq as u32,
         );
         let (k_u32, cap_u32) = (k as u32, cap as u32);

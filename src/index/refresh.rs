@@ -16,7 +16,7 @@ use rustc_hash::FxHashSet;
 
 use crate::dataset::tempfiles::{self, StagingDir};
 use crate::dataset::{Document, Fnv1a64, VectorDtype, VectorMatrix};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::bm25::Bm25Writer;
 use crate::index::docids::DocIds;
 use crate::index::layout;
@@ -47,7 +47,7 @@ fn check_repo_name(repo: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::invalid(
-            "removed repository",
+            Setting::RemovedRepository,
             format!("{repo:?} is not a repository name (expected OWNER/NAME)"),
         ))
     }
@@ -130,7 +130,7 @@ pub fn refresh_index_with_encoders(
             .collect();
         if ords.is_empty() {
             return Err(Error::invalid(
-                "removed repository",
+                Setting::RemovedRepository,
                 format!("{repo:?} has no document in the index {}", dir.display()),
             ));
         }
@@ -150,7 +150,7 @@ pub fn refresh_index_with_encoders(
         .collect();
     if let Some(doc) = added_docs.iter().find(|d| live.contains(d.id.as_str())) {
         return Err(Error::invalid(
-            "refresh",
+            Setting::Refresh,
             format!(
                 "document {:?} is already in the index; remove its repository in this refresh \
                  first",

@@ -7,9 +7,10 @@ use rustc_hash::FxHashMap;
 
 use crate::dataset::tempfiles::{self, StagingDir};
 use crate::dataset::{
-    Document, Encoder, TextKind, VectorDtype, VectorMatrix, ids_path, read_ids, write_npy,
+    Document, Encoder, TextKind, VectorDtype, VectorMatrix, for_each_document, ids_path, read_ids,
+    write_npy,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::bm25::{Bm25Settings, Bm25Writer};
 use crate::index::docids::DocIds;
 use crate::index::hnsw::{HnswGraph, cache_key};
@@ -34,7 +35,10 @@ impl std::str::FromStr for VectorSource {
     /// Parses `NAME=PATH.npy`.
     fn from_str(spec: &str) -> Result<Self> {
         let (name, path) = spec.split_once('=').ok_or_else(|| {
-            Error::invalid("vectors", format!("{spec:?}: expected NAME=PATH.npy"))
+            Error::invalid(
+                Setting::Vectors,
+                format!("{spec:?}: expected NAME=PATH.npy"),
+            )
         })?;
         validate_model_name(name)?;
         Ok(Self {
@@ -47,7 +51,7 @@ impl std::str::FromStr for VectorSource {
 /// Checks a dense model name is usable as a directory name and retriever suffix: the one path
 /// rule of every name that becomes a path ([`crate::dataset::check_plain_name`]).
 pub fn validate_model_name(name: &str) -> Result<()> {
-    crate::dataset::check_plain_name("model name", name)
+    crate::dataset::check_plain_name(Setting::ModelName, name)
 }
 
 /// One dense model an index build encodes the corpus with: its name, how its vectors are
@@ -113,17 +117,9 @@ pub struct IndexSummary {
 
 /// Reads the corpus, checking ids (non-empty, unique) and texts (not blank), with line numbers.
 pub fn read_corpus(path: &Path) -> Result<Vec<Document>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut docs = Vec::new();
     let mut first_line: FxHashMap<String, usize> = FxHashMap::default();
-    for (i, line) in crate::dataset::bounded::lines(std::io::BufReader::new(file)).enumerate() {
-        let line_no = i + 1;
-        let line = line.map_err(|e| Error::io(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let doc: Document =
-            serde_json::from_str(&line).map_err(|e| Error::parse(path, line_no, e.to_string()))?;
+    for_each_document(path, |line_no, doc| {
         if doc.id.is_empty() || doc.id.contains(['\n', '\r']) {
             return Err(Error::parse(path, line_no, format!("bad _id {:?}", doc.id)));
         }
@@ -142,10 +138,11 @@ pub fn read_corpus(path: &Path) -> Result<Vec<Document>> {
             ));
         }
         docs.push(doc);
-    }
+        Ok(())
+    })?;
     if docs.is_empty() {
         return Err(Error::invalid(
-            "corpus",
+            Setting::Corpus,
             format!("{}: no documents", path.display()),
         ));
     }
@@ -172,7 +169,7 @@ pub fn build_index_with_encoders(
 ) -> Result<IndexSummary> {
     if config.bm25.is_none() && config.vectors.is_empty() && encoders.is_empty() {
         return Err(Error::invalid(
-            "index",
+            Setting::Index,
             "nothing to build: ask for BM25, dense models and/or precomputed vectors",
         ));
     }
@@ -184,7 +181,7 @@ pub fn build_index_with_encoders(
     names.sort_unstable();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(Error::invalid(
-            "dense models",
+            Setting::DenseModels,
             format!("model name {:?} given twice (name them NAME=MODEL)", w[0]),
         ));
     }
@@ -308,7 +305,7 @@ fn add_vectors(
     let row_ids = read_ids(&ids_file)?;
     if row_ids.len() != matrix.rows() {
         return Err(Error::invalid(
-            "vectors",
+            Setting::Vectors,
             format!(
                 "{} has {} ids but {} has {} rows",
                 ids_file.display(),
@@ -324,7 +321,7 @@ fn add_vectors(
     // every query.
     if let Some((row, problem)) = first_bad_row(&matrix) {
         return Err(Error::invalid(
-            "vectors",
+            Setting::Vectors,
             format!(
                 "{}: row {row} (0-based; id {:?}) {problem}",
                 source.npy.display(),
@@ -346,7 +343,7 @@ fn add_vectors(
     for id in ids.ids() {
         let row = row_of.get(id.as_str()).copied().ok_or_else(|| {
             Error::invalid(
-                "vectors",
+                Setting::Vectors,
                 format!("{} has no vector for document {id:?}", ids_file.display()),
             )
         })?;
@@ -359,7 +356,7 @@ fn add_vectors(
             .find(|id| !known.contains(id.as_str()))
             .map_or_else(String::new, |id| format!("{id:?}"));
         return Err(Error::invalid(
-            "vectors",
+            Setting::Vectors,
             format!(
                 "{} names {} documents that are not in the corpus, e.g. {extra}",
                 ids_file.display(),
@@ -461,7 +458,7 @@ pub(crate) fn checked_vectors(
     let name = encoder.name();
     if encoded.dim == 0 || encoded.data.len() != texts.len() * encoded.dim {
         return Err(Error::invalid(
-            "dense model",
+            Setting::DenseModel,
             format!(
                 "{name}: the encoder returned {} values for {} texts of dimension {}",
                 encoded.data.len(),
@@ -476,7 +473,7 @@ pub(crate) fn checked_vectors(
         .position(|row| row.iter().any(|v| !v.is_finite()))
     {
         return Err(Error::invalid(
-            "dense model",
+            Setting::DenseModel,
             format!("{name}: the vector of document {row} has NaN or infinite values"),
         ));
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Chat, LocalChat, OpenAiChat, OpenAiConfig};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// The fewest seconds a request may be given (a millisecond).
 pub const MIN_TIMEOUT_SECONDS: f64 = 0.001;
@@ -75,7 +75,10 @@ impl BackendSpec {
     /// [`API_KEY_ENV`](super::API_KEY_ENV)).
     pub fn open(&self) -> Result<OpenedBackend> {
         if self.concurrency == 0 {
-            return Err(Error::invalid("llm concurrency", "must be at least 1"));
+            return Err(Error::invalid(
+                Setting::LlmConcurrency,
+                "must be at least 1",
+            ));
         }
         match (&self.gguf, self.base_urls.as_slice(), &self.model) {
             (Some(path), _, _) => {
@@ -88,7 +91,7 @@ impl BackendSpec {
             }
             (None, [_, ..], Some(model)) => {
                 let timeout = request_timeout(self.timeout_seconds)
-                    .map_err(|message| Error::invalid("LLM timeout", message))?;
+                    .map_err(|message| Error::invalid(Setting::LlmTimeout, message))?;
                 let mut config =
                     OpenAiConfig::fleet(self.base_urls.clone(), model.clone()).with_key_from_env();
                 config.concurrency = self.concurrency;
@@ -100,7 +103,7 @@ impl BackendSpec {
                 })
             }
             _ => Err(Error::invalid(
-                "llm",
+                Setting::Llm,
                 "no language model: give a server URL and a model name, or a GGUF file",
             )),
         }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::LocalChat;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// What to measure.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +78,7 @@ pub fn bench_gguf(path: &Path, config: BenchConfig) -> Result<BenchReport> {
     let chat = LocalChat::load(path)?.with_sequences(sequences);
     if chat.sequences() < sequences {
         return Err(Error::invalid(
-            "bench sequences",
+            Setting::BenchSequences,
             format!(
                 "{} runs one sequence at a time (the candle engine)",
                 path.display()
@@ -90,7 +90,7 @@ pub fn bench_gguf(path: &Path, config: BenchConfig) -> Result<BenchReport> {
     let needed = config.prompt_tokens.saturating_add(config.gen_tokens);
     if needed > context {
         return Err(Error::invalid(
-            "bench tokens",
+            Setting::BenchTokens,
             format!(
                 "{} prompt + {} generated tokens exceed the model's context of {context} tokens",
                 config.prompt_tokens, config.gen_tokens

@@ -40,7 +40,7 @@ pub use openai::{API_KEY_ENV, OpenAiChat, OpenAiConfig};
 pub use redact::{Redacted, redact};
 pub use schema::StructuredOutput;
 
-use crate::error::Result;
+use crate::error::{Result, Setting};
 
 /// Who speaks a [`Message`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,7 +146,7 @@ pub trait Chat: Send + Sync {
     fn choice_probabilities(&self, messages: &[Message], choices: &[&[&str]]) -> Result<Vec<f64>> {
         let _ = (messages, choices);
         Err(crate::error::Error::invalid(
-            "judge verdict",
+            Setting::JudgeVerdict,
             format!(
                 "the {} backend at {} gives no log-probabilities; use verdict = \"generate\"",
                 self.backend(),
@@ -187,7 +187,7 @@ impl Chat for NoModel {
     }
     fn chat(&self, _: &[Message], _: &ChatParams) -> Result<String> {
         Err(crate::error::Error::invalid(
-            "language model",
+            Setting::LanguageModel,
             "no language model is configured: give --llm-base-url URL and --llm-model NAME, or \
              --llm-gguf PATH",
         ))

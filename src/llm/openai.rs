@@ -32,7 +32,7 @@ use serde::Deserialize;
 
 use super::redact::redact;
 use super::{Chat, ChatParams, Message};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// How long a server that failed at the transport level is passed over.
 pub const FAILOVER_COOLDOWN: Duration = Duration::from_secs(10);
@@ -206,21 +206,21 @@ impl OpenAiChat {
     /// Checks the settings and builds the HTTP agent (no request is made).
     pub fn new(config: OpenAiConfig) -> Result<Self> {
         if config.base_urls.is_empty() {
-            return Err(Error::invalid("LLM base URL", "no server given"));
+            return Err(Error::invalid(Setting::LlmBaseUrl, "no server given"));
         }
         let mut endpoints = Vec::with_capacity(config.base_urls.len());
         for base in &config.base_urls {
             let base = base.trim().trim_end_matches('/');
             if !(base.starts_with("http://") || base.starts_with("https://")) {
                 return Err(Error::invalid(
-                    "LLM base URL",
+                    Setting::LlmBaseUrl,
                     format!("{:?} is not an http:// or https:// URL", redact(base)),
                 ));
             }
             let url = format!("{base}/chat/completions");
             if endpoints.iter().any(|e: &Endpoint| e.url == url) {
                 return Err(Error::invalid(
-                    "LLM base URL",
+                    Setting::LlmBaseUrl,
                     format!("{:?} is given twice", redact(base)),
                 ));
             }
@@ -232,10 +232,10 @@ impl OpenAiChat {
             });
         }
         if config.model.trim().is_empty() {
-            return Err(Error::invalid("LLM model", "empty model name"));
+            return Err(Error::invalid(Setting::LlmModel, "empty model name"));
         }
         if config.timeout.is_zero() {
-            return Err(Error::invalid("LLM timeout", "must be positive"));
+            return Err(Error::invalid(Setting::LlmTimeout, "must be positive"));
         }
         let per_server = config.concurrency.max(1);
         let agent_config = ureq::Agent::config_builder()
@@ -528,7 +528,7 @@ impl Chat for OpenAiChat {
             },
             None,
         ))
-        .map_err(|e| Error::invalid("LLM request", e.to_string()))?;
+        .map_err(|e| Error::invalid(Setting::LlmRequest, e.to_string()))?;
         body["logprobs"] = true.into();
         body["top_logprobs"] = TOP_LOGPROBS.into();
         let body = body.to_string();

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::source::TokenizerSpec;
 use crate::source::stackoverflow::{DayRange, parse_day};
 
@@ -119,14 +119,14 @@ impl QuestionsConfig {
     /// The days kept from the dump: `since` and `until` checked (`YYYY-MM-DD`, `since` not
     /// after `until`); an error names the field, `questions.since` or `questions.until`.
     pub fn day_range(&self) -> Result<DayRange> {
-        let day = |field: &str, value: &Option<String>| {
+        let day = |field: Setting, value: &Option<String>| {
             value.as_deref().map(|v| parse_day(field, v)).transpose()
         };
-        let since = day("questions.since", &self.since)?;
-        let until = day("questions.until", &self.until)?;
+        let since = day(Setting::QuestionsSince, &self.since)?;
+        let until = day(Setting::QuestionsUntil, &self.until)?;
         match (&since, &until) {
             (Some(s), Some(u)) if s > u => Err(Error::invalid(
-                "questions.since",
+                Setting::QuestionsSince,
                 format!("{s} is after questions.until ({u}): no question could match"),
             )),
             _ => DayRange::new(since, until),
@@ -726,7 +726,7 @@ impl BuildConfig {
 
     fn validate(&self, origin: &Path) -> Result<()> {
         let bad = |field: &str, message: String| {
-            Err(Error::invalid(
+            Err(Error::invalid_config(
                 format!("{}: {field}", origin.display()),
                 message,
             ))
@@ -751,7 +751,7 @@ impl BuildConfig {
             );
         }
         if let Err(Error::InvalidArgument { what, message }) = self.questions.day_range() {
-            return bad(&what, message);
+            return bad(what.name(), message);
         }
         if self.questions.max_questions == Some(0) {
             return bad("questions.max_questions", "must be at least 1".into());
@@ -901,7 +901,7 @@ impl BuildConfig {
             }
         }
         if let Some(day) = self.refresh.as_ref().and_then(|r| r.retire_before.as_ref())
-            && crate::source::stackoverflow::parse_day("refresh.retire_before", day).is_err()
+            && crate::source::stackoverflow::parse_day(Setting::RefreshRetireBefore, day).is_err()
         {
             return bad(
                 "refresh.retire_before",

@@ -13,6 +13,10 @@ use std::io::{BufReader, Write};
 use std::path::Path;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::config::LlmStage;
 use super::filter::{FilterCounts, Filtered, filter_questions};
 use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, EXPORTED, StageOutcome, layout, read_by_query};
@@ -92,12 +96,232 @@ pub fn copy_file(from: &Path, to: &Path) -> Result<()> {
     writer.commit()
 }
 
+/// `manifest.json` of an exported dataset: what was built (version, topic, repositories at their
+/// commits), how (questions, chunking, LLMs, the stage settings) and from what (the hashes of the
+/// work files). Written by the export stage; read by `refresh` (the input hashes) and `report`
+/// (topic and repositories). Keys are written in the order declared. Every field reads as absent
+/// or empty when a manifest (of another version, or hand-made) lacks it, and unknown keys are
+/// ignored, so that any dataset's manifest can be read for what it has.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExportManifest {
+    /// The `freshstack` version that exported.
+    pub freshstack_version: String,
+    /// The build's topic.
+    pub topic: Option<String>,
+    /// The corpus's repositories, in config order.
+    pub repositories: Vec<ManifestRepository>,
+    /// Where the questions came from and how they were selected.
+    pub questions: ManifestQuestions,
+    /// How the corpus was chunked.
+    pub corpus: ManifestCorpus,
+    /// `[retrieval]` as the build ran it.
+    pub retrieval: Value,
+    /// The model and sampling of the LLM stages.
+    pub llm: ManifestLlm,
+    /// `[nuggets]` as the build ran it.
+    pub nuggets: Value,
+    /// `[variants]` as the build ran it.
+    pub variants: Value,
+    /// `[judge]` as the build ran it.
+    pub judge: Value,
+    /// `[filter]` as the build ran it.
+    pub filter: Value,
+    /// The SHA-256 of each work file the dataset was exported from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<ManifestInputs>,
+    /// The pooling runs exported under `runs/`, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Vec<String>>,
+    /// What the filter kept and dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filtering: Option<FilterCounts>,
+}
+
+/// A corpus repository in [`ExportManifest::repositories`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManifestRepository {
+    /// `owner/name`.
+    pub name: String,
+    /// The checkout's HEAD commit (null without `.git`).
+    pub commit_id: Option<String>,
+}
+
+/// The question selection in [`ExportManifest::questions`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManifestQuestions {
+    /// `stackoverflow dump` or `file`.
+    pub source: String,
+    /// The dump's or file's name (no directory).
+    pub file_name: Option<String>,
+    /// Tags asked for.
+    pub tags: Vec<String>,
+    /// `any` or `all` of the tags.
+    #[serde(rename = "match")]
+    pub tag_match: String,
+    /// First question day kept.
+    pub since: Option<String>,
+    /// Last question day kept.
+    pub until: Option<String>,
+    /// Lowest question score kept.
+    pub min_score: Option<i64>,
+    /// Questions without an accepted answer allowed.
+    pub allow_unaccepted: bool,
+    /// Cap on the questions imported.
+    pub max_questions: Option<usize>,
+    /// `[refresh] retire_before`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retire_before: Option<String>,
+}
+
+/// The chunking in [`ExportManifest::corpus`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManifestCorpus {
+    /// Chunk size in tokens.
+    pub max_tokens: usize,
+    /// The tokenizer, without a local path.
+    pub tokenizer: String,
+    /// Files larger than this were skipped.
+    pub max_file_bytes: u64,
+    /// Globs excluded.
+    pub exclude: Vec<String>,
+    /// SHA-256 of a Hugging Face tokenizer file, when one was used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer_sha256: Option<String>,
+}
+
+/// The LLM of the stages in [`ExportManifest::llm`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManifestLlm {
+    /// `gguf:<file>:<bytes>` or `openai:<model>`.
+    pub model: String,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// Sampling seed.
+    pub seed: Option<u64>,
+    /// The prompt versions of the nuggets, variants and judge stages.
+    pub prompts: Vec<String>,
+    /// The nuggets stage's own `[llm.nuggets]`, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nuggets: Option<ManifestStageLlm>,
+    /// The variants stage's own `[llm.variants]`, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variants: Option<ManifestStageLlm>,
+    /// The judge stage's own `[llm.judge]`, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judge: Option<ManifestStageLlm>,
+}
+
+impl ManifestLlm {
+    /// The own LLM of `stage`, when it has one.
+    pub fn stage_mut(&mut self, stage: LlmStage) -> &mut Option<ManifestStageLlm> {
+        match stage {
+            LlmStage::Nuggets => &mut self.nuggets,
+            LlmStage::Variants => &mut self.variants,
+            LlmStage::Judge => &mut self.judge,
+        }
+    }
+}
+
+/// The work files' hashes in [`ExportManifest::inputs`] (SHA-256, lowercase hex).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManifestInputs {
+    /// `work/questions.jsonl`.
+    #[serde(rename = "questions.jsonl")]
+    pub questions: String,
+    /// `work/corpus.jsonl`.
+    #[serde(rename = "corpus.jsonl")]
+    pub corpus: String,
+    /// `work/nuggets.jsonl`.
+    #[serde(rename = "nuggets.jsonl")]
+    pub nuggets: String,
+    /// `work/variants.jsonl`.
+    #[serde(rename = "variants.jsonl")]
+    pub variants: String,
+    /// `work/judgments.jsonl`.
+    #[serde(rename = "judgments.jsonl")]
+    pub judgments: String,
+}
+
+impl ManifestInputs {
+    /// (path under the build directory, recorded hash) of each input.
+    pub fn by_work_file(&self) -> [(&'static str, &str); 5] {
+        [
+            (layout::QUESTIONS, &self.questions),
+            (layout::CORPUS, &self.corpus),
+            (layout::NUGGETS, &self.nuggets),
+            (layout::VARIANTS, &self.variants),
+            (layout::JUDGMENTS, &self.judgments),
+        ]
+    }
+}
+
+/// A stage's own LLM in [`ManifestLlm::stages`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManifestStageLlm {
+    /// As [`ManifestLlm::model`].
+    pub model: String,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// Sampling seed.
+    pub seed: Option<u64>,
+}
+
+/// A settings section as JSON (a section that cannot be written as JSON, which none of the
+/// config's can, reads as null).
+fn settings_value<T: Serialize>(section: &T) -> Value {
+    serde_json::to_value(section).unwrap_or_default()
+}
+
+impl ExportManifest {
+    /// The manifest as a JSON value: objects keep their keys sorted, which is the order written.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// Writes the manifest atomically, keys sorted.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        write_json_atomic(path, &self.to_json())
+    }
+
+    /// Reads `path`; `Ok(None)` when there is none. Bad JSON, or a field of the wrong type, is an
+    /// error naming the file and line.
+    pub fn read(path: &Path) -> Result<Option<Self>> {
+        let text = match crate::dataset::bounded::read_text(
+            path,
+            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+        ) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Error::parse(path, e.line(), e.to_string()))
+    }
+
+    /// The non-empty names of [`Self::repositories`].
+    pub fn repository_names(&self) -> Vec<String> {
+        self.repositories
+            .iter()
+            .filter(|r| !r.name.is_empty())
+            .map(|r| r.name.clone())
+            .collect()
+    }
+}
+
 impl Builder<'_> {
     pub(super) fn export(&mut self, on_stage: &mut dyn FnMut(&StageOutcome)) -> Result<()> {
         let fingerprint = stage_fingerprint("export")
             .json("topic", &self.config.topic)
             .json("filter", &self.config.filter)
-            .json("manifest", &self.export_manifest_base())
+            .json("manifest", &self.export_manifest_base().to_json())
             .maybe_fingerprint("questions", self.hash(layout::QUESTIONS))
             .maybe_fingerprint("nuggets", self.hash(layout::NUGGETS))
             .maybe_fingerprint("judgments", self.hash(layout::JUDGMENTS))
@@ -138,65 +362,82 @@ impl Builder<'_> {
     }
 
     /// The parts of the export manifest known before exporting.
-    pub(super) fn export_manifest_base(&self) -> serde_json::Value {
+    pub(super) fn export_manifest_base(&self) -> ExportManifest {
         let c = self.config;
-        let mut manifest = serde_json::json!({
-            "freshstack_version": env!("CARGO_PKG_VERSION"),
-            "topic": c.topic,
-            "repositories": self.repositories.iter().map(|(name, commit)| serde_json::json!({
-                "name": name,
-                "commit_id": commit,
-            })).collect::<Vec<_>>(),
-            "questions": {
-                "source": if c.questions.posts.is_some() { "stackoverflow dump" } else { "file" },
-                "file_name": c.questions.posts.as_ref().or(c.questions.file.as_ref())
-                    .and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()),
-                "tags": c.questions.tags,
-                "match": c.questions.tag_match,
-                "since": c.questions.since,
-                "until": c.questions.until,
-                "min_score": c.questions.min_score,
-                "allow_unaccepted": c.questions.allow_unaccepted,
-                "max_questions": c.questions.max_questions,
+        let q = &c.questions;
+        let mut manifest = ExportManifest {
+            freshstack_version: env!("CARGO_PKG_VERSION").to_string(),
+            topic: Some(c.topic.clone()),
+            repositories: self
+                .repositories
+                .iter()
+                .map(|(name, commit)| ManifestRepository {
+                    name: name.clone(),
+                    commit_id: commit.clone(),
+                })
+                .collect(),
+            questions: ManifestQuestions {
+                source: if q.posts.is_some() {
+                    "stackoverflow dump"
+                } else {
+                    "file"
+                }
+                .to_string(),
+                file_name: q
+                    .posts
+                    .as_ref()
+                    .or(q.file.as_ref())
+                    .and_then(|p| p.file_name())
+                    .map(|n| n.to_string_lossy().into_owned()),
+                tags: q.tags.clone(),
+                tag_match: q.tag_match.clone(),
+                since: q.since.clone(),
+                until: q.until.clone(),
+                min_score: q.min_score,
+                allow_unaccepted: q.allow_unaccepted,
+                max_questions: q.max_questions,
+                // Only when set: manifests of builds without `[refresh]` keep their bytes.
+                retire_before: c.refresh.as_ref().and_then(|r| r.retire_before.clone()),
             },
-            "corpus": {
-                "max_tokens": c.corpus.max_tokens,
-                // No local path: `hf:<model dir>/<file>`, and the file's hash below.
-                "tokenizer": TokenizerSpec::from_str(&c.corpus.tokenizer)
+            corpus: ManifestCorpus {
+                max_tokens: c.corpus.max_tokens,
+                // No local path: `hf:<model dir>/<file>`, and the file's hash beside it.
+                tokenizer: TokenizerSpec::from_str(&c.corpus.tokenizer)
                     .map_or_else(|_| c.corpus.tokenizer.clone(), |t| t.portable_name()),
-                "max_file_bytes": c.corpus.max_file_bytes,
-                "exclude": c.corpus.exclude,
+                tokenizer_sha256: self.tokenizer_sha256.clone(),
+                max_file_bytes: c.corpus.max_file_bytes,
+                exclude: c.corpus.exclude.clone(),
             },
-            "retrieval": c.retrieval,
-            "llm": {
-                "model": llm_identity(&c.llm),
-                "temperature": c.llm.temperature,
-                "seed": c.llm.seed,
-                "prompts": [
+            retrieval: settings_value(&c.retrieval),
+            llm: ManifestLlm {
+                model: llm_identity(&c.llm),
+                temperature: c.llm.temperature,
+                seed: c.llm.seed,
+                prompts: [
                     crate::llm::prompts::NUGGETS.id,
                     crate::llm::prompts::QUERY_VARIANTS.id,
                     crate::llm::prompts::JUDGE.id,
-                ],
+                ]
+                .map(str::to_string)
+                .to_vec(),
+                nuggets: None,
+                variants: None,
+                judge: None,
             },
-            "nuggets": c.nuggets,
-            "variants": c.variants,
-            "judge": c.judge,
-            "filter": c.filter,
-        });
-        if let Some(sha256) = &self.tokenizer_sha256 {
-            manifest["corpus"]["tokenizer_sha256"] = sha256.as_str().into();
-        }
-        // Only stages with `[llm.STAGE]`: manifests of builds without keep their bytes.
+            nuggets: settings_value(&c.nuggets),
+            variants: settings_value(&c.variants),
+            judge: settings_value(&c.judge),
+            filter: settings_value(&c.filter),
+            inputs: None,
+            runs: None,
+            filtering: None,
+        };
         for (stage, section) in stage_llms(c) {
-            manifest["llm"][stage.name()] = serde_json::json!({
-                "model": llm_identity(&section),
-                "temperature": section.temperature,
-                "seed": section.seed,
+            *manifest.llm.stage_mut(stage) = Some(ManifestStageLlm {
+                model: llm_identity(&section),
+                temperature: section.temperature,
+                seed: section.seed,
             });
-        }
-        // Only when set: manifests of builds without `[refresh]` keep their bytes.
-        if let Some(day) = c.refresh.as_ref().and_then(|r| r.retire_before.as_ref()) {
-            manifest["questions"]["retire_before"] = day.as_str().into();
         }
         manifest
     }
@@ -225,35 +466,66 @@ impl Builder<'_> {
             copy_run_for(&runs_in.join(name), &runs_out.join(name), &keep)?;
         }
         let mut manifest = self.export_manifest_base();
-        if let Some(map) = manifest.as_object_mut() {
-            map.insert(
-                "inputs".into(),
-                serde_json::json!({
-                    "questions.jsonl": self.hash_text(layout::QUESTIONS),
-                    "corpus.jsonl": self.hash_text(layout::CORPUS),
-                    "nuggets.jsonl": self.hash_text(layout::NUGGETS),
-                    "variants.jsonl": self.hash_text(layout::VARIANTS),
-                    "judgments.jsonl": self.hash_text(layout::JUDGMENTS),
-                }),
-            );
-            map.insert(
-                "runs".into(),
-                serde_json::json!(
-                    names
-                        .iter()
-                        .map(|n| n.trim_end_matches(".trec"))
-                        .collect::<Vec<_>>()
-                ),
-            );
-            map.insert("filtering".into(), serde_json::json!(filtered.counts));
-        }
-        write_json_atomic(self.path("manifest.json"), &manifest)
+        manifest.inputs = Some(ManifestInputs {
+            questions: self.hash_text(layout::QUESTIONS),
+            corpus: self.hash_text(layout::CORPUS),
+            nuggets: self.hash_text(layout::NUGGETS),
+            variants: self.hash_text(layout::VARIANTS),
+            judgments: self.hash_text(layout::JUDGMENTS),
+        });
+        manifest.runs = Some(
+            names
+                .iter()
+                .map(|n| n.trim_end_matches(".trec").to_string())
+                .collect(),
+        );
+        manifest.filtering = Some(filtered.counts.clone());
+        manifest.write(&self.path("manifest.json"))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn manifest_reads_what_it_has_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manifest.json");
+        assert_eq!(ExportManifest::read(&path).unwrap(), None);
+        // A hand-made or other version's manifest: missing fields read empty, unknown ignored.
+        std::fs::write(
+            &path,
+            r#"{"topic": "t", "repositories": [{"name": "a/b"}, {"commit_id": "c"}], "new": 1}"#,
+        )
+        .unwrap();
+        let read = ExportManifest::read(&path).unwrap().unwrap();
+        assert_eq!(read.topic.as_deref(), Some("t"));
+        assert_eq!(read.repository_names(), ["a/b"]);
+        assert_eq!(read.inputs, None);
+        std::fs::write(&path, "{\n\"inputs\": {\"corpus.jsonl\": 5}}").unwrap();
+        let err = ExportManifest::read(&path).unwrap_err().to_string();
+        assert!(err.contains("manifest.json:2"), "{err}");
+
+        let mut manifest = ExportManifest {
+            topic: Some("t".into()),
+            inputs: Some(ManifestInputs {
+                corpus: "ab".into(),
+                ..ManifestInputs::default()
+            }),
+            ..ExportManifest::default()
+        };
+        *manifest.llm.stage_mut(LlmStage::Judge) = Some(ManifestStageLlm {
+            model: "openai:m".into(),
+            temperature: 0.5,
+            seed: Some(3),
+        });
+        manifest.write(&path).unwrap();
+        assert_eq!(ExportManifest::read(&path).unwrap().unwrap(), manifest);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("\"nuggets\": {\n      \"model\""), "{text}");
+        assert!(!text.contains("tokenizer_sha256"), "{text}");
+    }
     use crate::pipeline::filter::tests::{judgment, nuggets, question};
 
     #[test]

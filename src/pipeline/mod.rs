@@ -43,6 +43,10 @@ pub use crate::llm::StructuredOutput;
 
 pub use changes::Changes;
 pub use config::BuildConfig;
+pub use export::{
+    ExportManifest, ManifestCorpus, ManifestInputs, ManifestLlm, ManifestQuestions,
+    ManifestRepository, ManifestStageLlm,
+};
 pub use judge::{
     JudgeConfig, JudgeInputs, JudgeSummary, Verdict, judge, judge_schema, nugget_labels,
 };

@@ -25,7 +25,7 @@ use super::report::ReportStage;
 use crate::dataset::{
     Fingerprint, FingerprintBuilder, QueryId, read_jsonl_lines, write_json_atomic,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::llm::prompts::Prompt;
 use crate::llm::{ChatParams, Llm, LlmStats, ResponseCache};
 use crate::progress::Progress;
@@ -83,7 +83,7 @@ fn check_build_directory(config: &BuildConfig, out: &Path) -> Result<()> {
             .is_none();
         if !empty {
             return Err(Error::invalid(
-                "build directory",
+                Setting::BuildDirectory,
                 format!(
                     "{} exists, is not empty and is not a build directory (no {}/): the export \
                      would replace its files; choose a new or empty directory",
@@ -97,7 +97,7 @@ fn check_build_directory(config: &BuildConfig, out: &Path) -> Result<()> {
         for checkout in config.corpus.repositories.values() {
             if std::fs::canonicalize(checkout).is_ok_and(|c| c == out) {
                 return Err(Error::invalid(
-                    "build directory",
+                    Setting::BuildDirectory,
                     format!("{} is a repository checkout of the build", out.display()),
                 ));
             }
@@ -344,7 +344,7 @@ impl Builder<'_> {
         self.llm
             .as_ref()
             .map(|(_, opened)| opened)
-            .ok_or_else(|| Error::invalid("llm", "no backend configured"))
+            .ok_or_else(|| Error::invalid(Setting::Llm, "no backend configured"))
     }
 
     /// What every LLM stage's output depends on besides its inputs: the model, the sampling,

@@ -5,7 +5,7 @@
 use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout};
 use crate::dataset::{AtomicWriter, Fingerprint, Question, read_jsonl, read_questions};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 use crate::source::stackoverflow::{
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, ImportConfig, TagFilter, TagMatch, import_questions,
@@ -31,7 +31,7 @@ impl Builder<'_> {
                 format!("posts:{}:{}:{modified}", posts.display(), meta.len())
             }
             (None, Some(file)) => format!("file:{}", Fingerprint::of_file(file)?),
-            (None, None) => return Err(Error::invalid("questions", "no source")),
+            (None, None) => return Err(Error::invalid(Setting::Questions, "no source")),
         };
         let mut fingerprint = stage_fingerprint("questions")
             .json("questions", q)
@@ -78,7 +78,7 @@ impl Builder<'_> {
         };
         if questions.is_empty() {
             return Err(Error::invalid(
-                "questions",
+                Setting::Questions,
                 "no question matched (check tags, dates and the dump)",
             ));
         }
@@ -93,7 +93,7 @@ impl Builder<'_> {
         };
         if questions.is_empty() {
             return Err(Error::invalid(
-                "refresh.retire_before",
+                Setting::RefreshRetireBefore,
                 format!(
                     "every question was created before {}",
                     retire_before.unwrap_or("")
@@ -127,7 +127,7 @@ impl Builder<'_> {
 fn retire(questions: &mut Vec<Question>, day: &str) -> Result<usize> {
     if let Some(undated) = questions.iter().find(|q| q.metadata.date.len() < 10) {
         return Err(Error::invalid(
-            "refresh.retire_before",
+            Setting::RefreshRetireBefore,
             format!(
                 "question {} has no metadata.date (YYYY-MM-DD...) to compare with {day}",
                 undated.query_id

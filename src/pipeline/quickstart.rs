@@ -11,7 +11,7 @@ use super::config::{
     BuildConfig, CorpusSection, FilterSection, JudgeSection, LlmOverride, LlmSection,
     NuggetsSection, QuestionsConfig, RetrievalConfig, VariantsSection,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::source::TokenizerSpec;
 
 /// The quickstart's questions, relative to the repository root.
@@ -44,7 +44,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
     let posts = options.repo.join(QUICKSTART_POSTS);
     if !posts.is_file() {
         return Err(Error::invalid(
-            "repository",
+            Setting::Repository,
             format!(
                 "{} is not a freshstack checkout (no {QUICKSTART_POSTS})",
                 options.repo.display()
@@ -174,7 +174,7 @@ fn required_model(models: &Path, file: &str, fetch: &str) -> Result<PathBuf> {
         return Ok(path);
     }
     Err(Error::invalid(
-        "models",
+        Setting::Models,
         format!("{} is missing: run {fetch} first", path.display()),
     ))
 }

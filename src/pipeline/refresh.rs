@@ -27,25 +27,17 @@ use serde_json::{Value, json};
 
 use super::changes::Changes;
 use super::config::{BuildConfig, LlmSection, LlmStage};
+use super::export::ExportManifest;
 use super::manifest::StageBook;
 use super::orchestrator::{BuildSummary, StageOutcome, layout, read_by_query, run_build};
 use super::report::ReportStage;
 use crate::dataset::{
-    Document, Fingerprint, JudgmentRecord, NuggetText, NuggetsRecord, QueryId, Question,
-    VariantsRecord, for_each_jsonl, read_jsonl,
+    Fingerprint, JudgmentRecord, NuggetText, NuggetsRecord, QueryId, Question, VariantsRecord,
+    for_each_document, read_jsonl,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 use crate::source::TokenizerSpec;
-
-/// The work files the export manifest records the hashes of (`inputs`), by its names.
-const EXPORT_INPUTS: [(&str, &str); 5] = [
-    ("questions.jsonl", layout::QUESTIONS),
-    ("corpus.jsonl", layout::CORPUS),
-    ("nuggets.jsonl", layout::NUGGETS),
-    ("variants.jsonl", layout::VARIANTS),
-    ("judgments.jsonl", layout::JUDGMENTS),
-];
 
 /// A checked refresh, ready to run: [`Refresh::prepare`], then [`Refresh::run`].
 #[derive(Debug)]
@@ -105,7 +97,7 @@ impl Refresh {
 }
 
 fn refused(message: String) -> Error {
-    Error::invalid("refresh", message)
+    Error::invalid(Setting::Refresh, message)
 }
 
 /// `out` is a new place: neither `from` nor inside it, and the response cache does not write
@@ -176,9 +168,10 @@ fn check_finished(from: &Path) -> Result<()> {
     if !StageBook::new(from).finished("export")? {
         return Err(not_finished("its export has not finished".into()));
     }
-    let manifest = read_json(&from.join("manifest.json"))?;
-    for (name, rel) in EXPORT_INPUTS {
-        let recorded = manifest["inputs"][name].as_str().unwrap_or_default();
+    let manifest = ExportManifest::read(&from.join("manifest.json"))?
+        .ok_or_else(|| not_finished("it has no manifest.json".into()))?;
+    let inputs = manifest.inputs.unwrap_or_default();
+    for (rel, recorded) in inputs.by_work_file() {
         let now = Fingerprint::of_path(&from.join(rel))?.to_string();
         if recorded != now {
             return Err(not_finished(format!("{rel} changed after its export")));
@@ -341,13 +334,14 @@ pub(super) struct DocState {
 /// Reads a corpus file into id -> [`DocState`].
 pub(super) fn read_doc_states(corpus: &Path) -> Result<BTreeMap<String, DocState>> {
     let mut docs = BTreeMap::new();
-    for_each_jsonl(corpus, |_, doc: Document| {
+    for_each_document(corpus, |_, doc| {
         let state = DocState {
             repo: doc.metadata.repo.clone().unwrap_or_default(),
             path: doc.metadata.path.clone().unwrap_or_else(|| doc.id.clone()),
             text: Fingerprint::of_bytes(doc.text.as_bytes()),
         };
         docs.insert(doc.id, state);
+        Ok(())
     })?;
     Ok(docs)
 }

@@ -366,7 +366,7 @@ mod tests {
         let items: Vec<u64> = (0..50).collect();
         let err = run_items(&items, 4, &NoProgress, |&i| {
             if i == 10 {
-                Err(Error::invalid("x", "boom"))
+                Err(Error::invalid(crate::error::Setting::Shard, "boom"))
             } else {
                 Ok(i)
             }

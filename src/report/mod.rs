@@ -40,9 +40,9 @@ use serde::{Deserialize, Serialize};
 use crate::dataset::{
     AtomicWriter, NuggetQrels, Question, check_output_is_not_an_input, read_jsonl,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::eval::Judgments;
-use crate::pipeline::{Changes, ReportStage, ReportWritten};
+use crate::pipeline::{Changes, ExportManifest, ReportStage, ReportWritten};
 use crate::progress::Progress;
 use crate::source::TokenizerKind;
 
@@ -127,35 +127,6 @@ struct StatsFile<'a> {
     filtering: Option<&'a FilteringCounts>,
 }
 
-/// Reads the topic and repository names of `manifest.json` (absent: none).
-fn read_manifest(path: &Path) -> Result<(Option<String>, Vec<String>)> {
-    let text = match crate::dataset::bounded::read_text(
-        path,
-        crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
-    ) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, Vec::new())),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::parse(path, e.line(), e.to_string()))?;
-    let topic = value
-        .get("topic")
-        .and_then(|t| t.as_str())
-        .map(str::to_string);
-    let repos = value
-        .get("repositories")
-        .and_then(|r| r.as_array())
-        .map(|list| {
-            list.iter()
-                .filter_map(|r| r.get("name").and_then(|n| n.as_str()))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok((topic, repos))
-}
-
 /// Reads an optional JSON file of the dataset (`filtering.json`, `changes.json`): absent is
 /// `None`; a malformed one is an error naming the file, line and field.
 fn read_optional_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
@@ -176,7 +147,8 @@ fn read_optional_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Opt
 /// `corpus.jsonl` and `queries.jsonl` must exist; `runs/`, `filtering.json`, `manifest.json`,
 /// `calibration/` and `changes.json` are optional.
 pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> Result<Report> {
-    let (topic, repos) = read_manifest(&dir.join("manifest.json"))?;
+    let manifest = ExportManifest::read(&dir.join("manifest.json"))?.unwrap_or_default();
+    let (topic, repos) = (manifest.topic.clone(), manifest.repository_names());
     let filtering = read_optional_json::<FilteringCounts>(&dir.join("filtering.json"))?;
     let queries: Vec<Question> = read_jsonl(dir.join("queries.jsonl"))?;
     let docs_per_repo = stats::count_docs(&dir.join("corpus.jsonl"), &repos, progress)?;
@@ -230,7 +202,7 @@ pub fn write(
         .chain([files.stats.clone(), files.results.clone()])
         .collect();
     let input_refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    check_output_is_not_an_input("report page", &files.html, &input_refs)?;
+    check_output_is_not_an_input(Setting::ReportPage, &files.html, &input_refs)?;
     // Render and write everything first, commit last: a chart error or an unwritable page
     // leaves every previous file in place.
     let page = render_html(report, generated)?;

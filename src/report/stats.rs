@@ -2,14 +2,12 @@
 //! `queries.jsonl`.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::Question;
-use crate::error::{Error, Result};
+use crate::dataset::{Document, Question, for_each_document};
+use crate::error::Result;
 use crate::eval::py_round;
 use crate::progress::Progress;
 use crate::source::{TokenCounter, TokenizerKind};
@@ -106,7 +104,7 @@ impl RepoAttribution {
     /// In order: the manifest repository the id starts with (`{repo}/`), the document's
     /// `metadata.repo`, the `owner/name` of a `https://github.com/owner/name/...` url, else the
     /// id's text before the first `/`.
-    pub(crate) fn repo_of<'a>(&'a self, doc: &'a DocHead) -> &'a str {
+    pub(crate) fn repo_of<'a>(&'a self, doc: &'a Document) -> &'a str {
         if let Some(repo) = self.manifest.iter().find(|r| {
             doc.id.len() > r.len()
                 && doc.id.starts_with(r.as_str())
@@ -136,23 +134,6 @@ fn github_repo(url: &str) -> Option<&str> {
     (owner_end > 0 && name_len > 0).then(|| &rest[..owner_end + 1 + name_len])
 }
 
-/// The fields of a corpus row the statistics need (the text is skipped).
-#[derive(Debug, Deserialize)]
-pub(crate) struct DocHead {
-    #[serde(rename = "_id")]
-    pub id: String,
-    #[serde(default)]
-    pub metadata: DocHeadMetadata,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct DocHeadMetadata {
-    #[serde(default)]
-    pub repo: Option<String>,
-    #[serde(default)]
-    pub url: Option<String>,
-}
-
 /// Counts the documents of `corpus.jsonl` per repository. A malformed row is an error naming
 /// `path:line`.
 pub(crate) fn count_docs(
@@ -160,20 +141,11 @@ pub(crate) fn count_docs(
     manifest_repos: &[String],
     progress: &dyn Progress,
 ) -> Result<BTreeMap<String, usize>> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let attribution = RepoAttribution::new(manifest_repos);
     let mut counts: BTreeMap<String, usize> =
         manifest_repos.iter().map(|r| (r.clone(), 0)).collect();
     progress.begin("report: corpus", None);
-    let reader = BufReader::with_capacity(1 << 20, file);
-    for (i, line) in crate::dataset::bounded::lines(reader).enumerate() {
-        let line = line.map_err(|e| Error::io(path, e))?;
-        let line_no = i + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let doc: DocHead =
-            serde_json::from_str(&line).map_err(|e| Error::parse(path, line_no, e.to_string()))?;
+    for_each_document(path, |line_no, doc| {
         let repo = attribution.repo_of(&doc);
         match counts.get_mut(repo) {
             Some(c) => *c += 1,
@@ -184,7 +156,8 @@ pub(crate) fn count_docs(
         if line_no.is_multiple_of(4096) {
             progress.advance(4096);
         }
-    }
+        Ok(())
+    })?;
     progress.finish();
     Ok(counts)
 }
@@ -272,6 +245,7 @@ pub(crate) fn statistics(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataset::DocumentMetadata;
 
     #[test]
     fn code_rule() {
@@ -300,12 +274,15 @@ mod tests {
         assert_eq!(github_repo("https://example.com/a/b"), None);
     }
 
-    fn head(id: &str, repo: Option<&str>, url: Option<&str>) -> DocHead {
-        DocHead {
+    fn head(id: &str, repo: Option<&str>, url: Option<&str>) -> Document {
+        Document {
             id: id.to_string(),
-            metadata: DocHeadMetadata {
+            title: String::new(),
+            text: String::new(),
+            metadata: DocumentMetadata {
                 repo: repo.map(str::to_string),
                 url: url.map(str::to_string),
+                ..DocumentMetadata::default()
             },
         }
     }

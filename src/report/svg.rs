@@ -6,7 +6,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// One series of a grouped bar chart: one bar per group.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,7 +91,7 @@ pub fn render(chart: &BarChart) -> Result<String> {
     for s in &chart.series {
         if s.values.len() != chart.groups.len() {
             return Err(Error::invalid(
-                "chart series",
+                Setting::ChartSeries,
                 format!(
                     "`{}` has {} values for {} groups",
                     s.name,

@@ -140,7 +140,7 @@ fn bad_inputs_name_the_file() {
     std::fs::remove_file(dir.path().join("filtering.json")).unwrap();
     std::fs::write(
         dir.path().join("corpus.jsonl"),
-        "{\"_id\": \"a\"}\n{\"text\": 1}\n",
+        "{\"_id\": \"a\"}\n{\"text\": \"no id\"}\n",
     )
     .unwrap();
     let err = compute(dir.path(), &ReportOptions::default(), &NoProgress)

@@ -22,7 +22,7 @@ use crate::embed::{
     DEFAULT_MAX_BATCH_TOKENS, DeviceSpec, ModelDType, ModelFiles, ModelKind, find_manifest,
     plan_batches, run_batches,
 };
-use crate::error::{Error, Result, candle_message};
+use crate::error::{Error, Result, Setting, candle_message};
 use crate::progress::Progress;
 
 /// Default longest pair, in tokens, for a cross-encoder without a manifest.
@@ -225,7 +225,7 @@ impl CrossEncoder {
             .unwrap_or(DEFAULT_RERANK_MAX_LENGTH)
             .min(backbone.max_length());
         if max_length < 4 {
-            return Err(Error::invalid("max-length", "must be at least 4"));
+            return Err(Error::invalid(Setting::MaxLength, "must be at least 4"));
         }
         let tokenizer = Tokenizer::from_file(&files.tokenizer)
             .map_err(|e| Error::model(name, format!("{}: {e}", files.tokenizer.display())))?;

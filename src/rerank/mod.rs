@@ -19,6 +19,6 @@ pub use cross_encoder::{
     CrossEncoder, DEFAULT_RERANK_MAX_LENGTH, PairScores, Reranker, RerankerOptions,
 };
 pub use rerank_run::{
-    DEFAULT_RERANK_DEPTH, RerankFiles, RerankJob, RerankReport, RerankSummary, read_documents,
+    DEFAULT_RERANK_DEPTH, RerankFiles, RerankJob, RerankReport, RerankSummary, read_document_texts,
     rerank_file, rerank_files, rerank_run, top_document_ids,
 };

@@ -4,12 +4,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::cross_encoder::{CrossEncoder, Reranker, RerankerOptions};
-use crate::dataset::{Run, ScoredDoc, document_text, score_key};
+use crate::dataset::{Run, ScoredDoc, read_documents, score_key};
 use crate::embed::{read_embed_input, resolve_model};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 
 /// The paper's reranking depth (§6: the top 50 of each first-stage run).
@@ -55,7 +55,7 @@ pub fn rerank_run(
     progress: &dyn Progress,
 ) -> Result<(Run, RerankSummary)> {
     if k == 0 {
-        return Err(Error::invalid("rerank depth", "must be at least 1"));
+        return Err(Error::invalid(Setting::RerankDepth, "must be at least 1"));
     }
     let mut summary = RerankSummary {
         questions: run.len(),
@@ -79,7 +79,7 @@ pub fn rerank_run(
         for ranking in &rankings[start..end] {
             let query = queries.get(&ranking.query_id).ok_or_else(|| {
                 Error::invalid(
-                    "queries",
+                    Setting::Queries,
                     format!(
                         "question {:?} of the run has no query text",
                         ranking.query_id
@@ -90,7 +90,7 @@ pub fn rerank_run(
             for doc in order.iter().take(k) {
                 let text = documents.get(&doc.doc_id).ok_or_else(|| {
                     Error::invalid(
-                        "corpus",
+                        Setting::Corpus,
                         format!("document {:?} of the run is not in the corpus", doc.doc_id),
                     )
                 })?;
@@ -155,7 +155,7 @@ pub fn rerank_files(
     let input = read_embed_input(&files.queries)?;
     let queries: HashMap<String, String> = input.ids.into_iter().zip(input.texts).collect();
     let wanted = top_document_ids(&run, k);
-    let documents = read_documents(&files.corpus, &wanted)?;
+    let documents = read_document_texts(&files.corpus, &wanted)?;
     let (reranked, summary) = rerank_run(reranker, &run, &queries, &documents, k, progress)?;
     reranked.write_trec(&files.out, &files.tag, usize::MAX)?;
     Ok(summary)
@@ -194,7 +194,7 @@ pub struct RerankReport {
 /// cross-encoder and runs [`rerank_files`].
 pub fn rerank_file(job: &RerankJob, progress: &dyn Progress) -> Result<RerankReport> {
     if job.depth == 0 {
-        return Err(Error::invalid("rerank depth", "must be at least 1"));
+        return Err(Error::invalid(Setting::RerankDepth, "must be at least 1"));
     }
     let files = resolve_model(&job.model)?;
     let started = std::time::Instant::now();
@@ -220,37 +220,17 @@ pub fn top_document_ids(run: &Run, k: usize) -> HashSet<&str> {
         .collect()
 }
 
-/// A corpus row as reranking reads it (ids and texts as `freshstack embed` reads them).
-#[derive(Deserialize)]
-struct CorpusRow {
-    #[serde(rename = "_id", deserialize_with = "crate::dataset::string_id")]
-    id: String,
-    #[serde(default)]
-    title: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-}
-
-/// The texts ([`document_text`]: `title + " " + text`, or the non-blank one, as `embed` reads them)
-/// of the corpus documents in `wanted`, streaming the corpus.
-pub fn read_documents(path: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, String>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut out = HashMap::with_capacity(wanted.len());
-    for (i, line) in crate::dataset::bounded::lines(std::io::BufReader::new(file)).enumerate() {
-        let line = line.map_err(|e| Error::io(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row: CorpusRow =
-            serde_json::from_str(&line).map_err(|e| Error::parse(path, i + 1, e.to_string()))?;
-        if !wanted.contains(row.id.as_str()) {
-            continue;
-        }
-        let (title, text) = (row.title.unwrap_or_default(), row.text.unwrap_or_default());
-        let joined = document_text(&title, &text).into_owned();
-        out.insert(row.id, joined);
-    }
-    Ok(out)
+/// The texts ([`crate::dataset::Document::model_text`], as `embed` reads them) of the corpus
+/// documents in `wanted`, streaming the corpus.
+pub fn read_document_texts(path: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, String>> {
+    let documents = read_documents(path, wanted)?;
+    Ok(documents
+        .into_iter()
+        .map(|(id, doc)| {
+            let text = doc.model_text().into_owned();
+            (id, text)
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -335,7 +315,7 @@ mod tests {
         )
         .unwrap();
         let wanted: HashSet<&str> = ["a", "7", "b"].into_iter().collect();
-        let texts = read_documents(&corpus, &wanted).unwrap();
+        let texts = read_document_texts(&corpus, &wanted).unwrap();
         assert_eq!(texts.len(), 3);
         assert_eq!(texts["a"], "body a");
         assert_eq!(texts["7"], "T body 7");
@@ -346,7 +326,9 @@ mod tests {
             "{\"_id\": \"a\", \"text\": \"t\"}\n{\"_id\": true}\n",
         )
         .unwrap();
-        let err = read_documents(&corpus, &wanted).unwrap_err().to_string();
+        let err = read_document_texts(&corpus, &wanted)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("corpus.jsonl:2: "), "{err}");
         assert!(
             err.contains("invalid type: boolean `true`, expected a string or a number"),

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::dataset::{Run, ScoredDoc};
-use crate::error::Result;
+use crate::error::{Result, Setting};
 use crate::search::fusion::{FusionOptions, fuse};
 use crate::search::{Engine, Explained, RetrieverScore, SearchOptions};
 
@@ -61,7 +61,7 @@ impl Engine {
         let fused = options.retriever.is_fusion();
         if fused && options.fusion_depth == 0 {
             return Err(crate::error::Error::invalid(
-                "fusion depth",
+                Setting::FusionDepth,
                 "must be at least 1",
             ));
         }

@@ -15,7 +15,7 @@ use crate::embed::ModelManifest;
 use crate::embed::{
     DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, resolve_model,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::{
     Bm25Settings, DenseModelRef, DocumentModel, HnswSettings, IndexConfig, IndexSummary,
     LoadedModel, Manifest, RefreshConfig, RefreshSummary, VectorSource, build_index_with_encoders,
@@ -65,7 +65,7 @@ impl std::str::FromStr for DenseModelSpec {
         };
         validate_model_name(&name).map_err(|_| {
             Error::invalid(
-                "dense model",
+                Setting::DenseModel,
                 format!("{spec:?}: cannot derive a model name from it; write NAME={spec}"),
             )
         })?;

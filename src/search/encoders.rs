@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::embed::{
     DeviceSpec, EncoderOptions, ModelDType, ModelFiles, Pooling, TextEncoder, resolve_model,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::DenseModelRef;
 use crate::search::Engine;
 use crate::search::encode_index::recorded_files_hash;
@@ -47,7 +47,10 @@ impl std::str::FromStr for ModelOverride {
     /// Parses `NAME=MODEL` (errors name the setting `model override`).
     fn from_str(text: &str) -> Result<Self> {
         let (name, model) = text.split_once('=').ok_or_else(|| {
-            Error::invalid("model override", format!("{text:?}: expected NAME=MODEL"))
+            Error::invalid(
+                Setting::ModelOverride,
+                format!("{text:?}: expected NAME=MODEL"),
+            )
         })?;
         Ok(Self {
             name: name.to_string(),
@@ -88,7 +91,7 @@ pub(crate) fn resolve_recorded_model(
             .or_else(|first| resolve_model(&model.dir).map_err(|_| first))
             .map_err(|e| {
                 Error::invalid(
-                    "query model",
+                    Setting::QueryModel,
                     format!(
                         "dense:{name}: cannot load the encoder the index recorded ({e}; also \
                          tried {}); name the model as {name}=DIR",
@@ -188,7 +191,7 @@ impl Engine {
                 (None, None) if names.is_empty() => continue,
                 (None, None) => {
                     return Err(Error::invalid(
-                        "query model",
+                        Setting::QueryModel,
                         format!(
                             "dense:{name} was indexed from precomputed vectors: give its model \
                              as {name}=DIR, or precomputed query vectors"

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::dataset::{Encoder, ScoredDoc, VectorDtype, VectorMatrix};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::{
     Bm25Index, DenseInfo, DocIds, HnswGraph, Manifest, TopK, cache_key, flat_search, layout,
 };
@@ -149,7 +149,7 @@ impl Engine {
         let model = self.dense_model(Some(name))?;
         if encoder.dim() != model.info.dim {
             return Err(Error::invalid(
-                "query encoder",
+                Setting::QueryEncoder,
                 format!(
                     "dimension {} for model {name:?} of dimension {}",
                     encoder.dim(),
@@ -170,7 +170,7 @@ impl Engine {
     pub(super) fn query_encoder(&self, name: &str) -> Result<&Arc<dyn Encoder>> {
         self.encoders.get(name).ok_or_else(|| {
             Error::invalid(
-                "retriever",
+                Setting::Retriever,
                 format!(
                     "dense:{name} needs a query encoder for text queries (open the index with \
                      its encoders, or pass precomputed query vectors)"
@@ -183,7 +183,7 @@ impl Engine {
         match name {
             Some(name) => self.dense.get(name).ok_or_else(|| {
                 Error::invalid(
-                    "retriever",
+                    Setting::Retriever,
                     format!(
                         "dense:{name}: no such model in {} (has: {})",
                         self.dir.display(),
@@ -196,11 +196,11 @@ impl Engine {
                 match (models.next(), models.next()) {
                     (Some(model), None) => Ok(model),
                     (None, _) => Err(Error::invalid(
-                        "retriever",
+                        Setting::Retriever,
                         format!("dense: {} has no dense model", self.dir.display()),
                     )),
                     _ => Err(Error::invalid(
-                        "retriever",
+                        Setting::Retriever,
                         format!(
                             "dense: {} has several dense models, name one: {}",
                             self.dir.display(),
@@ -230,7 +230,7 @@ impl Engine {
                     let all = self.single_retrievers();
                     if all.len() < 2 {
                         return Err(Error::invalid(
-                            "retriever",
+                            Setting::Retriever,
                             format!(
                                 "fusion: {} has only {}; fusion needs two retrievers or more",
                                 self.dir.display(),
@@ -249,7 +249,7 @@ impl Engine {
                 sorted.sort_unstable();
                 if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
                     return Err(Error::invalid(
-                        "retriever",
+                        Setting::Retriever,
                         format!("{:?} names {} twice", retriever.to_string(), w[0]),
                     ));
                 }
@@ -270,7 +270,7 @@ impl Engine {
                 Ok(RetrieverSpec::Dense(Some(model.info.name.clone())))
             }
             RetrieverSpec::Fusion(_) => Err(Error::invalid(
-                "retriever",
+                Setting::Retriever,
                 "a fusion cannot contain a fusion",
             )),
         }
@@ -279,7 +279,7 @@ impl Engine {
     pub(super) fn bm25_index(&self) -> Result<&Bm25Index> {
         self.bm25.as_ref().ok_or_else(|| {
             Error::invalid(
-                "retriever",
+                Setting::Retriever,
                 format!("bm25: {} has no BM25 index", self.dir.display()),
             )
         })
@@ -313,7 +313,7 @@ impl Engine {
         let bm25 = self.bm25_index()?;
         if bm25.query_terms(query)?.is_empty() {
             return Err(Error::invalid(
-                "query",
+                Setting::Query,
                 "no searchable terms (only symbols or stop words)",
             ));
         }
@@ -533,7 +533,7 @@ impl Engine {
 fn check_vector(model: &DenseModel, vector: &[f32]) -> Result<()> {
     if vector.len() != model.info.dim {
         return Err(Error::invalid(
-            "query vector",
+            Setting::QueryVector,
             format!(
                 "dimension {} for model {:?} of dimension {}",
                 vector.len(),
@@ -543,7 +543,10 @@ fn check_vector(model: &DenseModel, vector: &[f32]) -> Result<()> {
         ));
     }
     if vector.iter().any(|v| !v.is_finite()) {
-        return Err(Error::invalid("query vector", "contains NaN or infinity"));
+        return Err(Error::invalid(
+            Setting::QueryVector,
+            "contains NaN or infinity",
+        ));
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::dataset::{DocRef, Rankings, Run, ScoredDoc, py_round, score_key};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// How per-run scores are combined.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -136,15 +136,15 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
     name: &str,
 ) -> Result<Fused<'a>> {
     if runs.is_empty() {
-        return Err(Error::invalid("runs", "nothing to fuse"));
+        return Err(Error::invalid(Setting::Runs, "nothing to fuse"));
     }
     if options.depth == 0 {
-        return Err(Error::invalid("fusion depth", "must be at least 1"));
+        return Err(Error::invalid(Setting::FusionDepth, "must be at least 1"));
     }
     let weights = match &options.weights {
         Some(w) if w.len() != runs.len() => {
             return Err(Error::invalid(
-                "fusion weights",
+                Setting::FusionWeights,
                 format!("{} weights for {} runs", w.len(), runs.len()),
             ));
         }
@@ -152,7 +152,7 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
         // normalised to [0, 1], RRF's are below 1): a finite sum keeps every score finite.
         Some(w) if !w.iter().map(|x| x.abs()).sum::<f64>().is_finite() => {
             return Err(Error::invalid(
-                "fusion weights",
+                Setting::FusionWeights,
                 "weights must be finite numbers whose sizes sum to a finite number",
             ));
         }
@@ -164,7 +164,7 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
     {
         // 1 / (k + rank) with rank from 1: k <= -1 divides by zero or turns the order around.
         return Err(Error::invalid(
-            "rrf k",
+            Setting::RrfK,
             format!("{k}: must be a finite number >= 0"),
         ));
     }
@@ -193,7 +193,7 @@ pub fn fuse_rankings<'a, R: Rankings + ?Sized>(
                 .map(|docs| (*query_id, docs))
                 .map_err(|(run, doc_id, score)| {
                     Error::invalid(
-                        "runs",
+                        Setting::Runs,
                         format!(
                             "run {}: question {query_id:?}, document {doc_id:?}: score {score} is \
                              not finite; normalized-sum fusion needs finite scores (RRF uses \

@@ -37,7 +37,7 @@ pub use retrieve::{
 };
 
 use crate::dataset::ScoredDoc;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// A document of a fused (or reranked) ranking with its place in each retriever that returned
 /// it: what `freshstack search` shows. Rankings themselves are [`ScoredDoc`]s, the one shape.
@@ -90,7 +90,7 @@ impl std::str::FromStr for Ann {
             "hnsw" => Ok(Ann::Hnsw),
             "exact" => Ok(Ann::Exact),
             other => Err(Error::invalid(
-                "ANN method",
+                Setting::AnnMethod,
                 format!("{other:?}: expected hnsw or exact"),
             )),
         }
@@ -187,7 +187,7 @@ impl std::str::FromStr for RetrieverSpec {
                         .split(',')
                         .map(|part| match part.trim().parse()? {
                             Self::Fusion(_) => Err(Error::invalid(
-                                "retriever",
+                                Setting::Retriever,
                                 format!("{other:?}: a fusion cannot contain a fusion"),
                             )),
                             single => Ok(single),
@@ -196,7 +196,7 @@ impl std::str::FromStr for RetrieverSpec {
                     return Ok(Self::Fusion(parts));
                 }
                 Err(Error::invalid(
-                    "retriever",
+                    Setting::Retriever,
                     format!(
                         "unknown retriever {other:?}: expected bm25, dense, dense:NAME, fusion \
                          or fusion:R1,R2,..."

@@ -11,9 +11,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use crate::dataset::Run;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
-use crate::rerank::{Reranker, read_documents, rerank_run, top_document_ids};
+use crate::rerank::{Reranker, read_document_texts, rerank_run, top_document_ids};
 use crate::search::{EngineRetriever, Explained, QueryItem, RetrieverScore, SearchOptions};
 
 /// Queries searched per [`Engine::search_batch`](crate::search::Engine::search_batch) call by
@@ -62,7 +62,7 @@ impl Rerank<'_> {
                 for (run, _, _) in runs {
                     wanted.extend(top_document_ids(run, self.depth));
                 }
-                read = read_documents(corpus, &wanted)?;
+                read = read_document_texts(corpus, &wanted)?;
                 &read
             }
         };
@@ -156,13 +156,13 @@ impl Pipeline<'_> {
         let name = &self.retriever.options.retriever;
         let Some(model) = name.dense_model() else {
             return Err(Error::invalid(
-                "query vectors",
+                Setting::QueryVectors,
                 format!("for a single dense retriever, not {name}"),
             ));
         };
         if vectors.len() != queries.len() {
             return Err(Error::invalid(
-                "query vectors",
+                Setting::QueryVectors,
                 format!("{} vectors for {} queries", vectors.len(), queries.len()),
             ));
         }
@@ -270,7 +270,10 @@ impl Pipeline<'_> {
             .iter()
             .map(|doc| {
                 let &(rank, first) = places.get(doc.doc_id.as_str()).ok_or_else(|| {
-                    Error::invalid("rerank", "returned a document the first stage did not")
+                    Error::invalid(
+                        Setting::Rerank,
+                        "returned a document the first stage did not",
+                    )
                 })?;
                 let mut places = vec![RetrieverScore {
                     retriever: first_stage.clone(),

@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
 use crate::dataset::{QueryId, Question, RowIds};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// Which text of a question is the query (the paper's settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,7 +36,7 @@ impl std::str::FromStr for QueryField {
             "nuggets" => Ok(Self::Nuggets),
             "text" => Ok(Self::Text),
             other => Err(Error::invalid(
-                "query field",
+                Setting::QueryField,
                 format!("{other:?}: expected question, answer, nuggets or text"),
             )),
         }

@@ -13,7 +13,7 @@ use crate::dataset::{
     Fnv1a64, ScoreText, VectorMatrix, check_trec_tag, ids_path, read_ids, write_trec_rankings,
 };
 use crate::embed::resolve_model;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 use crate::rerank::{CrossEncoder, RerankerOptions};
 use crate::search::{
@@ -37,7 +37,10 @@ impl std::str::FromStr for QueryVectorsSpec {
     /// Parses `NAME=PATH.npy` (errors name the setting `query vectors`).
     fn from_str(text: &str) -> Result<Self> {
         let (name, path) = text.split_once('=').ok_or_else(|| {
-            Error::invalid("query vectors", format!("{text:?}: expected NAME=PATH.npy"))
+            Error::invalid(
+                Setting::QueryVectors,
+                format!("{text:?}: expected NAME=PATH.npy"),
+            )
         })?;
         Ok(Self {
             name: name.to_string(),
@@ -110,18 +113,14 @@ pub struct LoadedRerank {
 
 /// Checks that `corpus` holds a row for every live document of `engine`'s index.
 fn check_holds_live_documents(corpus: &Path, engine: &Engine) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct IdOnly {
-        #[serde(rename = "_id")]
-        id: String,
-    }
     let mut present: std::collections::HashSet<String> = std::collections::HashSet::new();
-    crate::dataset::for_each_jsonl(corpus, |_, row: IdOnly| {
-        present.insert(row.id);
+    crate::dataset::for_each_document(corpus, |_, doc| {
+        present.insert(doc.id);
+        Ok(())
     })?;
     match engine.live_ids().find(|id| !present.contains(*id)) {
         Some(missing) => Err(Error::invalid(
-            "rerank corpus",
+            Setting::RerankCorpus,
             format!(
                 "{} has no document {missing:?}, which the refreshed index holds: give a corpus \
                  with every live document (the build's corpus.jsonl)",
@@ -137,7 +136,7 @@ impl LoadedRerank {
     /// loads the model.
     pub fn load(config: &RerankConfig, engine: &Engine) -> Result<Self> {
         if config.depth == 0 {
-            return Err(Error::invalid("rerank depth", "must be at least 1"));
+            return Err(Error::invalid(Setting::RerankDepth, "must be at least 1"));
         }
         let recorded = &engine.manifest().corpus;
         let corpus = config
@@ -146,7 +145,7 @@ impl LoadedRerank {
             .unwrap_or_else(|| PathBuf::from(&recorded.path));
         if !corpus.is_file() {
             return Err(Error::invalid(
-                "rerank corpus",
+                Setting::RerankCorpus,
                 format!(
                     "{} is not a file: reranking needs the texts of the corpus the index was \
                      built from",
@@ -163,7 +162,7 @@ impl LoadedRerank {
         let hash = Fnv1a64::of_file(&corpus)?;
         if !refreshed && hash != recorded.fnv1a64 {
             return Err(Error::invalid(
-                "rerank corpus",
+                Setting::RerankCorpus,
                 format!(
                     "{}: not the corpus this index was built from (FNV-1a {hash}, the index has \
                      {})",
@@ -259,7 +258,7 @@ pub fn retrieve(config: &RetrieveConfig, progress: &dyn Progress) -> Result<Retr
     if let Some(corpus) = config.rerank.as_ref().and_then(|r| r.corpus.as_ref()) {
         inputs.push(corpus);
     }
-    crate::dataset::check_output_is_not_an_input("run output", &config.out, &inputs)?;
+    crate::dataset::check_output_is_not_an_input(Setting::RunOutput, &config.out, &inputs)?;
     let mut engine = Engine::open(&config.index)?;
     let retriever = engine.resolve(&config.search.retriever)?;
     #[cfg(feature = "cuda")]
@@ -280,7 +279,7 @@ pub fn retrieve(config: &RetrieveConfig, progress: &dyn Progress) -> Result<Retr
         (Some(QueryVectorsSpec { name, path }), Some(model)) => {
             if name != model {
                 return Err(Error::invalid(
-                    "query vectors",
+                    Setting::QueryVectors,
                     format!("names model {name:?} but the retriever is {retriever}"),
                 ));
             }
@@ -288,7 +287,7 @@ pub fn retrieve(config: &RetrieveConfig, progress: &dyn Progress) -> Result<Retr
         }
         (Some(_), None) => {
             return Err(Error::invalid(
-                "query vectors",
+                Setting::QueryVectors,
                 format!("for a single dense retriever, not {retriever}"),
             ));
         }

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::tokenizer::{TokenCounter, TokenizerSpec};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// How a file's text is split: chosen from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -187,7 +187,7 @@ impl Chunker {
         let counter = counter.into();
         if max_tokens < 16 + counter.num_special() {
             return Err(Error::invalid(
-                "max tokens",
+                Setting::MaxTokens,
                 format!(
                     "{max_tokens} is too small (at least {} with {})",
                     16 + counter.num_special(),

@@ -15,7 +15,7 @@ use super::notebook::notebook_text;
 use super::repo::{RepoSpec, SkipReason, read_commit_id, read_file_capped, skip_by_content, walk};
 use super::tokenizer::{TokenCounter, TokenizerSpec};
 use crate::dataset::{AtomicWriter, Document, DocumentMetadata, write_json_atomic};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 
 /// Default per-file size cap: 1 MB.
@@ -156,14 +156,14 @@ pub fn chunk_repositories(
     mut sink: impl FnMut(&Document) -> Result<()>,
 ) -> Result<CorpusSummary> {
     if config.repos.is_empty() {
-        return Err(Error::invalid("repository", "no repository given"));
+        return Err(Error::invalid(Setting::Repository, "no repository given"));
     }
     let mut seen = std::collections::HashSet::new();
     for repo in &config.repos {
         repo.check()?;
         if !seen.insert(repo.name.as_str()) {
             return Err(Error::invalid(
-                "repository",
+                Setting::Repository,
                 format!("{} given twice (document ids would collide)", repo.name),
             ));
         }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 
 use crate::dataset::bounded;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// A repository to collect: its GitHub name (`owner/name`) and the local checkout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -27,7 +27,7 @@ impl RepoSpec {
         let meta = fs::metadata(&self.path).map_err(|e| Error::io(&self.path, e))?;
         if !meta.is_dir() {
             return Err(Error::invalid(
-                "repository",
+                Setting::Repository,
                 format!("{} is not a directory", self.path.display()),
             ));
         }
@@ -41,7 +41,10 @@ impl std::str::FromStr for RepoSpec {
     /// Parses `OWNER/NAME=PATH` and checks that PATH is a directory.
     fn from_str(spec: &str) -> Result<Self> {
         let (name, path) = spec.split_once('=').ok_or_else(|| {
-            Error::invalid("repository", format!("`{spec}` is not OWNER/NAME=PATH"))
+            Error::invalid(
+                Setting::Repository,
+                format!("`{spec}` is not OWNER/NAME=PATH"),
+            )
         })?;
         let name = name.trim().trim_matches('/');
         // One rule: two parts of GitHub's characters, neither `.` nor `..` (the name is a path
@@ -57,7 +60,7 @@ impl std::str::FromStr for RepoSpec {
             });
         if !valid_name {
             return Err(Error::invalid(
-                "repository",
+                Setting::Repository,
                 format!(
                     "`{name}` is not a GitHub OWNER/NAME (two non-empty parts, neither `.` nor \
                      `..`)"
@@ -66,7 +69,7 @@ impl std::str::FromStr for RepoSpec {
         }
         if path.is_empty() {
             return Err(Error::invalid(
-                "repository",
+                Setting::Repository,
                 format!("`{spec}`: PATH after `=` is empty"),
             ));
         }
@@ -438,11 +441,11 @@ fn exclude_overrides(root: &Path, exclude: &[String]) -> Result<ignore::override
     for glob in exclude {
         overrides
             .add(&format!("!{glob}"))
-            .map_err(|e| Error::invalid("exclude", format!("{glob:?}: {e}")))?;
+            .map_err(|e| Error::invalid(Setting::Exclude, format!("{glob:?}: {e}")))?;
     }
     overrides
         .build()
-        .map_err(|e| Error::invalid("exclude", e.to_string()))
+        .map_err(|e| Error::invalid(Setting::Exclude, e.to_string()))
 }
 
 /// Checks that every `exclude` glob compiles, before any checkout is walked.

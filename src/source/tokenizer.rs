@@ -16,7 +16,7 @@ use bpe_openai::Tokenizer as Bpe;
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::Fingerprint;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// The GPT vocabularies compiled into the binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -57,7 +57,7 @@ impl std::str::FromStr for TokenizerKind {
             "cl100k_base" => Ok(TokenizerKind::Cl100kBase),
             "o200k_base" => Ok(TokenizerKind::O200kBase),
             other => Err(Error::invalid(
-                "tokenizer",
+                Setting::Tokenizer,
                 format!("`{other}` (expected cl100k_base or o200k_base)"),
             )),
         }
@@ -123,7 +123,7 @@ impl std::str::FromStr for TokenizerSpec {
         if let Some(path) = spec.strip_prefix(HF_PREFIX) {
             if path.is_empty() {
                 return Err(Error::invalid(
-                    "tokenizer",
+                    Setting::Tokenizer,
                     "`hf:` needs a path, e.g. hf:models/all-MiniLM-L6-v2/tokenizer.json",
                 ));
             }
@@ -133,7 +133,7 @@ impl std::str::FromStr for TokenizerSpec {
             .map(TokenizerSpec::Tiktoken)
             .map_err(|_| {
                 Error::invalid(
-                    "tokenizer",
+                    Setting::Tokenizer,
                     format!(
                         "`{spec}` (expected cl100k_base, o200k_base or hf:PATH to a \
                          tokenizer.json)"

@@ -22,7 +22,7 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use crate::dataset::{Fingerprint, VectorDtype, VectorMatrix};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::index::manifest::HnswSettings;
 use crate::kernels::dot::{
     F16_AVX2, F16_AVX512, F16_PORTABLE, F16Kernel, dot_f16_with, f16_kernel, prefetch_bytes,
@@ -184,7 +184,7 @@ impl HnswGraph {
     ) -> Result<Self> {
         if settings.m < 2 || settings.ef_construction < 1 {
             return Err(Error::invalid(
-                "hnsw",
+                Setting::Hnsw,
                 format!(
                     "m = {} and ef_construction = {}: need m >= 2, ef_construction >= 1",
                     settings.m, settings.ef_construction
@@ -195,7 +195,7 @@ impl HnswGraph {
         let dim = matrix.dim();
         if u32::try_from(rows).is_err() {
             return Err(Error::invalid(
-                "hnsw",
+                Setting::Hnsw,
                 format!("{rows} rows: at most {} are supported", u32::MAX),
             ));
         }

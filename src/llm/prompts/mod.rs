@@ -131,7 +131,7 @@ impl Prompt {
             out.push_str(&rest[..open]);
             let after = &rest[open + 2..];
             let close = after.find("}}").ok_or_else(|| {
-                Error::invalid(format!("prompt {}", self.id), "unclosed {{ placeholder")
+                Error::invalid_config(format!("prompt {}", self.id), "unclosed {{ placeholder")
             })?;
             let name = after[..close].trim();
             let value = vars
@@ -139,7 +139,7 @@ impl Prompt {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| *v)
                 .ok_or_else(|| {
-                    Error::invalid(
+                    Error::invalid_config(
                         format!("prompt {}", self.id),
                         format!("no value for placeholder {name}"),
                     )

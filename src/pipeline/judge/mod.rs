@@ -35,9 +35,9 @@ use super::workers::{
 use super::{DEFAULT_MAX_REPAIRS, StageSummary, StructuredOutput};
 use crate::dataset::{
     AtomicWriter, Document, Fingerprint, JudgmentRecord, NuggetText, NuggetsRecord, PoolRow,
-    QueryId, Question, Shard, SplitMix64, for_each_jsonl, read_jsonl_lines, read_questions,
+    QueryId, Question, Shard, SplitMix64, read_documents, read_jsonl_lines, read_questions,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::llm::prompts::{JUDGE, JUDGE_GRADED, JUDGE_POINTWISE, JUDGE_QUOTE};
 use crate::llm::schema::chars_within_tokens;
 use crate::llm::{ChatParams, Llm, parse};
@@ -176,7 +176,7 @@ pub const DEFAULT_SELF_CHECK: f64 = 0.1;
 pub const DEFAULT_TERM_WEIGHT: f64 = 0.5;
 
 /// Checks a threshold or a share: a number in [0, 1].
-pub fn check_unit_interval(what: &str, value: f64) -> Result<()> {
+pub fn check_unit_interval(what: Setting, value: f64) -> Result<()> {
     if (0.0..=1.0).contains(&value) {
         Ok(())
     } else {
@@ -509,7 +509,7 @@ fn judge_batch(llm: &Llm, config: &JudgeConfig, batch: &Batch<'_>) -> Result<Bat
     let per_doc = (room / batch.docs.len().max(1)).min(config.max_doc_tokens);
     if per_doc < 32 {
         return Err(Error::invalid(
-            "context tokens",
+            Setting::ContextTokens,
             format!(
                 "question {}: the prompt ({fixed_tokens} tokens) and the answer budget ({}) leave \
                  no room for {} documents in a {}-token context; lower the documents per call or \
@@ -764,17 +764,6 @@ pub fn self_consistency(rows: &[JudgmentRecord]) -> Option<f64> {
 /// on the documents.
 pub const LOW_SELF_CONSISTENCY: f64 = 0.4;
 
-/// Reads the corpus, keeping only the documents in `wanted`.
-fn read_pool_documents(corpus: &Path, wanted: &HashSet<&str>) -> Result<HashMap<String, Document>> {
-    let mut docs = HashMap::with_capacity(wanted.len());
-    for_each_jsonl(corpus, |_, doc: Document| {
-        if wanted.contains(doc.id.as_str()) {
-            docs.insert(doc.id.clone(), doc);
-        }
-    })?;
-    Ok(docs)
-}
-
 /// The files the judge stage reads.
 #[derive(Debug, Clone)]
 pub struct JudgeInputs<'a> {
@@ -819,18 +808,18 @@ pub(super) fn judge_carrying(
         pool,
     } = *inputs;
     if config.docs_per_call == 0 {
-        return Err(Error::invalid("docs per call", "must be at least 1"));
+        return Err(Error::invalid(Setting::DocsPerCall, "must be at least 1"));
     }
-    check_unit_interval("judge threshold", config.threshold)?;
-    check_unit_interval("judge term weight", config.term_weight)?;
-    check_unit_interval("judge min term coverage", config.min_term_coverage)?;
-    check_unit_interval("judge self check", config.self_check)?;
+    check_unit_interval(Setting::JudgeThreshold, config.threshold)?;
+    check_unit_interval(Setting::JudgeTermWeight, config.term_weight)?;
+    check_unit_interval(Setting::JudgeMinTermCoverage, config.min_term_coverage)?;
+    check_unit_interval(Setting::JudgeSelfCheck, config.self_check)?;
     if config.votes == 0 {
-        return Err(Error::invalid("judge votes", "must be at least 1"));
+        return Err(Error::invalid(Setting::JudgeVotes, "must be at least 1"));
     }
     if config.votes > 1 && config.verdict != Verdict::Generate {
         return Err(Error::invalid(
-            "judge votes",
+            Setting::JudgeVotes,
             format!(
                 "{} votes need verdict = \"generate\": the {} verdict judges one pair per call, \
                  so there is no document order to shuffle",
@@ -917,7 +906,7 @@ pub(super) fn judge_carrying(
         .flat_map(|(_, docs)| docs)
         .map(String::as_str)
         .collect();
-    let documents = read_pool_documents(corpus, &wanted)?;
+    let documents = read_documents(corpus, &wanted)?;
     let mut missing: Vec<&str> = wanted
         .iter()
         .filter(|id| !documents.contains_key(**id))
@@ -926,7 +915,7 @@ pub(super) fn judge_carrying(
     if !missing.is_empty() {
         missing.sort_unstable();
         return Err(Error::invalid(
-            "pool",
+            Setting::Pool,
             format!(
                 "{} pooled document(s) are not in the corpus {}: {}{}",
                 missing.len(),

@@ -20,7 +20,7 @@ use super::annotations::{NuggetAnnotation, QuestionAnnotation};
 use super::score::{NuggetQuality, cohen_kappa, kappa_text, question_score};
 use crate::dataset::SplitMix64;
 use crate::dataset::{JudgmentRecord, PoolRow, read_jsonl_lines};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// Bootstrap resamples behind the kappa interval.
 const BOOTSTRAP_ROUNDS: usize = 1000;
@@ -311,7 +311,7 @@ fn bootstrap_kappa(pairs: &[(bool, bool)]) -> Option<[f64; 2]> {
 /// Compares the judgments with the reference labels (module docs).
 pub fn agreement(inputs: &AgreementInputs) -> Result<AgreementReport> {
     if inputs.docs_per_call == Some(0) {
-        return Err(Error::invalid("docs per call", "must be at least 1"));
+        return Err(Error::invalid(Setting::DocsPerCall, "must be at least 1"));
     }
     let labels = read_labels(&inputs.labels)?;
     let judgments = read_judgments(&inputs.judgments)?;
@@ -320,7 +320,7 @@ pub fn agreement(inputs: &AgreementInputs) -> Result<AgreementReport> {
         (None, None) => None,
         _ => {
             return Err(Error::invalid(
-                "pool",
+                Setting::Pool,
                 "the split by position needs both the pool and the documents per call",
             ));
         }

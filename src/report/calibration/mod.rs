@@ -23,15 +23,14 @@ mod annotations;
 mod page;
 pub(super) mod score;
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufReader, Write};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{AtomicWriter, Document, QueryId, SplitMix64, read_questions};
-use crate::error::{Error, Result};
+use crate::dataset::{AtomicWriter, QueryId, SplitMix64, read_documents, read_questions};
+use crate::error::{Error, Result, Setting};
 
 pub(crate) use agreement::read_positions;
 pub use agreement::{
@@ -182,7 +181,7 @@ impl CalibrationSample {
 /// documents.
 pub fn sample(dir: &Path, options: &SampleOptions) -> Result<CalibrationSample> {
     if options.questions == 0 {
-        return Err(Error::invalid("questions", "must be at least 1"));
+        return Err(Error::invalid(Setting::Questions, "must be at least 1"));
     }
     let queries_path = dir.join("queries.jsonl");
     let mut eligible: Vec<_> = read_questions(&queries_path)?
@@ -242,7 +241,7 @@ pub fn sample(dir: &Path, options: &SampleOptions) -> Result<CalibrationSample> 
         });
     }
 
-    let wanted: BTreeSet<&str> = picks.iter().map(|(_, _, doc)| doc.as_str()).collect();
+    let wanted: HashSet<&str> = picks.iter().map(|(_, _, doc)| doc.as_str()).collect();
     let corpus_path = dir.join("corpus.jsonl");
     let documents = read_documents(&corpus_path, &wanted)?;
     let mut pairs = Vec::with_capacity(picks.len());
@@ -279,39 +278,6 @@ pub fn sample(dir: &Path, options: &SampleOptions) -> Result<CalibrationSample> 
         questions,
         pairs,
     })
-}
-
-/// The id of a corpus row, read without the rest of it.
-#[derive(Deserialize)]
-struct DocId<'a> {
-    #[serde(rename = "_id", borrow)]
-    id: Cow<'a, str>,
-}
-
-/// The documents of `corpus.jsonl` whose ids are in `wanted` (one pass; a bad line is an error
-/// naming it).
-fn read_documents(path: &Path, wanted: &BTreeSet<&str>) -> Result<HashMap<String, Document>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let reader = BufReader::with_capacity(1 << 20, file);
-    let mut found = HashMap::new();
-    for (i, line) in crate::dataset::bounded::lines(reader).enumerate() {
-        if found.len() == wanted.len() {
-            break;
-        }
-        let line = line.map_err(|e| Error::io(path, e))?;
-        let line_no = i + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let head: DocId =
-            serde_json::from_str(&line).map_err(|e| Error::parse(path, line_no, e.to_string()))?;
-        if wanted.contains(head.id.as_ref()) && !found.contains_key(head.id.as_ref()) {
-            let doc: Document = serde_json::from_str(&line)
-                .map_err(|e| Error::parse(path, line_no, e.to_string()))?;
-            found.insert(doc.id.clone(), doc);
-        }
-    }
-    Ok(found)
 }
 
 /// Where [`write_review`] put the files.

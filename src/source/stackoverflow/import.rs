@@ -18,7 +18,7 @@ use super::input::detect_compression;
 use super::reader::{DEFAULT_MAX_EVENT_BYTES, Field, scan_posts};
 use super::tags::{DayRange, TagFilter, file_len, parse_tags};
 use crate::dataset::{AtomicWriter, Question, QuestionMetadata, write_json_atomic};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 
 /// Where question URLs point by default.
@@ -148,7 +148,7 @@ pub fn import_questions(
 ) -> Result<ImportSummary> {
     if !crate::dataset::is_web_url(&config.site_url) {
         return Err(Error::invalid(
-            "site URL",
+            Setting::SiteUrl,
             format!(
                 "{:?} is not an http:// or https:// URL (question URLs become links)",
                 config.site_url

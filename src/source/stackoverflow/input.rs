@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 
 /// Buffer size of the decompressed stream the XML parser reads from.
@@ -61,7 +61,7 @@ pub fn detect_compression(path: &Path) -> Result<Compression> {
     let head = &magic[..filled];
     let unsupported = |what: &str| {
         Err(Error::invalid(
-            "posts",
+            Setting::Posts,
             format!(
                 "{}: {what} compression is not supported; decompress it first \
                  (supported: plain XML, .gz, .zst, .7z)",
@@ -87,7 +87,7 @@ pub fn detect_compression(path: &Path) -> Result<Compression> {
         match text.iter().find(|b| !b.is_ascii_whitespace()) {
             Some(b'<') => Ok(Compression::Plain),
             None if filled < magic.len() => Err(Error::invalid(
-                "posts",
+                Setting::Posts,
                 format!("{}: the file is empty, not an XML dump", path.display()),
             )),
             _ => unsupported("unknown (not XML, gzip, zstd or 7z)"),
@@ -172,7 +172,7 @@ fn read_seven_zip<T, R: Read + Seek>(
 ) -> Result<T> {
     let archive_error = |e: sevenz_rust2::Error| {
         Error::invalid(
-            "posts",
+            Setting::Posts,
             format!(
                 "{}: cannot read the 7z archive ({e}); extract Posts.xml with `7z x` and pass it \
                  (or recompress it with zstd)",
@@ -205,7 +205,7 @@ fn read_seven_zip<T, R: Read + Seek>(
         .map(|name| name.to_string())
         .ok_or_else(|| {
             Error::invalid(
-                "posts",
+                Setting::Posts,
                 format!(
                     "{}: the 7z archive has no Posts.xml (entries: {})",
                     path.display(),
@@ -231,7 +231,7 @@ fn read_seven_zip<T, R: Read + Seek>(
         (_, Err(e)) => Err(archive_error(e)),
         (Some(Ok(value)), Ok(())) => Ok(value),
         (None, Ok(())) => Err(Error::invalid(
-            "posts",
+            Setting::Posts,
             format!(
                 "{}: the 7z archive entry {wanted} was not found",
                 path.display()

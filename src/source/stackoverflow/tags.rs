@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::reader::{DEFAULT_MAX_EVENT_BYTES, Field, PostRow, scan_posts};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 
 /// Splits a `Tags` attribute in either dump format: `<php><laravel>` (older dumps) or
@@ -41,7 +41,7 @@ impl std::str::FromStr for TagMatch {
             "any" => Ok(TagMatch::Any),
             "all" => Ok(TagMatch::All),
             _ => Err(Error::invalid(
-                "tag match",
+                Setting::TagMatch,
                 format!("{s:?}: expected any or all"),
             )),
         }
@@ -68,7 +68,7 @@ impl TagFilter {
         tags.sort();
         tags.dedup();
         if tags.is_empty() {
-            return Err(Error::invalid("tag", "at least one tag is required"));
+            return Err(Error::invalid(Setting::Tag, "at least one tag is required"));
         }
         Ok(Self { tags, mode })
     }
@@ -109,7 +109,7 @@ impl std::str::FromStr for Day {
 
     /// Parses `YYYY-MM-DD`; an error names the setting `day`.
     fn from_str(text: &str) -> Result<Self> {
-        parse_day("day", text)
+        parse_day(Setting::Day, text)
     }
 }
 
@@ -128,7 +128,7 @@ impl From<Day> for String {
 }
 
 /// Checks a day (`YYYY-MM-DD`); errors name `setting` (`since`, `until`, or a config key).
-pub fn parse_day(setting: &str, value: &str) -> Result<Day> {
+pub fn parse_day(setting: Setting, value: &str) -> Result<Day> {
     let bytes = value.as_bytes();
     let ok = bytes.len() == 10
         && bytes.iter().enumerate().all(|(i, b)| match i {
@@ -183,7 +183,10 @@ impl DayRange {
         if let (Some(s), Some(u)) = (&since, &until)
             && s > u
         {
-            return Err(Error::invalid("day range", format!("{s} is after {u}")));
+            return Err(Error::invalid(
+                Setting::DayRange,
+                format!("{s} is after {u}"),
+            ));
         }
         Ok(Self { since, until })
     }
@@ -241,7 +244,7 @@ pub fn tag_cooccurrence(
 ) -> Result<TagReport> {
     let topic = topic.trim().to_ascii_lowercase();
     if topic.is_empty() {
-        return Err(Error::invalid("tag", "a topic tag is required"));
+        return Err(Error::invalid(Setting::Tag, "a topic tag is required"));
     }
     let mut counts: HashMap<String, u64> = HashMap::new();
     let (mut questions_read, mut malformed, mut topic_questions) = (0u64, 0u64, 0u64);
@@ -439,7 +442,7 @@ mod tests {
 
     #[test]
     fn day_range() {
-        assert!(parse_day("since", "2023-1-1").is_err());
+        assert!(parse_day(Setting::Since, "2023-1-1").is_err());
         for impossible in [
             "2024-13-45",
             "2024-02-30",
@@ -447,13 +450,15 @@ mod tests {
             "2024-00-10",
             "2024-04-31",
         ] {
-            let err = parse_day("since", impossible).unwrap_err().to_string();
+            let err = parse_day(Setting::Since, impossible)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("is not a day of the calendar"), "{err}");
         }
         for real in ["2024-02-29", "2000-02-29", "2024-12-31", "2024-01-01"] {
-            assert!(parse_day("since", real).is_ok(), "{real}");
+            assert!(parse_day(Setting::Since, real).is_ok(), "{real}");
         }
-        assert!(parse_day("since", "1900-02-29").is_err());
+        assert!(parse_day(Setting::Since, "1900-02-29").is_err());
         assert!(Day::from_str("2023-01-0x").is_err());
         let (since, until): (Day, Day) =
             ("2023-01-01".parse().unwrap(), "2024-10-31".parse().unwrap());
