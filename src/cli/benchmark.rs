@@ -17,7 +17,6 @@ use super::with_flags;
 use freshstack::Setting;
 
 /// How the library's settings are named on this command line.
-/// The flag that sets each setting this command's errors can name.
 fn flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::Retrievers => "--retriever",

@@ -66,7 +66,6 @@ pub fn run_build(args: BuildArgs) -> anyhow::Result<()> {
 }
 
 /// The settings `quickstart_config`'s errors name, and `quickstart`'s flags for them.
-/// The flag that sets each setting this command's errors can name.
 fn quickstart_flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::Repository => "--repo",
@@ -178,36 +177,13 @@ fn print_summary(summary: &BuildSummary) {
     println!("manifest:  {out}/manifest.json, {out}/filtering.json");
     println!("report:    {out}/report.html, {out}/stats.json, {out}/results.json");
     println!("work:      {out}/work/ (stage outputs, LLM cache; rerun to resume)");
-    let results = summary.out.join("results.json");
-    let Ok(text) = freshstack::dataset::bounded::read_text(
-        &results,
-        freshstack::dataset::bounded::MAX_SIDE_FILE_BYTES,
-    ) else {
+    // The table is a convenience: a build whose report cannot be read back still succeeded.
+    let Ok(Some(pooling)) = PoolingResults::read(&summary.out.join("results.json")) else {
         return;
     };
-    let Ok(pooling) = serde_json::from_str::<PoolingResults>(&text) else {
-        return;
-    };
-    if pooling.rows.is_empty() {
-        return;
-    }
-    println!();
-    println!(
-        "{:<44} {:>13} {:>11} {:>9}",
-        format!("pooling run ({} questions)", pooling.judged_queries),
-        "alpha-nDCG@10",
-        "Coverage@20",
-        "Recall@50"
-    );
-    for row in &pooling.rows {
-        println!(
-            "{:<44} {:>13.4} {:>11.4} {:>9.4}",
-            row.run
-                .trim_start_matches("runs/")
-                .trim_end_matches(".trec"),
-            row.alpha_ndcg_10,
-            row.coverage_20,
-            row.recall_50
-        );
+    let table = pooling.to_text_table();
+    if !table.is_empty() {
+        println!();
+        print!("{table}");
     }
 }

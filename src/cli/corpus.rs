@@ -41,7 +41,6 @@ pub struct CorpusArgs {
 }
 
 /// The settings of `build_corpus`'s errors, and this command's flags for them.
-/// The flag that sets each setting this command's errors can name.
 fn flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::Repository => "--repo",

@@ -33,7 +33,6 @@ impl Method {
 }
 
 /// How the library's settings are named on this command line.
-/// The flag that sets each setting this command's errors can name.
 fn flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::FusionDepth => "--depth",

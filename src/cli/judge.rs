@@ -75,7 +75,6 @@ pub struct JudgeArgs {
 }
 
 /// The settings `judge`'s errors name, and this command's flags for them.
-/// The flag that sets each setting this command's errors can name.
 fn flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::ContextTokens => "--llm-context-tokens",

@@ -2,14 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Args, ValueEnum};
 use freshstack::Setting;
 use freshstack::dataset::Shard;
-use freshstack::llm::{BackendSpec, ChatParams, Llm, ResponseCache, StructuredOutput};
+use freshstack::llm::{BackendSpec, ChatParams, Llm, StructuredOutput};
 
 /// The settings of the backend's errors, and their flags.
-/// The flag that sets each setting this command's errors can name.
 fn backend_flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::LlmBaseUrl => "--llm-base-url",
@@ -127,12 +126,13 @@ impl LlmArgs {
         Ok(self.shard)
     }
 
-    /// Builds the backend and opens the cache (next to `out` unless `--llm-cache`).
     /// Whether a backend was given (a GGUF file or a server).
     pub fn is_configured(&self) -> bool {
         self.llm_gguf.is_some() || !self.llm_base_url.is_empty()
     }
 
+    /// Opens the backend and the response cache (`--llm-cache`, else `llm-cache.sqlite` next to
+    /// `out`; none with `--no-cache`).
     pub fn open(&self, out: &Path) -> anyhow::Result<Llm> {
         let spec = BackendSpec {
             gguf: self.llm_gguf.clone(),
@@ -150,25 +150,22 @@ impl LlmArgs {
                 "no language model: give --llm-base-url URL and --llm-model NAME, or --llm-gguf PATH"
             );
         }
-        let chat = spec
-            .open()
-            .map_err(|e| super::with_flags(e, backend_flags))?
-            .chat;
-        let cache =
-            if self.no_cache {
-                None
-            } else {
-                let path = self.llm_cache.clone().unwrap_or_else(|| {
-                    out.parent()
-                        .filter(|p| !p.as_os_str().is_empty())
-                        .unwrap_or(Path::new("."))
-                        .join("llm-cache.sqlite")
-                });
-                Some(ResponseCache::open(&path).with_context(|| {
-                    format!("cannot open the response cache {}", path.display())
-                })?)
-            };
-        Ok(Llm::new(chat, cache))
+        let cache = (!self.no_cache).then(|| {
+            self.llm_cache.clone().unwrap_or_else(|| {
+                out.parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .join("llm-cache.sqlite")
+            })
+        });
+        let opened = spec.open_llm(cache.as_deref()).map_err(|e| match &e {
+            freshstack::Error::Cache { path, .. } => {
+                let context = format!("cannot open the response cache {}", path.display());
+                anyhow::Error::from(e).context(context)
+            }
+            _ => super::with_flags(e, backend_flags),
+        })?;
+        Ok(opened.llm)
     }
 }
 

@@ -136,7 +136,6 @@ pub struct RetrieveArgs {
 }
 
 /// How the library's settings are named on this command line.
-/// The flag that sets each setting this command's errors can name.
 pub fn flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::RerankDepth => "--rerank-depth",

@@ -120,7 +120,6 @@ pub fn run(args: StackOverflowArgs) -> anyhow::Result<()> {
 }
 
 /// The settings of the Stack Overflow readers' errors, and this command's flags for them.
-/// The flag that sets each setting this command's errors can name.
 fn flags(setting: Setting) -> Option<&'static str> {
     Some(match setting {
         Setting::Posts => "--posts",

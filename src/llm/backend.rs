@@ -1,10 +1,10 @@
 //! Opening a chat backend from one description, shared by the LLM stage commands' flags and
 //! `freshstack build`'s `[llm]` section, so both check and build it the same way.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Chat, LocalChat, OpenAiChat, OpenAiConfig};
+use super::{Chat, Llm, LocalChat, OpenAiChat, OpenAiConfig, ResponseCache};
 use crate::error::{Error, Result, Setting};
 
 /// The fewest seconds a request may be given (a millisecond).
@@ -108,4 +108,25 @@ impl BackendSpec {
             )),
         }
     }
+
+    /// Opens the backend ([`Self::open`]), then the SQLite response cache at `cache` unless it
+    /// is `None`: the one way the LLM stage commands and `freshstack build` open a model. Where
+    /// the cache lives by default is the caller's (next to a stage command's output, under a
+    /// build's `work/`).
+    pub fn open_llm(&self, cache: Option<&Path>) -> Result<OpenedLlm> {
+        let backend = self.open()?;
+        let cache = cache.map(ResponseCache::open).transpose()?;
+        Ok(OpenedLlm {
+            llm: Llm::new(backend.chat, cache),
+            context_tokens: backend.context_tokens,
+        })
+    }
+}
+
+/// A model ready for the LLM stages: [`BackendSpec::open_llm`].
+pub struct OpenedLlm {
+    /// The backend with its response cache.
+    pub llm: Llm,
+    /// The model's context window in tokens, when the backend knows it (a GGUF file).
+    pub context_tokens: Option<usize>,
 }

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use backend::{
     BackendSpec, MAX_TEMPERATURE, MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, OpenedBackend,
-    check_temperature, request_timeout,
+    OpenedLlm, check_temperature, request_timeout,
 };
 pub use cache::{ResponseCache, cache_key};
 pub use chat_format::ChatFormat;

@@ -261,7 +261,7 @@ impl ManifestInputs {
     }
 }
 
-/// A stage's own LLM in [`ManifestLlm::stages`].
+/// A stage's own LLM in [`ManifestLlm`] (`nuggets`, `variants`, `judge`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ManifestStageLlm {

@@ -27,7 +27,7 @@ use crate::dataset::{
 };
 use crate::error::{Error, Result, Setting};
 use crate::llm::prompts::Prompt;
-use crate::llm::{ChatParams, Llm, LlmStats, ResponseCache};
+use crate::llm::{ChatParams, LlmStats, OpenedLlm};
 use crate::progress::Progress;
 
 /// Files inside the build directory.
@@ -261,11 +261,6 @@ pub(super) struct Builder<'a> {
     pub(super) carry: Option<&'a Carry>,
 }
 
-pub(super) struct OpenedLlm {
-    pub(super) llm: Llm,
-    pub(super) context_tokens: Option<usize>,
-}
-
 impl Builder<'_> {
     pub(super) fn path(&self, rel: &str) -> PathBuf {
         self.out.join(rel)
@@ -329,16 +324,11 @@ impl Builder<'_> {
         if self.llm.as_ref().is_none_or(|(open, _)| *open != section) {
             // Closed before the next opens: two local models never share the memory.
             self.llm = None;
-            let backend = section.backend().open()?;
             let cache_path = section
                 .cache
                 .clone()
                 .unwrap_or_else(|| self.path(layout::LLM_CACHE));
-            let cache = ResponseCache::open(&cache_path)?;
-            let opened = OpenedLlm {
-                llm: Llm::new(backend.chat, Some(cache)),
-                context_tokens: backend.context_tokens,
-            };
+            let opened = section.backend().open_llm(Some(&cache_path))?;
             self.llm = Some((section, opened));
         }
         self.llm

@@ -124,6 +124,51 @@ pub struct PoolingResults {
     pub rows: Vec<PoolingRow>,
 }
 
+impl PoolingResults {
+    /// Reads a dataset's `results.json` (written by the report); `Ok(None)` when there is none.
+    /// A malformed file is an error naming it and the line.
+    pub fn read(path: &Path) -> Result<Option<Self>> {
+        let text = match crate::dataset::bounded::read_text(
+            path,
+            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
+        ) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Error::parse(path, e.line(), e.to_string()))
+    }
+
+    /// The table as a terminal shows it: a header with the number of judged questions, then one
+    /// line per run (its name without `runs/` and `.trec`) with the three measures to 4
+    /// decimals. Empty when there are no runs.
+    pub fn to_text_table(&self) -> String {
+        if self.rows.is_empty() {
+            return String::new();
+        }
+        let mut out = format!(
+            "{:<44} {:>13} {:>11} {:>9}\n",
+            format!("pooling run ({} questions)", self.judged_queries),
+            MEASURE_LABELS[0],
+            MEASURE_LABELS[1],
+            MEASURE_LABELS[2]
+        );
+        for row in &self.rows {
+            let name = row
+                .run
+                .trim_start_matches("runs/")
+                .trim_end_matches(".trec");
+            out.push_str(&format!(
+                "{:<44} {:>13.4} {:>11.4} {:>9.4}\n",
+                name, row.alpha_ndcg_10, row.coverage_20, row.recall_50
+            ));
+        }
+        out
+    }
+}
+
 /// Column labels of the three measures, in [`PoolingRow::values`] order.
 pub const MEASURE_LABELS: [&str; 3] = ["alpha-nDCG@10", "Coverage@20", "Recall@50"];
 
@@ -184,6 +229,44 @@ pub(crate) fn pooling_results(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn results_read_back_and_print_as_a_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.json");
+        assert_eq!(PoolingResults::read(&path).unwrap(), None);
+        let results = PoolingResults {
+            judged_queries: 3,
+            rows: vec![PoolingRow {
+                name: RunName::parse("inference.question.bm25.trec"),
+                run: "runs/inference.question.bm25.trec".into(),
+                alpha_ndcg_10: 0.5,
+                coverage_20: 0.25,
+                recall_50: 1.0,
+                missing_queries: 0,
+            }],
+        };
+        std::fs::write(&path, serde_json::to_string(&results).unwrap()).unwrap();
+        let read = PoolingResults::read(&path).unwrap().unwrap();
+        assert_eq!(read, results);
+        let table = read.to_text_table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].starts_with("pooling run (3 questions)"), "{table}");
+        assert!(
+            lines[0].ends_with("alpha-nDCG@10 Coverage@20 Recall@50"),
+            "{table}"
+        );
+        assert!(lines[1].starts_with("inference.question.bm25 "), "{table}");
+        assert!(
+            lines[1].ends_with("0.5000      0.2500    1.0000"),
+            "{table}"
+        );
+        assert_eq!(PoolingResults::default().to_text_table(), "");
+        std::fs::write(&path, "{\n  \"rows\": 5}").unwrap();
+        let err = PoolingResults::read(&path).unwrap_err().to_string();
+        assert!(err.contains("results.json:2"), "{err}");
+    }
 
     #[test]
     fn parses_names_on_the_first_two_dots() {
