@@ -40,6 +40,20 @@ pub fn for_each_jsonl<T: DeserializeOwned>(
     Ok(())
 }
 
+/// Reads a JSON file a stage or the report writes beside its outputs (at most
+/// [`MAX_SIDE_FILE_BYTES`](super::bounded::MAX_SIDE_FILE_BYTES)): `Ok(None)` when it does not
+/// exist; bad JSON, or a field of the wrong type, is an error naming the file, line and field.
+pub fn read_json_if_present<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    let text = match super::bounded::read_text(path, super::bounded::MAX_SIDE_FILE_BYTES) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::parse(path, e.line(), e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,7 +46,7 @@ pub use fingerprint::{
     FINGERPRINT_FORMAT, Fingerprint, FingerprintBuilder, Fnv1a64, ParseFingerprintError,
 };
 pub use hub::{DatasetPart, DatasetSpec, hub_cache_dir, load_corpus, load_queries, resolve_files};
-pub use jsonl::{for_each_jsonl, read_jsonl, read_jsonl_lines};
+pub use jsonl::{for_each_jsonl, read_json_if_present, read_jsonl, read_jsonl_lines};
 pub use names::{check_plain_name, is_plain_name};
 pub use parquet::read_parquet;
 pub use qrels::{NuggetJudgments, NuggetQrels, QueryJudgments, query_id_of_nugget};

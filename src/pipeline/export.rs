@@ -22,7 +22,8 @@ use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, EXPORTED, StageOutcome, layout, read_by_query};
 use super::refresh::{llm_identity, stage_llms};
 use crate::dataset::{
-    AtomicWriter, JudgmentRecord, NuggetsRecord, QueryId, Question, read_jsonl, write_json_atomic,
+    AtomicWriter, JudgmentRecord, NuggetsRecord, QueryId, Question, read_json_if_present,
+    read_jsonl, write_json_atomic,
 };
 use crate::error::{Error, Result};
 use crate::source::TokenizerSpec;
@@ -249,6 +250,18 @@ pub struct ManifestInputs {
 }
 
 impl ManifestInputs {
+    /// The inputs with the hash `hash_of` gives each work file (its path under the build
+    /// directory).
+    pub fn of(hash_of: impl Fn(&str) -> String) -> Self {
+        ManifestInputs {
+            questions: hash_of(layout::QUESTIONS),
+            corpus: hash_of(layout::CORPUS),
+            nuggets: hash_of(layout::NUGGETS),
+            variants: hash_of(layout::VARIANTS),
+            judgments: hash_of(layout::JUDGMENTS),
+        }
+    }
+
     /// (path under the build directory, recorded hash) of each input.
     pub fn by_work_file(&self) -> [(&'static str, &str); 5] {
         [
@@ -280,12 +293,14 @@ fn settings_value<T: Serialize>(section: &T) -> Value {
 }
 
 impl ExportManifest {
-    /// The manifest as a JSON value: objects keep their keys sorted, which is the order written.
+    /// The manifest as a JSON value, fields in the order declared (the order written). The
+    /// export stage's fingerprint hashes this value, so it is the same with or without
+    /// serde_json's `preserve_order`.
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or_default()
     }
 
-    /// Writes the manifest atomically, keys sorted.
+    /// Writes the manifest atomically.
     pub fn write(&self, path: &Path) -> Result<()> {
         write_json_atomic(path, &self.to_json())
     }
@@ -293,17 +308,7 @@ impl ExportManifest {
     /// Reads `path`; `Ok(None)` when there is none. Bad JSON, or a field of the wrong type, is an
     /// error naming the file and line.
     pub fn read(path: &Path) -> Result<Option<Self>> {
-        let text = match crate::dataset::bounded::read_text(
-            path,
-            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
-        ) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(path, e)),
-        };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::parse(path, e.line(), e.to_string()))
+        read_json_if_present(path)
     }
 
     /// The non-empty names of [`Self::repositories`].
@@ -466,13 +471,7 @@ impl Builder<'_> {
             copy_run_for(&runs_in.join(name), &runs_out.join(name), &keep)?;
         }
         let mut manifest = self.export_manifest_base();
-        manifest.inputs = Some(ManifestInputs {
-            questions: self.hash_text(layout::QUESTIONS),
-            corpus: self.hash_text(layout::CORPUS),
-            nuggets: self.hash_text(layout::NUGGETS),
-            variants: self.hash_text(layout::VARIANTS),
-            judgments: self.hash_text(layout::JUDGMENTS),
-        });
+        manifest.inputs = Some(ManifestInputs::of(|rel| self.hash_text(rel)));
         manifest.runs = Some(
             names
                 .iter()

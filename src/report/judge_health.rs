@@ -87,7 +87,7 @@ pub fn judge_health(dir: &Path) -> Result<Option<JudgeHealth>> {
     // The batch size of the last finished build (`settings.json` is written after the report,
     // so a first build has none yet: no split by position then).
     let settings: Option<serde_json::Value> =
-        super::read_optional_json(&dir.join(layout::SETTINGS))?;
+        crate::dataset::read_json_if_present(&dir.join(layout::SETTINGS))?;
     let docs_per_call = settings
         .as_ref()
         .and_then(|s| s.pointer("/judge/docs_per_call"))

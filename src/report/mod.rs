@@ -38,7 +38,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::{
-    AtomicWriter, NuggetQrels, Question, check_output_is_not_an_input, read_jsonl,
+    AtomicWriter, NuggetQrels, Question, check_output_is_not_an_input, read_json_if_present,
+    read_jsonl,
 };
 use crate::error::{Error, Result, Setting};
 use crate::eval::Judgments;
@@ -127,29 +128,13 @@ struct StatsFile<'a> {
     filtering: Option<&'a FilteringCounts>,
 }
 
-/// Reads an optional JSON file of the dataset (`filtering.json`, `changes.json`): absent is
-/// `None`; a malformed one is an error naming the file, line and field.
-fn read_optional_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-    let text = match crate::dataset::bounded::read_text(
-        path,
-        crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
-    ) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| Error::parse(path, e.line(), e.to_string()))
-}
-
 /// Computes the statistics, filtering counts and pooling results of the dataset in `dir`.
 /// `corpus.jsonl` and `queries.jsonl` must exist; `runs/`, `filtering.json`, `manifest.json`,
 /// `calibration/` and `changes.json` are optional.
 pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> Result<Report> {
     let manifest = ExportManifest::read(&dir.join("manifest.json"))?.unwrap_or_default();
     let (topic, repos) = (manifest.topic.clone(), manifest.repository_names());
-    let filtering = read_optional_json::<FilteringCounts>(&dir.join("filtering.json"))?;
+    let filtering = read_json_if_present::<FilteringCounts>(&dir.join("filtering.json"))?;
     let queries: Vec<Question> = read_jsonl(dir.join("queries.jsonl"))?;
     let docs_per_repo = stats::count_docs(&dir.join("corpus.jsonl"), &repos, progress)?;
     let statistics = stats::statistics(topic, &queries, docs_per_repo, options.tokenizer)?;
@@ -157,7 +142,7 @@ pub fn compute(dir: &Path, options: &ReportOptions, progress: &dyn Progress) -> 
     drop(queries);
     let pooling = pooling::pooling_results(&dir.join("runs"), &judgments, progress)?;
     let calibration = calibration::read_calibration_dir(dir)?;
-    let changes = read_optional_json::<Changes>(&dir.join("changes.json"))?;
+    let changes = read_json_if_present::<Changes>(&dir.join("changes.json"))?;
     let judge_health = judge_health::judge_health(dir)?;
     Ok(Report {
         statistics,

@@ -128,17 +128,7 @@ impl PoolingResults {
     /// Reads a dataset's `results.json` (written by the report); `Ok(None)` when there is none.
     /// A malformed file is an error naming it and the line.
     pub fn read(path: &Path) -> Result<Option<Self>> {
-        let text = match crate::dataset::bounded::read_text(
-            path,
-            crate::dataset::bounded::MAX_SIDE_FILE_BYTES,
-        ) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(path, e)),
-        };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::parse(path, e.line(), e.to_string()))
+        crate::dataset::read_json_if_present(path)
     }
 
     /// The table as a terminal shows it: a header with the number of judged questions, then one
