@@ -453,6 +453,14 @@ fn config_errors_name_the_file_and_field() {
         (text.replace("model = \"mock-model\"", ""), "llm"),
         (text.replace("topic = \"demo\"", "topic = 7"), "demo.toml:1"),
         (
+            text.replace("[corpus]", "match = \"some\"\n[corpus]"),
+            "demo.toml:4: questions.match: \"some\": expected any or all",
+        ),
+        (
+            text.replace("max_tokens = 64", "max_tokens = 64\ntokenizer = \"gpt2\""),
+            "demo.toml:6: corpus.tokenizer: `gpt2` (expected",
+        ),
+        (
             format!("{text}\n[rerank]\nmodel = \"x\"\ndepth = 0\n"),
             "rerank.depth",
         ),

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use freshstack::llm::bench::{BenchConfig, bench_gguf};
-use freshstack::llm::{ChatParams, LocalChat, Message};
+use freshstack::llm::tools::{PromptMode, read_json_schema};
+use freshstack::llm::{ChatParams, LocalChat};
 
 /// The `llm` subcommands.
 #[derive(Debug, Args)]
@@ -77,10 +78,9 @@ enum LlmTool {
 }
 
 pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
-    let tool = args.command;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match tool {
+    match args.command {
         LlmTool::Bench {
             gguf,
             prompt_tokens,
@@ -89,35 +89,18 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
             sequences,
             json,
         } => {
-            let report = bench_gguf(
-                &gguf,
-                BenchConfig {
-                    prompt_tokens,
-                    gen_tokens,
-                    repeat,
-                    sequences: sequences as usize,
-                },
-            )?;
+            let config = BenchConfig {
+                prompt_tokens,
+                gen_tokens,
+                repeat,
+                sequences: sequences as usize,
+            };
+            let report = bench_gguf(&gguf, config)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string(&report)?)?;
             } else {
                 writeln!(out, "model: {}", report.model)?;
-                writeln!(
-                    out,
-                    "pp{}: {:.1} tokens/s   tg{}{}: {:.1} tokens/s   ({} threads, load {:.2} s, peak RSS {} MiB)",
-                    report.prompt_tokens,
-                    report.prompt_tokens_per_s,
-                    report.gen_tokens,
-                    if report.sequences > 1 {
-                        format!(" x {} sequences", report.sequences)
-                    } else {
-                        String::new()
-                    },
-                    report.gen_tokens_per_s,
-                    report.threads,
-                    report.load_s,
-                    report.peak_rss_bytes.map_or(0, |b| b >> 20),
-                )?;
+                writeln!(out, "{}", report.summary())?;
             }
         }
         LlmTool::Tokenize { gguf, special } => {
@@ -127,11 +110,7 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
             // allocator aborts.
             for line in freshstack::dataset::bounded::lines(std::io::stdin().lock()) {
                 let line = line.context("reading stdin")?;
-                let ids = if special {
-                    chat.encode_with_bos(&line)?
-                } else {
-                    chat.encode(&line)?
-                };
+                let ids = chat.tokenize(&line, special)?;
                 writeln!(out, "{}", serde_json::to_string(&ids)?)?;
             }
         }
@@ -145,41 +124,28 @@ pub fn run(args: LlmToolArgs) -> anyhow::Result<()> {
             json,
             json_schema,
         } => {
-            let json_schema = json_schema
-                .map(|path| -> anyhow::Result<serde_json::Value> {
-                    let text = freshstack::dataset::bounded::read_text(
-                        &path,
-                        freshstack::dataset::bounded::MAX_SETTINGS_BYTES,
-                    )
-                    .with_context(|| format!("{}", path.display()))?;
-                    serde_json::from_str(&text)
-                        .with_context(|| format!("{}: not a JSON Schema", path.display()))
-                })
-                .transpose()?;
+            let params = ChatParams {
+                temperature,
+                max_tokens,
+                seed,
+                json_schema: json_schema.as_deref().map(read_json_schema).transpose()?,
+            };
             let prompt = freshstack::dataset::bounded::read_text(
                 &prompt_file,
                 freshstack::dataset::bounded::MAX_SETTINGS_BYTES,
             )
             .with_context(|| format!("{}", prompt_file.display()))?;
-            let chat = LocalChat::load(&gguf)?;
-            let ids = if as_chat {
-                chat.encode(&chat.format().render(&[Message::user(prompt)]))?
+            let mode = if as_chat {
+                PromptMode::Chat
             } else {
-                chat.encode_with_bos(&prompt)?
+                PromptMode::Raw
             };
-            let params = ChatParams {
-                temperature,
-                max_tokens,
-                seed,
-                json_schema,
-            };
-            let generated = chat.generate_ids(&ids, &params)?;
-            let text = chat.decode(&generated)?;
+            let generation =
+                LocalChat::load(&gguf)?.generate_from_prompt(&prompt, mode, &params)?;
             if json {
-                let value = serde_json::json!({"text": text, "token_ids": generated});
-                writeln!(out, "{value}")?;
+                writeln!(out, "{}", serde_json::to_string(&generation)?)?;
             } else {
-                writeln!(out, "{text}")?;
+                writeln!(out, "{}", generation.text)?;
             }
         }
     }

@@ -53,6 +53,28 @@ pub struct BenchReport {
     pub peak_rss_bytes: Option<u64>,
 }
 
+impl BenchReport {
+    /// One line in llama-bench's terms: prompt and generation tokens/s, threads, load time and
+    /// peak memory.
+    pub fn summary(&self) -> String {
+        format!(
+            "pp{}: {:.1} tokens/s   tg{}{}: {:.1} tokens/s   ({} threads, load {:.2} s, peak RSS {} MiB)",
+            self.prompt_tokens,
+            self.prompt_tokens_per_s,
+            self.gen_tokens,
+            if self.sequences > 1 {
+                format!(" x {} sequences", self.sequences)
+            } else {
+                String::new()
+            },
+            self.gen_tokens_per_s,
+            self.threads,
+            self.load_s,
+            self.peak_rss_bytes.map_or(0, |b| b >> 20),
+        )
+    }
+}
+
 fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);

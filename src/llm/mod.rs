@@ -24,6 +24,7 @@ pub mod parse;
 pub mod prompts;
 mod redact;
 pub mod schema;
+pub mod tools;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

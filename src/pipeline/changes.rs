@@ -254,7 +254,8 @@ impl Builder<'_> {
                 .config
                 .refresh
                 .as_ref()
-                .and_then(|r| r.retire_before.clone()),
+                .and_then(|r| r.retire_before.as_ref())
+                .map(ToString::to_string),
             questions: question_changes(&carry.questions, &questions),
             repositories: repository_changes(&carry.documents, &documents),
             judgments,

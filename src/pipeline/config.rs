@@ -11,8 +11,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, Setting};
+use crate::search::DenseModelSpec;
 use crate::source::TokenizerSpec;
-use crate::source::stackoverflow::{DayRange, parse_day};
+use crate::source::stackoverflow::{Day, DayRange, TagMatch};
 
 /// A whole build: which questions, which repositories, which retrievers, which LLM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,8 +56,12 @@ pub struct BuildConfig {
 #[serde(deny_unknown_fields)]
 pub struct RefreshSection {
     /// Questions created before this day (`YYYY-MM-DD`) are retired: left out of the build.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retire_before: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "parsed_option"
+    )]
+    pub retire_before: Option<Day>,
 }
 
 /// Reranking: every (technique, retriever) run of the pool also gets a `+rerank` run, its top
@@ -93,14 +98,14 @@ pub struct QuestionsConfig {
     #[serde(default)]
     pub tags: Vec<String>,
     /// `any` (default) or `all` of `tags`.
-    #[serde(default = "default_match", rename = "match")]
-    pub tag_match: String,
+    #[serde(default, rename = "match", deserialize_with = "parsed")]
+    pub tag_match: TagMatch,
     /// First day kept, `YYYY-MM-DD`.
-    #[serde(default)]
-    pub since: Option<String>,
+    #[serde(default, deserialize_with = "parsed_option")]
+    pub since: Option<Day>,
     /// Last day kept, `YYYY-MM-DD`.
-    #[serde(default)]
-    pub until: Option<String>,
+    #[serde(default, deserialize_with = "parsed_option")]
+    pub until: Option<Day>,
     /// Lowest question score kept.
     #[serde(default)]
     pub min_score: Option<i64>,
@@ -116,26 +121,107 @@ pub struct QuestionsConfig {
 }
 
 impl QuestionsConfig {
-    /// The days kept from the dump: `since` and `until` checked (`YYYY-MM-DD`, `since` not
-    /// after `until`); an error names the field, `questions.since` or `questions.until`.
+    /// The days kept from the dump; `since` after `until` is an error naming
+    /// `questions.since`.
     pub fn day_range(&self) -> Result<DayRange> {
-        let day = |field: Setting, value: &Option<String>| {
-            value.as_deref().map(|v| parse_day(field, v)).transpose()
-        };
-        let since = day(Setting::QuestionsSince, &self.since)?;
-        let until = day(Setting::QuestionsUntil, &self.until)?;
-        match (&since, &until) {
+        match (&self.since, &self.until) {
             (Some(s), Some(u)) if s > u => Err(Error::invalid(
                 Setting::QuestionsSince,
                 format!("{s} is after questions.until ({u}): no question could match"),
             )),
-            _ => DayRange::new(since, until),
+            _ => DayRange::new(self.since.clone(), self.until.clone()),
         }
     }
 }
 
-fn default_match() -> String {
-    "any".to_string()
+/// The dotted key of the TOML line holding byte `at` (`questions.since` for `since = ...` under
+/// `[questions]`), or the table of a header line; `None` where the line shows neither, as in
+/// the middle of a multi-line array.
+fn toml_key_at(text: &str, at: usize) -> Option<String> {
+    let mut table = String::new();
+    let mut line_start = 0;
+    for line in text.split_inclusive('\n') {
+        let line_end = line_start + line.len();
+        let trimmed = line.trim();
+        let header = trimmed
+            .strip_prefix("[[")
+            .and_then(|h| h.split_once("]]"))
+            .or_else(|| trimmed.strip_prefix('[').and_then(|h| h.split_once(']')))
+            .map(|(name, _)| dotted(name));
+        if let Some(name) = &header {
+            table.clone_from(name);
+        }
+        if at < line_end || line_end == text.len() {
+            if header.is_some() {
+                return Some(table);
+            }
+            let (key, _) = trimmed.split_once('=')?;
+            let key = dotted(key);
+            let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"');
+            if key.is_empty() || !key.chars().all(plain) {
+                return None;
+            }
+            return Some(if table.is_empty() {
+                key
+            } else {
+                format!("{table}.{key}")
+            });
+        }
+        line_start = line_end;
+    }
+    None
+}
+
+/// A TOML key path without the spaces around its dots.
+fn dotted(key: &str) -> String {
+    key.split('.').map(str::trim).collect::<Vec<_>>().join(".")
+}
+
+/// A setting read through its `FromStr`, so that a config file takes the same text as the flag.
+/// The error is the parser's message alone: the file's line and key name the setting.
+fn parsed<'de, D, T>(deserializer: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr<Err = Error>,
+{
+    let text = String::deserialize(deserializer)?;
+    text.parse()
+        .map_err(|e| serde::de::Error::custom(setting_message(e)))
+}
+
+/// [`parsed`] for an optional setting.
+fn parsed_option<'de, D, T>(deserializer: D) -> std::result::Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr<Err = Error>,
+{
+    let text = Option::<String>::deserialize(deserializer)?;
+    text.map(|t| {
+        t.parse()
+            .map_err(|e| serde::de::Error::custom(setting_message(e)))
+    })
+    .transpose()
+}
+
+/// Dense model specs as written; [`BuildConfig`] resolves them against the file's directory.
+fn dense_specs<'de, D>(deserializer: D) -> std::result::Result<Vec<DenseModelSpec>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let specs = Vec::<String>::deserialize(deserializer)?;
+    Ok(specs
+        .iter()
+        .map(|s| DenseModelSpec::unresolved(s))
+        .collect())
+}
+
+/// The message of a setting's parse error, without the setting's own name (the config's key
+/// replaces it).
+fn setting_message(error: Error) -> String {
+    match error {
+        Error::InvalidArgument { message, .. } => message,
+        other => other.to_string(),
+    }
 }
 
 /// The corpus: `repositories` maps `owner/name` to a local checkout.
@@ -149,8 +235,8 @@ pub struct CorpusSection {
     pub max_tokens: usize,
     /// `cl100k_base` (default, as the reference), `o200k_base`, or `hf:PATH` to a Hugging Face
     /// `tokenizer.json` (relative to the config file), e.g. the dense model's own.
-    #[serde(default = "default_tokenizer")]
-    pub tokenizer: String,
+    #[serde(default, deserialize_with = "parsed")]
+    pub tokenizer: TokenizerSpec,
     /// Larger files are skipped.
     #[serde(default = "default_max_file_bytes")]
     pub max_file_bytes: u64,
@@ -163,9 +249,6 @@ pub struct CorpusSection {
 fn default_max_tokens() -> usize {
     crate::source::DEFAULT_MAX_TOKENS
 }
-fn default_tokenizer() -> String {
-    "cl100k_base".to_string()
-}
 fn default_max_file_bytes() -> u64 {
     crate::source::DEFAULT_MAX_FILE_BYTES
 }
@@ -177,9 +260,9 @@ pub struct RetrievalConfig {
     /// Use BM25.
     #[serde(default = "yes")]
     pub bm25: bool,
-    /// Dense models: local directories or Hugging Face cache ids.
-    #[serde(default)]
-    pub dense: Vec<String>,
+    /// Dense models, `[NAME=]MODEL`: local directories or Hugging Face cache ids.
+    #[serde(default, deserialize_with = "dense_specs")]
+    pub dense: Vec<DenseModelSpec>,
     /// Also pool the normalized-sum fusion of the retrievers (when there are two or more).
     #[serde(default = "yes")]
     pub fusion: bool,
@@ -651,14 +734,20 @@ impl BuildConfig {
     /// Parses config text (`origin` names it in errors; relative paths resolve against `base`).
     pub fn parse(text: &str, origin: &Path, base: &Path) -> Result<Self> {
         let mut config: BuildConfig = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|span| text[..span.start.min(text.len())].lines().count().max(1))
-                .unwrap_or(0);
+            let start = e.span().map(|span| span.start.min(text.len()));
+            let line = start.map_or(0, |at| text[..at].lines().count().max(1));
             let message = e.message().replace('\n', " ");
-            Error::parse(origin, line, message)
+            // A missing field's span is its table (the whole file at the top level), and the
+            // message names the field.
+            let key = start
+                .filter(|_| !message.starts_with("missing field"))
+                .and_then(|at| toml_key_at(text, at));
+            match key {
+                Some(key) => Error::parse(origin, line, format!("{key}: {message}")),
+                None => Error::parse(origin, line, message),
+            }
         })?;
-        config.resolve_paths(base);
+        config.resolve_paths(base, origin)?;
         config.validate(origin)?;
         Ok(config)
     }
@@ -668,12 +757,12 @@ impl BuildConfig {
     pub fn from_json(text: &str, origin: &Path, base: &Path) -> Result<Self> {
         let mut config: BuildConfig = serde_json::from_str(text)
             .map_err(|e| Error::parse(origin, e.line(), e.to_string()))?;
-        config.resolve_paths(base);
+        config.resolve_paths(base, origin)?;
         config.validate(origin)?;
         Ok(config)
     }
 
-    fn resolve_paths(&mut self, base: &Path) {
+    fn resolve_paths(&mut self, base: &Path, origin: &Path) -> Result<()> {
         let resolve = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -688,9 +777,7 @@ impl BuildConfig {
         for p in self.corpus.repositories.values_mut() {
             resolve(p);
         }
-        if let Ok(spec) = TokenizerSpec::from_str(&self.corpus.tokenizer) {
-            self.corpus.tokenizer = spec.resolved(base).to_string();
-        }
+        self.corpus.tokenizer = self.corpus.tokenizer.clone().resolved(base);
         if let Some(p) = self.llm.gguf.as_mut() {
             resolve(p);
         }
@@ -711,17 +798,21 @@ impl BuildConfig {
         }
         // Dense models and the reranker: a relative spec naming an existing directory is a
         // path; anything else is a Hugging Face id.
-        let models = self
-            .retrieval
-            .dense
-            .iter_mut()
-            .chain(self.rerank.as_mut().map(|r| &mut r.model));
-        for model in models {
+        for spec in &mut self.retrieval.dense {
+            *spec = spec.clone().resolved(base).map_err(|e| {
+                Error::invalid_config(
+                    format!("{}: retrieval.dense", origin.display()),
+                    setting_message(e),
+                )
+            })?;
+        }
+        if let Some(model) = self.rerank.as_mut().map(|r| &mut r.model) {
             let candidate = base.join(&*model);
-            if Path::new(model.as_str()).is_relative() && candidate.is_dir() {
+            if Path::new(model.as_str()).is_relative() && candidate.exists() {
                 *model = candidate.to_string_lossy().into_owned();
             }
         }
+        Ok(())
     }
 
     fn validate(&self, origin: &Path) -> Result<()> {
@@ -744,12 +835,6 @@ impl BuildConfig {
             }
             _ => {}
         }
-        if !matches!(self.questions.tag_match.as_str(), "any" | "all") {
-            return bad(
-                "questions.match",
-                format!("{:?}: expected any or all", self.questions.tag_match),
-            );
-        }
         if let Err(Error::InvalidArgument { what, message }) = self.questions.day_range() {
             return bad(what.name(), message);
         }
@@ -770,8 +855,8 @@ impl BuildConfig {
                 return bad("rerank.model", e.to_string());
             }
         }
-        for model in &self.retrieval.dense {
-            if let Err(e) = crate::embed::resolve_model(model) {
+        for spec in &self.retrieval.dense {
+            if let Err(e) = crate::embed::resolve_model(&spec.model) {
                 return bad("retrieval.dense", e.to_string());
             }
         }
@@ -831,23 +916,13 @@ impl BuildConfig {
         if self.corpus.max_tokens == 0 {
             return bad("corpus.max_tokens", "must be at least 1".into());
         }
-        match TokenizerSpec::from_str(&self.corpus.tokenizer) {
-            Err(_) => {
-                return bad(
-                    "corpus.tokenizer",
-                    format!(
-                        "{:?} (expected cl100k_base, o200k_base or hf:PATH to a tokenizer.json)",
-                        self.corpus.tokenizer
-                    ),
-                );
-            }
-            Ok(TokenizerSpec::HuggingFace(path)) if !path.is_file() => {
-                return bad(
-                    "corpus.tokenizer",
-                    format!("{} is not a file", path.display()),
-                );
-            }
-            Ok(_) => {}
+        if let TokenizerSpec::HuggingFace(path) = &self.corpus.tokenizer
+            && !path.is_file()
+        {
+            return bad(
+                "corpus.tokenizer",
+                format!("{} is not a file", path.display()),
+            );
         }
         if !self.retrieval.bm25 && self.retrieval.dense.is_empty() {
             return bad(
@@ -899,14 +974,6 @@ impl BuildConfig {
             if !(0.0..=1.0).contains(&value) {
                 return bad(field, format!("{value} is outside [0, 1]"));
             }
-        }
-        if let Some(day) = self.refresh.as_ref().and_then(|r| r.retire_before.as_ref())
-            && crate::source::stackoverflow::parse_day(Setting::RefreshRetireBefore, day).is_err()
-        {
-            return bad(
-                "refresh.retire_before",
-                format!("{day:?}: expected YYYY-MM-DD"),
-            );
         }
         Ok(())
     }
@@ -989,11 +1056,71 @@ model = "m"
     }
 
     #[test]
+    fn dense_models_resolve_against_the_config_with_or_without_a_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("models/enc");
+        std::fs::create_dir_all(&model).unwrap();
+        for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+            std::fs::write(model.join(file), "{}").unwrap();
+        }
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        let text = MINIMAL.replace("file = \"Cargo.toml\"", "file = \"topic.toml\"")
+            + "[retrieval]\ndense = [\"models/enc\", \"small=models/enc\"]\n";
+        std::fs::write(dir.path().join("topic.toml"), &text).unwrap();
+        let config = BuildConfig::load(&dir.path().join("topic.toml")).unwrap();
+        let names: Vec<(&str, &Path)> = config
+            .retrieval
+            .dense
+            .iter()
+            .map(|d| (d.name.as_str(), Path::new(&d.model)))
+            .collect();
+        assert_eq!(
+            names,
+            [("enc", model.as_path()), ("small", model.as_path())]
+        );
+        // Written back as given, the paths resolved (what the stage fingerprints hash).
+        let written = serde_json::to_value(&config.retrieval.dense).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!([
+                model.display().to_string(),
+                format!("small={}", model.display())
+            ])
+        );
+        let empty = MINIMAL.to_string() + "[retrieval]\ndense = [\"\"]\n";
+        let err = parse(&empty).unwrap_err().to_string();
+        assert_eq!(err, "invalid topic.toml: retrieval.dense: empty");
+    }
+
+    #[test]
     fn errors_name_the_line_and_field() {
         let typo = MINIMAL.replace("[llm]", "[llm]\ntemprature = 0.5");
         let err = parse(&typo).unwrap_err().to_string();
-        assert!(err.starts_with("topic.toml:"), "{err}");
-        assert!(err.contains("temprature"), "{err}");
+        assert!(
+            err.starts_with("topic.toml:7: llm.temprature: unknown field `temprature`"),
+            "{err}"
+        );
+        let hot = MINIMAL.replace("[llm]", "[llm]\ntemperature = \"hot\"");
+        let err = parse(&hot).unwrap_err().to_string();
+        assert!(err.starts_with("topic.toml:8: llm.temperature: "), "{err}");
+        // Typed settings take the flag's text and give its message.
+        let all = MINIMAL.replace(
+            "file = \"Cargo.toml\"",
+            "file = \"Cargo.toml\"\nmatch = \"All\"",
+        );
+        assert_eq!(parse(&all).unwrap().questions.tag_match, TagMatch::All);
+        let some = MINIMAL.replace(
+            "file = \"Cargo.toml\"",
+            "file = \"Cargo.toml\"\nmatch = \"some\"",
+        );
+        let err = parse(&some).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "topic.toml:5: questions.match: \"some\": expected any or all"
+        );
+        let no_topic = MINIMAL.replace("topic = \"demo\"", "");
+        let err = parse(&no_topic).unwrap_err().to_string();
+        assert_eq!(err, "topic.toml:1: missing field `topic`");
         let no_llm = MINIMAL.replace("model = \"m\"", "");
         let err = parse(&no_llm).unwrap_err().to_string();
         assert!(err.contains("llm"), "{err}");
@@ -1004,15 +1131,15 @@ model = "m"
         assert!(parse(&deep_pool).is_err());
         let window = MINIMAL.to_string() + "[refresh]\nretire_before = \"2024-3-1\"\n";
         let err = parse(&window).unwrap_err().to_string();
-        assert!(
-            err.contains("refresh.retire_before") && err.contains("YYYY-MM-DD"),
-            "{err}"
+        assert_eq!(
+            err,
+            "topic.toml:11: refresh.retire_before: \"2024-3-1\": expected YYYY-MM-DD"
         );
         let window = MINIMAL.to_string() + "[refresh]\nretire_before = \"2024-03-01\"\n";
         let config = parse(&window).unwrap();
         assert_eq!(
-            config.refresh.unwrap().retire_before.as_deref(),
-            Some("2024-03-01")
+            config.refresh.unwrap().retire_before.map(String::from),
+            Some("2024-03-01".to_string())
         );
     }
 
@@ -1135,12 +1262,12 @@ gguf = "no-such-model.gguf"
             .to_string();
         assert_eq!(
             err,
-            "invalid topic.toml: questions.until: \"2024-1-1\": expected YYYY-MM-DD"
+            "topic.toml:6: questions.until: \"2024-1-1\": expected YYYY-MM-DD"
         );
         // A config built in code is checked where the stage reads it.
         let mut config = parse(MINIMAL).unwrap();
-        config.questions.since = Some("2024-05-01".into());
-        config.questions.until = Some("2024-01-01".into());
+        config.questions.since = Some("2024-05-01".parse().unwrap());
+        config.questions.until = Some("2024-01-01".parse().unwrap());
         let err = config.questions.day_range().unwrap_err().to_string();
         assert!(
             err.starts_with("invalid questions.since: 2024-05-01 is after questions.until"),
@@ -1158,10 +1285,10 @@ gguf = "no-such-model.gguf"
         };
         // Any file will do for the check at load time (it is parsed by the corpus stage).
         let config = parse(&with("hf:Cargo.toml")).unwrap();
-        assert_eq!(config.corpus.tokenizer, "hf:./Cargo.toml");
+        assert_eq!(config.corpus.tokenizer.to_string(), "hf:./Cargo.toml");
         assert_eq!(
             parse(&with("o200k_base")).unwrap().corpus.tokenizer,
-            "o200k_base"
+            TokenizerSpec::Tiktoken(crate::source::TokenizerKind::O200kBase)
         );
         let err = parse(&with("hf:no/such/tokenizer.json"))
             .unwrap_err()

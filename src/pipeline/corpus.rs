@@ -2,14 +2,13 @@
 //! reruns (re-chunking is cheap and catches any edit in a checkout); unchanged checkouts give
 //! the same bytes, so nothing downstream reruns.
 
-use std::str::FromStr;
 use std::time::Instant;
 
 use super::manifest::stage_fingerprint;
 use super::orchestrator::{Builder, StageOutcome, layout};
 use crate::error::Result;
 use crate::progress::Progress;
-use crate::source::{CorpusConfig, RepoSpec, TokenizerSpec, build_corpus};
+use crate::source::{CorpusConfig, RepoSpec, build_corpus};
 
 impl Builder<'_> {
     pub(super) fn corpus(
@@ -32,7 +31,7 @@ impl Builder<'_> {
                 .collect(),
         );
         corpus.max_tokens = c.max_tokens;
-        corpus.tokenizer = TokenizerSpec::from_str(&c.tokenizer)?;
+        corpus.tokenizer = c.tokenizer.clone();
         corpus.max_file_bytes = c.max_file_bytes;
         corpus.exclude = c.exclude.clone();
         // The build directory may lie inside a checkout: its files are never documents.

@@ -11,7 +11,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufReader, Write};
 use std::path::Path;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,7 +25,7 @@ use crate::dataset::{
     read_jsonl, write_json_atomic,
 };
 use crate::error::{Error, Result};
-use crate::source::TokenizerSpec;
+use crate::source::stackoverflow::Day;
 
 /// Writes `queries.jsonl`, `qrels/nuggets.qrels`, `qrels/test.tsv` and `filtering.json` into
 /// `dir`.
@@ -395,20 +394,23 @@ impl Builder<'_> {
                     .and_then(|p| p.file_name())
                     .map(|n| n.to_string_lossy().into_owned()),
                 tags: q.tags.clone(),
-                tag_match: q.tag_match.clone(),
-                since: q.since.clone(),
-                until: q.until.clone(),
+                tag_match: q.tag_match.to_string(),
+                since: q.since.as_ref().map(Day::to_string),
+                until: q.until.as_ref().map(Day::to_string),
                 min_score: q.min_score,
                 allow_unaccepted: q.allow_unaccepted,
                 max_questions: q.max_questions,
                 // Only when set: manifests of builds without `[refresh]` keep their bytes.
-                retire_before: c.refresh.as_ref().and_then(|r| r.retire_before.clone()),
+                retire_before: c
+                    .refresh
+                    .as_ref()
+                    .and_then(|r| r.retire_before.as_ref())
+                    .map(Day::to_string),
             },
             corpus: ManifestCorpus {
                 max_tokens: c.corpus.max_tokens,
                 // No local path: `hf:<model dir>/<file>`, and the file's hash beside it.
-                tokenizer: TokenizerSpec::from_str(&c.corpus.tokenizer)
-                    .map_or_else(|_| c.corpus.tokenizer.clone(), |t| t.portable_name()),
+                tokenizer: c.corpus.tokenizer.portable_name(),
                 tokenizer_sha256: self.tokenizer_sha256.clone(),
                 max_file_bytes: c.corpus.max_file_bytes,
                 exclude: c.corpus.exclude.clone(),

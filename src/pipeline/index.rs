@@ -7,8 +7,7 @@ use crate::embed::EncoderOptions;
 use crate::error::Result;
 use crate::index::Bm25Settings;
 use crate::progress::Progress;
-use crate::search::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
-use std::str::FromStr;
+use crate::search::{HybridIndexConfig, build_hybrid_index};
 
 impl Builder<'_> {
     pub(super) fn index(
@@ -23,15 +22,10 @@ impl Builder<'_> {
         let manifest = format!("{}/{}", layout::INDEX, crate::index::MANIFEST_FILE);
         self.stage("index", fingerprint, &[&manifest], on_stage, |b| {
             let r = &b.config.retrieval;
-            let dense = r
-                .dense
-                .iter()
-                .map(|spec| DenseModelSpec::from_str(spec))
-                .collect::<Result<Vec<_>>>()?;
             let index = HybridIndexConfig {
                 corpus: b.path(layout::CORPUS),
                 bm25: r.bm25.then(Bm25Settings::default),
-                dense,
+                dense: r.dense.clone(),
                 encoder: EncoderOptions {
                     max_batch_tokens: r.max_batch_tokens,
                     ..EncoderOptions::default()

@@ -8,7 +8,7 @@ use crate::dataset::{AtomicWriter, Fingerprint, Question, read_jsonl, read_quest
 use crate::error::{Error, Result, Setting};
 use crate::progress::Progress;
 use crate::source::stackoverflow::{
-    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, ImportConfig, TagFilter, TagMatch, import_questions,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SITE_URL, Day, ImportConfig, TagFilter, import_questions,
 };
 
 impl Builder<'_> {
@@ -55,7 +55,7 @@ impl Builder<'_> {
         let target = self.path(layout::QUESTIONS);
         let mut questions: Vec<Question> = match (&q.posts, &q.file) {
             (Some(posts), _) => {
-                let mode: TagMatch = q.tag_match.parse()?;
+                let mode = q.tag_match;
                 let range = q.day_range()?;
                 let import = ImportConfig {
                     filter: TagFilter::new(&q.tags, mode)?,
@@ -86,7 +86,8 @@ impl Builder<'_> {
             .config
             .refresh
             .as_ref()
-            .and_then(|r| r.retire_before.as_deref());
+            .and_then(|r| r.retire_before.as_ref())
+            .map(Day::as_str);
         let retired = match retire_before {
             Some(day) => retire(&mut questions, day)?,
             None => 0,

@@ -6,13 +6,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use super::config::{
     BuildConfig, CorpusSection, FilterSection, JudgeSection, LlmOverride, LlmSection,
     NuggetsSection, QuestionsConfig, RetrievalConfig, VariantsSection,
 };
 use crate::error::{Error, Result, Setting};
+use crate::search::DenseModelSpec;
 use crate::source::TokenizerSpec;
+use crate::source::stackoverflow::TagMatch;
 
 /// The quickstart's questions, relative to the repository root.
 pub const QUICKSTART_POSTS: &str = "examples/quickstart/Posts.xml";
@@ -65,7 +68,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
     )?;
     let encoder = options.models.join(QUICKSTART_ENCODER);
     let dense = if options.dense && encoder.join("config.json").is_file() {
-        vec![encoder.to_string_lossy().into_owned()]
+        vec![DenseModelSpec::from_str(&encoder.to_string_lossy())?]
     } else {
         Vec::new()
     };
@@ -73,9 +76,9 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
     // encoder cuts none; the same corpus with or without dense retrieval.
     let minilm_tokenizer = encoder.join("tokenizer.json");
     let tokenizer = if minilm_tokenizer.is_file() {
-        TokenizerSpec::HuggingFace(minilm_tokenizer).to_string()
+        TokenizerSpec::HuggingFace(minilm_tokenizer)
     } else {
-        "cl100k_base".to_string()
+        TokenizerSpec::default()
     };
     let mut repositories = BTreeMap::new();
     repositories.insert("freshstack/freshstack".to_string(), options.repo.clone());
@@ -85,7 +88,7 @@ pub fn quickstart_config(options: &QuickstartOptions) -> Result<BuildConfig> {
             posts: Some(posts),
             file: None,
             tags: vec!["freshstack".into()],
-            tag_match: "any".into(),
+            tag_match: TagMatch::Any,
             since: None,
             until: None,
             min_score: None,
@@ -207,13 +210,13 @@ mod tests {
             dense: true,
         };
         let config = quickstart_config(&options).unwrap();
-        assert_eq!(config.corpus.tokenizer, "cl100k_base");
+        assert_eq!(config.corpus.tokenizer.to_string(), "cl100k_base");
         let tokenizer = models.join(QUICKSTART_ENCODER).join("tokenizer.json");
         std::fs::create_dir_all(tokenizer.parent().unwrap()).unwrap();
         std::fs::write(&tokenizer, "{}").unwrap();
         let config = quickstart_config(&options).unwrap();
         assert_eq!(
-            config.corpus.tokenizer,
+            config.corpus.tokenizer.to_string(),
             format!("hf:{}", tokenizer.display())
         );
         assert_eq!(config.corpus.max_tokens, 256);

@@ -21,7 +21,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use serde_json::{Value, json};
 
@@ -210,12 +209,12 @@ pub(super) fn llm_identity(llm: &LlmSection) -> String {
 /// `llm` (model, sampling, prompts, repairs, structured output), `nuggets`, `variants`,
 /// `judge` and the chunking of `corpus` (`max_tokens`, tokenizer and its file's hash).
 pub(super) fn result_settings(config: &BuildConfig) -> Result<Value> {
-    let tokenizer = TokenizerSpec::from_str(&config.corpus.tokenizer)?;
+    let tokenizer = &config.corpus.tokenizer;
     let mut corpus = json!({
         "max_tokens": config.corpus.max_tokens,
         "tokenizer": tokenizer.portable_name(),
     });
-    if let TokenizerSpec::HuggingFace(path) = &tokenizer {
+    if let TokenizerSpec::HuggingFace(path) = tokenizer {
         corpus["tokenizer_sha256"] = Fingerprint::of_file(path)?.to_string().into();
     }
     let llm = &config.llm;

@@ -24,13 +24,59 @@ use crate::index::{
 use crate::progress::Progress;
 use crate::search::encoders::{recorded_options, resolve_recorded_model};
 
-/// One dense model to encode the corpus with.
+/// One dense model to encode the corpus with: `[NAME=]MODEL`, as `--dense` and a build
+/// config's `retrieval.dense` write it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DenseModelSpec {
     /// Retriever name (`dense:NAME`).
     pub name: String,
     /// A model directory or a Hugging Face id in the local cache (`org/name[@rev]`).
     pub model: String,
+    /// True when the name was derived from the model rather than written.
+    derived_name: bool,
+}
+
+impl DenseModelSpec {
+    /// The spec as written, nothing looked up yet: `NAME=MODEL` keeps its name; a bare `MODEL`
+    /// gets its name from [`resolved`](Self::resolved), once the directory it names is known.
+    pub fn unresolved(spec: &str) -> Self {
+        match split_name(spec) {
+            Some((name, model)) => Self {
+                name: name.to_string(),
+                model: model.to_string(),
+                derived_name: false,
+            },
+            None => Self {
+                name: String::new(),
+                model: spec.to_string(),
+                derived_name: true,
+            },
+        }
+    }
+
+    /// The spec with a relative model directory or `.gguf` file taken relative to `base` (a
+    /// config file's directory), and a name not written derived from the model.
+    pub fn resolved(self, base: &Path) -> Result<Self> {
+        if self.model.trim().is_empty() {
+            return Err(Error::invalid(Setting::DenseModel, "empty"));
+        }
+        let candidate = base.join(&self.model);
+        let model = if Path::new(&self.model).is_relative() && candidate.exists() {
+            candidate.to_string_lossy().into_owned()
+        } else {
+            self.model
+        };
+        if self.derived_name {
+            return Self::from_str(&model);
+        }
+        Ok(Self { model, ..self })
+    }
+}
+
+/// `NAME=MODEL` split, when the part before `=` is a valid name and a model follows.
+fn split_name(spec: &str) -> Option<(&str, &str)> {
+    spec.split_once('=')
+        .filter(|(name, model)| validate_model_name(name).is_ok() && !model.is_empty())
 }
 
 impl std::str::FromStr for DenseModelSpec {
@@ -39,13 +85,11 @@ impl std::str::FromStr for DenseModelSpec {
     /// Parses `[NAME=]MODEL`. Without a name: the directory's name, or the part of the id after
     /// the `/` (without `@revision`).
     fn from_str(spec: &str) -> Result<Self> {
-        if let Some((name, model)) = spec.split_once('=')
-            && validate_model_name(name).is_ok()
-            && !model.is_empty()
-        {
+        if let Some((name, model)) = split_name(spec) {
             return Ok(Self {
                 name: name.to_string(),
                 model: model.to_string(),
+                derived_name: false,
             });
         }
         let path = Path::new(spec);
@@ -72,7 +116,28 @@ impl std::str::FromStr for DenseModelSpec {
         Ok(Self {
             name,
             model: spec.to_string(),
+            derived_name: true,
         })
+    }
+}
+
+impl std::fmt::Display for DenseModelSpec {
+    /// As written: `NAME=MODEL`, or `MODEL` when the name is derived from it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.derived_name {
+            f.write_str(&self.model)
+        } else {
+            write!(f, "{}={}", self.name, self.model)
+        }
+    }
+}
+
+impl serde::Serialize for DenseModelSpec {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -296,6 +361,38 @@ mod tests {
         std::fs::create_dir(&model_dir).unwrap();
         let spec = DenseModelSpec::from_str(model_dir.to_str().unwrap()).unwrap();
         assert_eq!(spec.name, "my-model");
+        assert_eq!(spec.to_string(), model_dir.to_str().unwrap());
         assert!(DenseModelSpec::from_str("org/na me").is_err());
+    }
+
+    #[test]
+    fn specs_resolve_relative_directories_against_a_base() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("my-model")).unwrap();
+        let base = dir.path().join("my-model");
+        // A bare directory gets its name once resolved; `.` names the base itself.
+        let spec = DenseModelSpec::unresolved(".").resolved(&base).unwrap();
+        assert_eq!(spec.name, "my-model");
+        let spec = DenseModelSpec::unresolved("my-model")
+            .resolved(dir.path())
+            .unwrap();
+        assert_eq!(spec.model, base.to_str().unwrap());
+        // A written name is kept, its relative directory resolved too.
+        let spec = DenseModelSpec::unresolved("mini=my-model")
+            .resolved(dir.path())
+            .unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.model.as_str()),
+            ("mini", base.to_str().unwrap())
+        );
+        assert_eq!(spec.to_string(), format!("mini={}", base.display()));
+        // An id stays an id.
+        let spec = DenseModelSpec::unresolved("BAAI/bge-small-en-v1.5")
+            .resolved(dir.path())
+            .unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.model.as_str()),
+            ("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5")
+        );
     }
 }

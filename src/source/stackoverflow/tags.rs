@@ -48,6 +48,16 @@ impl std::str::FromStr for TagMatch {
     }
 }
 
+impl std::fmt::Display for TagMatch {
+    /// `any` or `all`, as the flag and the config write it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TagMatch::Any => "any",
+            TagMatch::All => "all",
+        })
+    }
+}
+
 /// The topic filter: tags (compared case-insensitively) and how they combine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TagFilter {
