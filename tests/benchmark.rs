@@ -358,15 +358,12 @@ fn missing_reranker_and_bad_retrievers_are_refused() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn minilm_dense_and_fusion_end_to_end() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
-    if !model.join("model.safetensors").is_file() {
-        eprintln!(
-            "SKIPPED: {} is missing: run scripts/setup.sh",
-            model.display()
-        );
-        return;
-    }
+    let model = crate::util::minilm_dir();
     let out = tempfile::tempdir().unwrap();
     let dense = format!("dense:{}", model.display());
     let mut cfg = config(out.path(), &["bm25", &dense]);

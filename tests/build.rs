@@ -493,12 +493,12 @@ fn config_errors_name_the_file_and_field() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn a_dense_model_adds_its_runs_and_their_fusion() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
-    if !model.join("config.json").is_file() {
-        eprintln!("SKIPPED: models/all-MiniLM-L6-v2 missing (run scripts/setup.sh)");
-        return;
-    }
+    let model = crate::util::minilm_dir();
     let server = MockServer::start(false);
     let dir = tempfile::tempdir().unwrap();
     let extra = format!(

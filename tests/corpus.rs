@@ -447,9 +447,9 @@ fn exclude_globs_leave_paths_out() {
     assert!(text.contains("src/lib.rs"));
 }
 
-/// MiniLM's tokenizer.json (`scripts/setup.sh`), when fetched.
-fn minilm_tokenizer(test: &str) -> Option<std::path::PathBuf> {
-    crate::util::model_path("all-MiniLM-L6-v2/tokenizer.json", "scripts/setup.sh", test)
+/// MiniLM's tokenizer.json (`scripts/setup.sh`; tests gated on `has_model_minilm`).
+fn minilm_tokenizer() -> std::path::PathBuf {
+    crate::util::model_path("all-MiniLM-L6-v2/tokenizer.json", "scripts/setup.sh")
 }
 
 /// MiniLM's own count of a text, special tokens included: what the encoder reads.
@@ -460,11 +460,12 @@ fn minilm_count(tokenizer: &tokenizers::Tokenizer, text: &str) -> usize {
 /// `--tokenizer hf:` bounds every document by the Hugging Face tokenizer's own count (checked
 /// here with the tokenizers crate directly), which cl100k_base at the same budget does not.
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn hf_tokenizer_bounds_every_document_by_its_own_count() {
-    let test = "hf_tokenizer_bounds_every_document_by_its_own_count";
-    let Some(path) = minilm_tokenizer(test) else {
-        return;
-    };
+    let path = minilm_tokenizer();
     let mut reference = tokenizers::Tokenizer::from_file(&path).unwrap();
     reference.with_truncation(None).unwrap();
     reference.with_padding(None);
@@ -526,7 +527,7 @@ fn hf_tokenizer_bounds_every_document_by_its_own_count() {
         .count();
     assert!(over > 0, "cl100k_base chunks would all fit MiniLM anyway");
     eprintln!(
-        "{test}: {} documents by MiniLM, longest {longest} tokens; by cl100k_base {} documents, \
+        "hf_tokenizer_bounds_every_document_by_its_own_count: {} documents by MiniLM, longest {longest} tokens; by cl100k_base {} documents, \
          {over} over 128 MiniLM tokens",
         docs.len(),
         cl100k.len()

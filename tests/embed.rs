@@ -45,28 +45,35 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn minilm_matches_sentence_transformers() {
-    let Some(dir) = minilm_dir() else { return };
+    let dir = minilm_dir();
     matches_sentence_transformers(&dir, &reference(), 384, 1);
 }
 
 /// all-mpnet-base-v2 (MPNet: relative position buckets, RoBERTa positions, 384 tokens).
 #[test]
+#[cfg_attr(
+    not(has_model_mpnet),
+    ignore = "needs models/all-mpnet-base-v2: scripts/setup.sh --with-encoders"
+)]
 fn mpnet_matches_sentence_transformers() {
-    let Some(dir) = real_model_dir("all-mpnet-base-v2", "scripts/setup.sh --with-encoders") else {
-        return;
-    };
+    let dir = real_model_dir("all-mpnet-base-v2", "scripts/setup.sh --with-encoders");
     matches_sentence_transformers(&dir, &reference_of("mpnet"), 768, 1);
 }
 
 /// EmbeddingGemma-300M (Gemma-3, bidirectional attention with a 512 window, two Dense
 /// projections after mean pooling, a prompt per kind; 2048 tokens, so nothing is cut).
 #[test]
+#[cfg_attr(
+    not(has_model_embeddinggemma),
+    ignore = "needs models/embeddinggemma-300m: scripts/setup.sh --with-encoders"
+)]
 fn embeddinggemma_matches_sentence_transformers() {
-    let Some(dir) = real_model_dir("embeddinggemma-300m", "scripts/setup.sh --with-encoders")
-    else {
-        return;
-    };
+    let dir = real_model_dir("embeddinggemma-300m", "scripts/setup.sh --with-encoders");
     let reference = reference_of("embeddinggemma");
     assert!(!reference.query_vectors.is_empty());
     matches_sentence_transformers(&dir, &reference, 768, 0);
@@ -76,11 +83,12 @@ fn embeddinggemma_matches_sentence_transformers() {
 /// first 256 values, renormalised); a width the card does not list, or a model with none, is
 /// refused.
 #[test]
+#[cfg_attr(
+    not(all(has_model_embeddinggemma, has_model_minilm)),
+    ignore = "needs models/embeddinggemma-300m and all-MiniLM-L6-v2: scripts/setup.sh --with-encoders"
+)]
 fn matryoshka_dimensions_cut_and_renormalise_only_listed_widths() {
-    let Some(dir) = real_model_dir("embeddinggemma-300m", "scripts/setup.sh --with-encoders")
-    else {
-        return;
-    };
+    let dir = real_model_dir("embeddinggemma-300m", "scripts/setup.sh --with-encoders");
     let reference = reference_of("embeddinggemma");
     let options = EncoderOptions {
         dimensions: Some(256),
@@ -112,20 +120,18 @@ fn matryoshka_dimensions_cut_and_renormalise_only_listed_widths() {
         ..EncoderOptions::default()
     });
     assert!(err.contains("768, 512, 256, 128"), "{err}");
-    if let Some(minilm) = minilm_dir() {
-        let files = resolve_model(minilm.to_str().unwrap()).unwrap();
-        let err = TextEncoder::load(
-            &files,
-            &EncoderOptions {
-                dimensions: Some(128),
-                ..EncoderOptions::default()
-            },
-        )
-        .err()
-        .expect("refused")
-        .to_string();
-        assert!(err.contains("defines no Matryoshka widths"), "{err}");
-    }
+    let files = resolve_model(minilm_dir().to_str().unwrap()).unwrap();
+    let err = TextEncoder::load(
+        &files,
+        &EncoderOptions {
+            dimensions: Some(128),
+            ..EncoderOptions::default()
+        },
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("defines no Matryoshka widths"), "{err}");
 }
 
 /// The model in `dir` embeds the reference texts as sentence-transformers did (cosine >= 0.9999
@@ -174,8 +180,12 @@ fn close_to(got: &Embeddings, reference: &[Vec<f32>], kind: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn minilm_batched_equals_one_by_one() {
-    let Some(dir) = minilm_dir() else { return };
+    let dir = minilm_dir();
     let reference = reference();
     let encoder = load(&dir, &EncoderOptions::default());
     let texts: Vec<&str> = reference.texts.iter().map(String::as_str).take(8).collect();
@@ -195,8 +205,12 @@ fn minilm_batched_equals_one_by_one() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn cli_writes_npy_and_ids_in_input_order() {
-    let Some(dir) = minilm_dir() else { return };
+    let dir = minilm_dir();
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("corpus.jsonl");
     std::fs::write(
@@ -320,8 +334,12 @@ fn cli_bad_input_fails_without_output() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn corrupt_and_mismatched_weights_are_errors() {
-    let Some(dir) = minilm_dir() else { return };
+    let dir = minilm_dir();
     let tmp = tempfile::tempdir().unwrap();
     for file in ["config.json", "tokenizer.json"] {
         std::fs::copy(dir.join(file), tmp.path().join(file)).unwrap();
@@ -401,18 +419,31 @@ fn embed_bits(encoder: &TextEncoder, texts: &[&str], threads: usize) -> Vec<Vec<
     bits(&embed_in_pool(encoder, texts, threads))
 }
 
+/// The tiny Mistral runs candle's ops.
 #[test]
 fn same_bits_whatever_the_thread_count() {
-    // MiniLM takes the fused CPU path; the tiny Mistral runs candle's ops.
-    let mut dirs = vec![root().join("tests/fixtures/embed/tiny-mistral")];
-    dirs.extend(minilm_dir());
-    for dir in dirs {
+    same_bits_in_any_pool(&root().join("tests/fixtures/embed/tiny-mistral"));
+}
+
+/// MiniLM takes the fused CPU path.
+#[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
+fn minilm_same_bits_whatever_the_thread_count() {
+    same_bits_in_any_pool(&minilm_dir());
+}
+
+/// `dir`'s model embeds the reference texts to the same bits in pools of 1, 2 and 3 threads.
+fn same_bits_in_any_pool(dir: &Path) {
+    {
         let options = EncoderOptions {
             dtype: Some(ModelDType::F32),
             max_batch_tokens: Some(100),
             ..EncoderOptions::default()
         };
-        let encoder = load(&dir, &options);
+        let encoder = load(dir, &options);
         let reference = reference();
         let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
         let serial = embed_bits(&encoder, &texts, 1);
@@ -643,9 +674,13 @@ fn write_bert_gguf(
 /// included, into the same ids), and within cosine 0.995 in Q8_0. The file's stem finds the
 /// MiniLM card (max length 256).
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn bert_gguf_embeds_as_its_safetensors_model() {
     use candle_core::quantized::GgmlDType;
-    let Some(dir) = minilm_dir() else { return };
+    let dir = minilm_dir();
     let reference = reference();
     let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
     let want = load(&dir, &EncoderOptions::default())
@@ -684,80 +719,108 @@ fn bert_gguf_embeds_as_its_safetensors_model() {
     }
 }
 
-/// GGUF files we cannot embed with are refused in one line naming the file, before any output:
-/// an LLM architecture, pooling `none` or `rank`, a vocabulary larger than the embedding table,
-/// a plain file that is no GGUF; `--dimensions` on a model without Matryoshka widths.
+/// Files we cannot embed with are refused in one line naming the file, before any output: a
+/// GGUF of an LLM architecture, a file that is no GGUF, a plain file that is no model.
 #[test]
 fn unusable_gguf_encoders_are_refused_in_one_line() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = tmp.path().join("corpus.jsonl");
-    std::fs::write(
-        &input,
-        "{\"_id\":\"d1\",\"title\":\"\",\"text\":\"queues\"}\n",
-    )
-    .unwrap();
-    let out = tmp.path().join("vectors.npy");
-    let refused = |model: &Path, extra: &[&str], wanted: &str| {
-        let mut args = vec![
-            "embed",
-            "--model",
-            model.to_str().unwrap(),
-            "--input",
-            input.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let output = freshstack(&args);
-        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-        assert!(!output.status.success(), "{model:?} was accepted");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.contains(wanted), "{stderr}");
-        assert!(!out.exists(), "{model:?}: output written");
-    };
     let llm = root().join("tests/fixtures/gguf/tiny-qwen3.gguf");
-    refused(
+    embed_refused(
+        tmp.path(),
         &llm,
         &[],
         "GGUF architecture 'qwen3' is not an encoder we run",
     );
-    refused(&llm, &[], "tiny-qwen3.gguf");
+    embed_refused(tmp.path(), &llm, &[], "tiny-qwen3.gguf");
     let not_gguf = tmp.path().join("weights.gguf");
     std::fs::write(&not_gguf, "not a gguf").unwrap();
-    refused(&not_gguf, &[], "not a GGUF file");
-    refused(&input, &[], "a model is a directory or a .gguf file");
+    embed_refused(tmp.path(), &not_gguf, &[], "not a GGUF file");
+    let plain = tmp.path().join("plain.txt");
+    std::fs::write(&plain, "text").unwrap();
+    embed_refused(
+        tmp.path(),
+        &plain,
+        &[],
+        "a model is a directory or a .gguf file",
+    );
+}
 
-    let Some(dir) = minilm_dir() else { return };
+/// The same for BERT GGUFs written from MiniLM's weights: pooling `none` or `rank`, a
+/// vocabulary larger than the embedding table, `--dimensions` on a model without Matryoshka
+/// widths.
+#[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
+fn unusable_bert_ggufs_are_refused_in_one_line() {
     use candle_core::quantized::GgmlDType;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = minilm_dir();
     for (pooling, wanted) in [(0, "pooling_type 0"), (4, "reranker")] {
         let path = tmp.path().join(format!("pooling-{pooling}.gguf"));
         write_bert_gguf(&dir, &path, GgmlDType::F16, pooling, 0);
-        refused(&path, &[], wanted);
+        embed_refused(tmp.path(), &path, &[], wanted);
     }
     let path = tmp.path().join("extra-vocab.gguf");
     write_bert_gguf(&dir, &path, GgmlDType::F16, 1, 3);
-    refused(&path, &[], "30525 tokens but token_embd.weight 30522 rows");
+    embed_refused(
+        tmp.path(),
+        &path,
+        &[],
+        "30525 tokens but token_embd.weight 30522 rows",
+    );
     let path = tmp.path().join("ok.gguf");
     write_bert_gguf(&dir, &path, GgmlDType::F16, 1, 0);
-    refused(
+    embed_refused(
+        tmp.path(),
         &path,
         &["--dimensions", "128"],
         "defines no Matryoshka widths",
     );
 }
 
+/// `embed --model MODEL` (with `extra` flags) on a one-document corpus in `dir` fails with one
+/// line containing `wanted`, and writes nothing.
+fn embed_refused(dir: &Path, model: &Path, extra: &[&str], wanted: &str) {
+    let input = dir.join("corpus.jsonl");
+    std::fs::write(
+        &input,
+        "{\"_id\":\"d1\",\"title\":\"\",\"text\":\"queues\"}\n",
+    )
+    .unwrap();
+    let out = dir.join("vectors.npy");
+    let mut args = vec![
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let output = freshstack(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    assert!(!output.status.success(), "{model:?} was accepted");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(wanted), "{stderr}");
+    assert!(!out.exists(), "{model:?}: output written");
+}
+
 /// nomic-embed-text-v1.5 (nomic-bert: rotary positions, SwiGLU) from its f16 GGUF against
 /// llama.cpp's `llama-embedding` on the same file (scripts/gen_gguf_encoder_reference.py):
 /// documents and queries with the card's prefixes, in several padded batches.
 #[test]
+#[cfg_attr(
+    not(has_model_nomic_gguf),
+    ignore = "needs models/nomic-embed-text-v1.5.f16.gguf: scripts/setup.sh --with-encoders"
+)]
 fn nomic_gguf_matches_llama_cpp() {
-    let Some(path) = crate::util::model_path(
+    let path = crate::util::model_path(
         "nomic-embed-text-v1.5.f16.gguf",
         "scripts/setup.sh --with-encoders",
-        "nomic_gguf_matches_llama_cpp",
-    ) else {
-        return;
-    };
+    );
     let reference = reference_of("nomic_gguf");
     let encoder = load(
         &path,

@@ -16,8 +16,12 @@ use crate::hybrid::{DOCS, corpus, options};
 use crate::util::{freshstack, minilm_dir, run_ok, write};
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn minilm_index_encodes_documents_and_queries() {
-    let Some(model) = minilm_dir() else { return };
+    let model = minilm_dir();
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("index");
     let config = HybridIndexConfig {
@@ -77,8 +81,12 @@ fn minilm_index_encodes_documents_and_queries() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn minilm_cli_index_and_fusion_retrieve() {
-    let Some(model) = minilm_dir() else { return };
+    let model = minilm_dir();
     let dir = tempfile::tempdir().unwrap();
     let corpus = corpus(dir.path());
     let index = dir.path().join("index");
@@ -219,8 +227,12 @@ fn minilm_cli_index_and_fusion_retrieve() {
 /// are gone from every retriever, the added ones are embedded with the recorded model, and the
 /// refreshed index answers exactly like one built from scratch over the same documents.
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn refresh_embeds_added_documents_like_a_fresh_build() {
-    let Some(model) = minilm_dir() else { return };
+    let model = minilm_dir();
     let dir = tempfile::tempdir().unwrap();
     let line = |id: &str, text: &str| {
         serde_json::json!({"_id": id, "title": "", "text": text}).to_string() + "\n"

@@ -393,14 +393,12 @@ fn self_check_re_asks_a_sample_shuffled_without_changing_labels() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_smollm2),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf: scripts/setup-llm.sh"
+)]
 fn graded_verdict_reads_three_grades_from_a_real_model() {
-    let Some(gguf) = model_path(
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "scripts/setup-llm.sh",
-        "graded_verdict_reads_three_grades_from_a_real_model",
-    ) else {
-        return;
-    };
+    let gguf = model_path("SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/setup-llm.sh");
     let dir = tempfile::tempdir().unwrap();
     let files = pool_fixture(dir.path());
     let out = dir.path().join("judgments.jsonl");
@@ -446,14 +444,12 @@ fn graded_verdict_reads_three_grades_from_a_real_model() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_model_smollm2),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf: scripts/setup-llm.sh"
+)]
 fn probability_verdict_reads_a_real_model_and_is_deterministic() {
-    let Some(gguf) = model_path(
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "scripts/setup-llm.sh",
-        "probability_verdict_reads_a_real_model_and_is_deterministic",
-    ) else {
-        return;
-    };
+    let gguf = model_path("SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/setup-llm.sh");
     let dir = tempfile::tempdir().unwrap();
     let files = pool_fixture(dir.path());
     let out = dir.path().join("judgments.jsonl");

@@ -372,6 +372,10 @@ fn check_model(binary: &Path, model: &Path, alias: &str, max_questions: usize) {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn llama_server_structured_output_parses_every_answer_without_repair() {
     let Some(binary) = llama_server_binary() else {
         eprintln!(
@@ -380,26 +384,20 @@ fn llama_server_structured_output_parses_every_answer_without_repair() {
         );
         return;
     };
-    let smollm2 = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !smollm2.is_file() {
-        eprintln!(
-            "SKIPPED llama_server_structured_output_parses_every_answer_without_repair: {} is \
-             absent (run scripts/setup-llm.sh)",
-            smollm2.display()
-        );
-        return;
-    }
+    let model = |file| crate::util::model_path(file, "scripts/setup-llm.sh");
     // Half the quickstart's questions: every stage's schema and both chat paths are exercised
     // by the first, and CI's budget (the whole suite on two cores) does not cover all twelve.
-    check_model(&binary, &smollm2, "smollm2", 6);
-    let qwen = root().join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    if qwen.is_file() {
-        // Four times slower on two cores: a quarter of the questions.
-        check_model(&binary, &qwen, "qwen2.5-coder-0.5b", 3);
-    } else {
-        eprintln!(
-            "SKIPPED the Qwen2.5-Coder-0.5B half of llama_server_structured_output: {} is absent",
-            qwen.display()
-        );
-    }
+    check_model(
+        &binary,
+        &model("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        "smollm2",
+        6,
+    );
+    // Four times slower on two cores: a quarter of the questions.
+    check_model(
+        &binary,
+        &model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        "qwen2.5-coder-0.5b",
+        3,
+    );
 }

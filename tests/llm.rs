@@ -551,22 +551,14 @@ fn llm_timeout_1e300_is_refused_before_any_work() {
     );
 }
 
-/// The SmolLM2 test model fetched by `scripts/setup-llm.sh`, when present.
-fn smollm2() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.is_file().then_some(path)
-}
-
 #[test]
+#[cfg_attr(
+    not(has_model_smollm2),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf: scripts/setup-llm.sh"
+)]
 fn local_gguf_generates_and_the_stages_cope() {
     use freshstack::llm::{Chat, ChatFormat, ChatParams, LocalChat, Message};
-    let Some(model) = smollm2() else {
-        eprintln!(
-            "SKIPPED local_gguf_generates_and_the_stages_cope: models/SmolLM2-135M-Instruct.Q4_1.gguf \
-             is absent (run scripts/setup-llm.sh)"
-        );
-        return;
-    };
+    let model = crate::util::model_path("SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/setup-llm.sh");
     let chat = LocalChat::load(&model).unwrap();
     assert_eq!(
         chat.format(),

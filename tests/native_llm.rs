@@ -30,8 +30,9 @@ fn run(args: &[&std::ffi::OsStr], stdin: &str) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-fn model(file: &str, test: &str) -> Option<PathBuf> {
-    crate::util::model_path(file, "scripts/setup-llm.sh", test)
+/// `models/FILE`, fetched by `scripts/setup-llm.sh` (tests gated on its cfg).
+fn model(file: &str) -> PathBuf {
+    crate::util::model_path(file, "scripts/setup-llm.sh")
 }
 
 const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -49,11 +50,13 @@ fn greedy(max_tokens: u32, json_schema: Option<Value>) -> ChatParams {
 /// A call whose prompt starts like the previous one reuses its keys and values: the logits and
 /// the answer are bit for bit those of a fresh model.
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn native_prefix_reuse_changes_nothing() {
     for file in [SMOLLM2, QWEN_05B] {
-        let Some(path) = model(file, "native_prefix_reuse_changes_nothing") else {
-            continue;
-        };
+        let path = model(file);
         let warm = LocalChat::load(&path).unwrap();
         let system = Message::system("You extract facts from answers. Be brief.");
         let first = warm
@@ -94,12 +97,14 @@ fn native_prefix_reuse_changes_nothing() {
 /// Several generated tokens run in one pass (a sampled token and those the grammar forces
 /// after it) leave the same keys and values, and give the same logits, as one pass each.
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn native_steps_equal_one_step_per_token() {
     use freshstack::llm::native::{Family, Model, Session};
     for file in [SMOLLM2, QWEN_05B] {
-        let Some(path) = model(file, "native_steps_equal_one_step_per_token") else {
-            continue;
-        };
+        let path = model(file);
         let chat = LocalChat::load(&path).unwrap();
         let prompt = chat.encode("fn main() { println!(\"hello\"); }").unwrap();
         let run = chat.encode(", \"reasoning\": \"The document").unwrap();
@@ -138,14 +143,13 @@ fn native_steps_equal_one_step_per_token() {
 /// tokens share decoding passes, and every answer is byte for byte the one a call alone gets,
 /// schema-constrained or not.
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn concurrent_native_calls_are_batched_and_answer_as_alone() {
     for file in [SMOLLM2, QWEN_05B] {
-        let Some(path) = model(
-            file,
-            "concurrent_native_calls_are_batched_and_answer_as_alone",
-        ) else {
-            continue;
-        };
+        let path = model(file);
         let questions = [
             "How do I reverse a list in Python?",
             "What does `git rebase --onto` do?",
@@ -215,11 +219,13 @@ fn nuggets_schema() -> Value {
 /// With a schema the answer always parses and has the schema's shape, even from SmolLM2, which
 /// writes code instead of JSON on its own.
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn native_json_schema_answers_parse() {
     for file in [SMOLLM2, QWEN_05B] {
-        let Some(path) = model(file, "native_json_schema_answers_parse") else {
-            continue;
-        };
+        let path = model(file);
         let chat = LocalChat::load(&path).unwrap();
         let prompt = chat.format().render(&[Message::user(
             "Question: How do I reverse a list in Python?\nAnswer: Use my_list.reverse() to \
@@ -253,12 +259,14 @@ fn native_json_schema_answers_parse() {
 /// one boolean verdict per nugget, by construction (issue 17: with a list of supported labels,
 /// a repeated label slipped past llama.cpp's grammar).
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn native_judge_schema_answers_match_it() {
     let schema = freshstack::llm::schema::sorted_keys(judge_schema(2, 3, 512));
     for file in [SMOLLM2, QWEN_05B] {
-        let Some(path) = model(file, "native_judge_schema_answers_match_it") else {
-            continue;
-        };
+        let path = model(file);
         let chat = LocalChat::load(&path).unwrap();
         let prompt = chat.format().render(&[Message::user(
             "Nuggets: N1. Use my_list.reverse() to reverse in place. N2. my_list[::-1] returns \
@@ -286,6 +294,10 @@ fn native_judge_schema_answers_match_it() {
 
 /// Where the model already writes a valid answer, the mask changes nothing: same tokens.
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn native_json_schema_keeps_valid_answers_unchanged() {
     let schema = json!({
         "type": "object",
@@ -295,9 +307,7 @@ fn native_json_schema_keeps_valid_answers_unchanged() {
     });
     let mut compared = 0;
     for file in [SMOLLM2, QWEN_05B] {
-        let Some(path) = model(file, "native_json_schema_keeps_valid_answers_unchanged") else {
-            continue;
-        };
+        let path = model(file);
         let chat = LocalChat::load(&path).unwrap();
         let prompt = chat.format().render(&[Message::user(
             "Reply with exactly this JSON and nothing else: {\"city\": \"Paris\"}",
@@ -335,6 +345,10 @@ fn native_json_schema_keeps_valid_answers_unchanged() {
 /// whitespace makes it close the object within the budget instead of padding with spaces until
 /// max_tokens (what Qwen2.5-Coder-0.5B did on 4 of 12 quickstart query variants before).
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_qwen05)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and qwen2.5-coder-0.5b: scripts/setup-llm.sh"
+)]
 fn native_json_schema_whitespace_is_bounded() {
     let schema = json!({
         "type": "object",
@@ -346,9 +360,7 @@ fn native_json_schema_whitespace_is_bounded() {
         "additionalProperties": false
     });
     for file in [SMOLLM2, QWEN_05B] {
-        let Some(path) = model(file, "native_json_schema_whitespace_is_bounded") else {
-            continue;
-        };
+        let path = model(file);
         let chat = LocalChat::load(&path).unwrap();
         let prompt = chat.format().render(&[Message::user(
             "Write a long, detailed essay (at least 400 words) on how a B-tree index works, as a \
@@ -380,10 +392,12 @@ fn native_json_schema_whitespace_is_bounded() {
 
 /// A schema the engine cannot compile is a clear error, not a panic nor an empty answer.
 #[test]
+#[cfg_attr(
+    not(has_model_smollm2),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf: scripts/setup-llm.sh"
+)]
 fn native_uncompilable_schema_is_an_error() {
-    let Some(path) = model(SMOLLM2, "native_uncompilable_schema_is_an_error") else {
-        return;
-    };
+    let path = model(SMOLLM2);
     let chat = LocalChat::load(&path).unwrap();
     let ids = chat.encode("hello").unwrap();
     let bad = json!({"type": "object", "properties": {"a": {"type": "no-such-type"}}});
@@ -397,10 +411,12 @@ fn native_uncompilable_schema_is_an_error() {
 /// `llm tokenize` prints one JSON array per input line; `llm generate --json` the text and the
 /// generated ids; `llm bench --json` the two speeds.
 #[test]
+#[cfg_attr(
+    not(has_model_smollm2),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf: scripts/setup-llm.sh"
+)]
 fn native_llm_tools_cli() {
-    let Some(path) = model(SMOLLM2, "native_llm_tools_cli") else {
-        return;
-    };
+    let path = model(SMOLLM2);
     let dir = tempfile::tempdir().unwrap();
     let os = |s: &'static str| std::ffi::OsStr::new(s);
     let out = run(
@@ -617,11 +633,13 @@ fn llm_tokenize_refuses_a_stdin_line_past_the_bound() {
 /// A GGUF whose tensor has a type the backend cannot multiply fails at load, naming the
 /// tensor and the type.
 #[test]
+#[cfg_attr(
+    not(has_model_smollm2),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf: scripts/setup-llm.sh"
+)]
 fn native_unsupported_tensor_type_is_named_at_load() {
     use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
-    let Some(path) = model(SMOLLM2, "native_unsupported_tensor_type_is_named_at_load") else {
-        return;
-    };
+    let path = model(SMOLLM2);
     let mut file = std::fs::File::open(&path).unwrap();
     let content = gguf_file::Content::read(&mut file).unwrap();
     let device = candle_core::Device::Cpu;

@@ -239,22 +239,13 @@ fn llm_stage_shards_merge_to_the_unsharded_bytes() {
     assert!(!out("x.jsonl").exists());
 }
 
-fn minilm() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED embed_shards_merge_to_the_unsharded_bytes: {} is missing: run scripts/setup.sh",
-            dir.display()
-        );
-        None
-    }
-}
-
 #[test]
+#[cfg_attr(
+    not(has_model_minilm),
+    ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"
+)]
 fn embed_shards_merge_to_the_unsharded_bytes() {
-    let Some(model) = minilm() else { return };
+    let model = crate::util::minilm_dir();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // Real prose of varied lengths: the README's paragraphs.

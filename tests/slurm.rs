@@ -239,22 +239,18 @@ fn ok(output: &Output, what: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(has_model_smollm2, has_model_minilm)),
+    ignore = "needs models/SmolLM2-135M-Instruct.Q4_1.gguf and all-MiniLM-L6-v2: \
+              scripts/setup-llm.sh, scripts/setup.sh"
+)]
 fn slurm_build_script_shards_merge_to_the_unsharded_bytes_through_faults() {
     let Some(binary) = llama_server_binary() else {
         eprintln!("SKIPPED {TEST}: no llama-server (run scripts/setup-llama-server.sh)");
         return;
     };
-    let gguf = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let encoder = root().join("models/all-MiniLM-L6-v2");
-    for (path, setup) in [
-        (&gguf, "scripts/setup-llm.sh"),
-        (&encoder, "scripts/setup.sh"),
-    ] {
-        if !path.exists() {
-            eprintln!("SKIPPED {TEST}: {} is absent (run {setup})", path.display());
-            return;
-        }
-    }
+    let gguf = crate::util::model_path("SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/setup-llm.sh");
+    let encoder = crate::util::minilm_dir();
     let cluster = match Cluster::up() {
         Ok(cluster) => cluster,
         Err(why) => {

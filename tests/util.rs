@@ -60,22 +60,23 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// `models/NAME` of this checkout when its weights (`model.safetensors`) are there; otherwise
-/// `None` after a loud SKIPPED line naming `setup`, the script that fetches it.
-pub fn real_model_dir(name: &str, setup: &str) -> Option<PathBuf> {
+/// `models/NAME` of this checkout, holding its weights (`model.safetensors`). Tests that call
+/// it are `#[ignore]`d where `build.rs` found no such model, so a miss here means the model went
+/// away after the build: the panic names `setup`, the script that fetches it.
+pub fn real_model_dir(name: &str, setup: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("models")
         .join(name);
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!("SKIPPED: {} is missing: run {setup}", dir.display());
-        None
-    }
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "{} is missing: run {setup}",
+        dir.display()
+    );
+    dir
 }
 
-/// all-MiniLM-L6-v2's real weights ([`real_model_dir`]).
-pub fn minilm_dir() -> Option<PathBuf> {
+/// all-MiniLM-L6-v2's real weights ([`real_model_dir`]; tests gated on `has_model_minilm`).
+pub fn minilm_dir() -> PathBuf {
     real_model_dir("all-MiniLM-L6-v2", "scripts/setup.sh")
 }
 
@@ -87,18 +88,14 @@ pub fn shared_dir() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-/// `models/<rel>` of this checkout when it exists; otherwise `None` after a loud SKIPPED line
-/// for `test` naming the missing path and `setup`, the script that fetches it.
-pub fn model_path(rel: &str, setup: &str, test: &str) -> Option<PathBuf> {
+/// `models/<rel>` of this checkout. Tests that call it are `#[ignore]`d where `build.rs` found
+/// no such model; a miss here panics naming `setup`, the script that fetches it.
+pub fn model_path(rel: &str, setup: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("models")
         .join(rel);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!("SKIPPED {test}: models/{rel} is absent (run {setup})");
-        None
-    }
+    assert!(path.exists(), "models/{rel} is absent: run {setup}");
+    path
 }
 
 /// Every file under `dir` (subdirectories included) with its bytes: a snapshot to compare

@@ -9,6 +9,11 @@ without a new model call. Prints, per term weight, the ROC AUC of the blended sc
 Cohen's kappa over thresholds 0.20-0.80 with its threshold and support rate, and the kappa at
 0.40; then kappa over a band of thresholds for the model alone and a quarter-terms blend.
 LABELS defaults to ../shared/judge-dev/labels.jsonl beside the checkout.
+
+Last, a leave-one-question-out cross-validation of that choice: for each question, the (term
+weight, threshold) with the best kappa on the other questions judges the left-out one; the
+pooled verdicts' kappa estimates what a choice made on reference labels keeps on questions it
+was not chosen on (the held-out topic asks the same across topics).
 """
 
 import json
@@ -68,6 +73,42 @@ def main():
             for t in [x / 100 for x in range(40, 76, 3)]
         )
         print(f"term weight {weight:.2f}, kappa by threshold: {band}")
+    for name, weights in [
+        ("model alone (term weight 0)", [0.0]),
+        ("fixed blend (term weight 0.5)", [0.5]),
+        ("blend chosen too (term weight 0-1 by 0.05)", [w / 20 for w in range(21)]),
+    ]:
+        pooled, support, chosen = cross_validate(rows, truth, weights, thresholds)
+        picks = ", ".join(f"{q}:{w:.2f}/{t:.2f}" for q, (w, t) in chosen.items())
+        print(
+            f"leave-one-question-out, {name}: kappa {pooled:.3f} (support {support:.3f}); "
+            f"weight/threshold chosen per question: {picks}"
+        )
+
+
+def cross_validate(rows, truth, weights, thresholds):
+    """Leave-one-question-out: returns the pooled kappa and support rate of verdicts each made
+    with the parameters chosen on the other questions, and the parameters chosen per question."""
+    questions = sorted({str(r["query_id"]) for r in rows})
+    scores = {
+        w: [(1 - w) * r["probability"] + w * r["term_coverage"] for r in rows] for w in weights
+    }
+    predicted = [False] * len(rows)
+    chosen = {}
+    for q in questions:
+        train = [i for i, r in enumerate(rows) if str(r["query_id"]) != q]
+        test = [i for i, r in enumerate(rows) if str(r["query_id"]) == q]
+        train_truth = [truth[i] for i in train]
+        (_, _), w, t = max(
+            (kappa([scores[w][i] >= t for i in train], train_truth), w, t)
+            for w in weights
+            for t in thresholds
+        )
+        chosen[q] = (w, t)
+        for i in test:
+            predicted[i] = scores[w][i] >= t
+    pooled, support = kappa(predicted, truth)
+    return pooled, support, chosen
 
 
 if __name__ == "__main__":
