@@ -473,7 +473,8 @@ fn tiny_decoder(arch: &str, dtype: ModelDType) -> (TextEncoder, DecoderReference
 }
 
 /// Our forward pass of a tiny random model (batched, right padded) must match `transformers'`
-/// (one text at a time): the decoders pool their last token, ModernBERT its first.
+/// (one text at a time): the causal decoders pool their last token, ModernBERT its first, the
+/// bidirectional Qwen3 the mean.
 fn tiny_model_parity(arch: &str) {
     let (encoder, reference) = tiny_decoder(arch, ModelDType::F32);
     let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
@@ -548,6 +549,14 @@ fn qwen2_matches_transformers() {
 #[test]
 fn qwen3_matches_transformers() {
     tiny_model_parity("qwen3");
+}
+
+/// pplx-embed's layout: a Qwen3 checkpoint whose `model_type` says bidirectional, mean pooled
+/// by `1_Pooling`; the reference ran with the causal triangle cleared (the script checks that
+/// this changes its vectors).
+#[test]
+fn bidirectional_qwen3_matches_transformers() {
+    tiny_model_parity("pplx-qwen3");
 }
 
 #[test]

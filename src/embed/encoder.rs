@@ -657,7 +657,9 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
         } else {
             ModelDType::F32
         },
-        append_eos: architecture.is_decoder(),
+        // The EOS is what last-token pooling reads; a mean over a bidirectional decoder's tokens
+        // takes the tokenizer's own ids.
+        append_eos: architecture.is_decoder() && pooling == Pooling::LastToken,
         query_template: format!("{}{{text}}", prompts.query.unwrap_or_default()),
         document_template: format!("{}{{text}}", prompts.document.unwrap_or_default()),
         task: super::manifest::FRESHSTACK_TASK.to_string(),

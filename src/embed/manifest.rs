@@ -20,7 +20,7 @@ pub enum Architecture {
     Mistral,
     /// Qwen2 decoders (gte-Qwen2).
     Qwen2,
-    /// Qwen3 decoders (Qwen3-Embedding).
+    /// Qwen3 decoders (Qwen3-Embedding), causal or bidirectional (pplx-embed).
     Qwen3,
     /// Gemma-2 decoders (BGE-multilingual-Gemma2).
     Gemma2,
@@ -47,7 +47,8 @@ impl Architecture {
             "bert" => Self::Bert,
             "mistral" => Self::Mistral,
             "qwen2" => Self::Qwen2,
-            "qwen3" => Self::Qwen3,
+            // pplx-embed: Qwen3 with bidirectional attention (`QwenConfig::bidirectional`).
+            "qwen3" | "bidirectional_pplx_qwen3" => Self::Qwen3,
             "gemma2" => Self::Gemma2,
             "gemma3_text" | "gemma3" => Self::Gemma3,
             "xlm-roberta" | "roberta" => Self::XlmRoberta,
@@ -59,9 +60,10 @@ impl Architecture {
     }
 
     /// The `model_type`s [`Architecture::from_model_type`] knows, for messages.
-    pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, modernbert, nomic_bert, mistral, qwen2, qwen3, gemma2, gemma3_text";
+    pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, modernbert, nomic_bert, mistral, qwen2, qwen3, bidirectional_pplx_qwen3, gemma2, gemma3_text";
 
-    /// True for causal decoders (last-token pooling, EOS handling).
+    /// True for the decoder families (last-token pooling and EOS handling by default; a
+    /// bidirectional checkpoint of one is still a decoder here).
     pub fn is_decoder(self) -> bool {
         !matches!(
             self,
@@ -250,6 +252,18 @@ const BUILTIN: &[(&str, &str)] = &[
     (
         "Qwen3-Embedding-8B",
         include_str!("../../models/Qwen3-Embedding-8B.toml"),
+    ),
+    (
+        "pplx-embed-v1-0.6b",
+        include_str!("../../models/pplx-embed-v1-0.6b.toml"),
+    ),
+    (
+        "pplx-embed-v1-4b",
+        include_str!("../../models/pplx-embed-v1-4b.toml"),
+    ),
+    (
+        "CodeRankEmbed",
+        include_str!("../../models/CodeRankEmbed.toml"),
     ),
     (
         "ms-marco-MiniLM-L-6-v2",

@@ -1,6 +1,9 @@
 //! Qwen2 (gte-Qwen2) and Qwen3 (Qwen3-Embedding) decoders as embedders. Qwen2 adds biases to the
 //! q/k/v projections; Qwen3 drops them and normalises each query and key head (RMSNorm) before
 //! RoPE. Sliding windows apply from layer `max_window_layers` on when `use_sliding_window` is set.
+//! A checkpoint that declares itself bidirectional (pplx-embed's `model_type`
+//! `bidirectional_pplx_qwen3`, or `is_causal: false` as Giga-Embeddings writes it) attends both
+//! ways: the causal triangle is dropped, padding stays masked.
 //! Upstream: `transformers/models/qwen2/modeling_qwen2.py`, `.../qwen3/modeling_qwen3.py`.
 
 use candle_nn::VarBuilder;
@@ -22,6 +25,10 @@ pub enum QwenVersion {
 /// The fields of a Qwen2/Qwen3 `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct QwenConfig {
+    /// `qwen2`, `qwen3` or `bidirectional_pplx_qwen3`.
+    pub model_type: Option<String>,
+    /// `false` for checkpoints trained with bidirectional attention.
+    pub is_causal: Option<bool>,
     /// Vocabulary size.
     pub vocab_size: usize,
     /// Model width.
@@ -71,6 +78,12 @@ fn eps() -> f64 {
 }
 
 impl QwenConfig {
+    /// True when every token attends to every other one (pplx-embed, `is_causal: false`).
+    pub fn bidirectional(&self) -> bool {
+        self.model_type.as_deref() == Some("bidirectional_pplx_qwen3")
+            || self.is_causal == Some(false)
+    }
+
     /// The shared decoder description.
     pub fn spec(&self, version: QwenVersion) -> candle_core::Result<DecoderSpec> {
         let head_dim = self
@@ -111,7 +124,7 @@ impl QwenConfig {
             attn_scale: 1.0 / (head_dim as f64).sqrt(),
             attn_softcap: None,
             sliding_window,
-            causal: true,
+            causal: !self.bidirectional(),
             local_rope_theta: None,
         })
     }

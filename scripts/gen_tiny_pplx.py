@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Builds a tiny random-weight Qwen3 run the way pplx-embed runs it and writes
+tests/fixtures/embed/tiny-pplx-qwen3/: config.json (`model_type` `bidirectional_pplx_qwen3`, as
+perplexity-ai/pplx-embed-v1 declares), model.safetensors, tokenizer.json (no EOS template),
+1_Pooling/config.json (mean pooling) and reference.json: mean-pooled, L2-normalised final hidden
+states of scripts/gen_tiny_decoders.py's texts, one text at a time in float32 with eager
+attention under an all-zero additive mask, so that every token attends to every other one (the
+upstream model only clears the causal triangle). The script checks that the causal run of the
+same weights gives other vectors, so the fixture does test the attention's direction.
+
+    /work/venv-enc/bin/python scripts/gen_tiny_pplx.py
+"""
+import json
+import pathlib
+import sys
+
+import torch
+from transformers import Qwen3Config, Qwen3Model
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gen_tiny_decoders import MAX_LEN, OUT, TEXTS, randomise, train_tokenizer  # noqa: E402
+
+
+def mean_pooled(model, ids, bidirectional):
+    n = len(ids)
+    mask = torch.zeros(1, 1, n, n) if bidirectional else None
+    with torch.no_grad():
+        hidden = model(input_ids=torch.tensor([ids]), attention_mask=mask).last_hidden_state[0]
+    return torch.nn.functional.normalize(hidden.mean(dim=0), dim=-1)
+
+
+def main() -> None:
+    tok = train_tokenizer(bos=False, eos_in_template=False)
+    config = Qwen3Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        max_position_embeddings=MAX_LEN,
+        eos_token_id=tok.token_to_id("</s>"),
+        bos_token_id=tok.token_to_id("<s>"),
+        pad_token_id=tok.token_to_id("<pad>"),
+        tie_word_embeddings=True,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = Qwen3Model(config).eval()
+    randomise(model, gemma=False)
+    out = OUT / "tiny-pplx-qwen3"
+    (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    written = json.loads((out / "config.json").read_text())
+    written["model_type"] = "bidirectional_pplx_qwen3"
+    written["architectures"] = ["PPLXQwen3Model"]
+    (out / "config.json").write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
+    tok.save(str(out / "tokenizer.json"))
+    pooling = {
+        "word_embedding_dimension": config.hidden_size,
+        "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": False,
+        "include_prompt": True,
+    }
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
+    tok.enable_truncation(MAX_LEN)
+    vectors, token_counts = [], []
+    for text in TEXTS:
+        ids = tok.encode(text).ids
+        token_counts.append(len(ids))
+        both = mean_pooled(model, ids, bidirectional=True)
+        if len(ids) > 1:
+            causal = mean_pooled(model, ids, bidirectional=False)
+            assert (both - causal).abs().max() > 1e-3, f"{text!r}: the mask changed nothing"
+        vectors.append(both.tolist())
+    (out / "reference.json").write_text(
+        json.dumps({"texts": TEXTS, "tokens": token_counts, "vectors": vectors}) + "\n"
+    )
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"tiny-pplx-qwen3: {size} bytes, tokens per text {token_counts}")
+
+
+if __name__ == "__main__":
+    main()
