@@ -559,6 +559,13 @@ fn bidirectional_qwen3_matches_transformers() {
     tiny_model_parity("pplx-qwen3");
 }
 
+/// EuroBERT (Jina v5 text nano's backbone): Llama blocks attending both ways, pooled at the
+/// last token by `1_Pooling` as Jina v5 pools.
+#[test]
+fn eurobert_matches_transformers() {
+    tiny_model_parity("eurobert");
+}
+
 #[test]
 fn gemma2_matches_transformers() {
     tiny_model_parity("gemma2");

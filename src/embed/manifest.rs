@@ -38,6 +38,9 @@ pub enum Architecture {
     /// nomic-bert bidirectional encoders (nomic-embed-text, CodeRankEmbed).
     #[serde(rename = "nomic-bert")]
     NomicBert,
+    /// EuroBERT bidirectional encoders (Jina v5 text nano's backbone).
+    #[serde(rename = "eurobert")]
+    EuroBert,
 }
 
 impl Architecture {
@@ -55,19 +58,25 @@ impl Architecture {
             "mpnet" => Self::MpNet,
             "modernbert" => Self::ModernBert,
             "nomic_bert" | "nomic-bert" => Self::NomicBert,
+            "eurobert" => Self::EuroBert,
             _ => return None,
         })
     }
 
     /// The `model_type`s [`Architecture::from_model_type`] knows, for messages.
-    pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, modernbert, nomic_bert, mistral, qwen2, qwen3, bidirectional_pplx_qwen3, gemma2, gemma3_text";
+    pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, modernbert, nomic_bert, mistral, qwen2, qwen3, bidirectional_pplx_qwen3, gemma2, gemma3_text, eurobert";
 
     /// True for the decoder families (last-token pooling and EOS handling by default; a
     /// bidirectional checkpoint of one is still a decoder here).
     pub fn is_decoder(self) -> bool {
         !matches!(
             self,
-            Self::Bert | Self::XlmRoberta | Self::MpNet | Self::ModernBert | Self::NomicBert
+            Self::Bert
+                | Self::XlmRoberta
+                | Self::MpNet
+                | Self::ModernBert
+                | Self::NomicBert
+                | Self::EuroBert
         )
     }
 

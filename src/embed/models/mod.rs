@@ -1,12 +1,14 @@
 //! One file per architecture, each mapping its `config.json` onto a forward pass that returns
 //! every position's final hidden state: BERT, XLM-RoBERTa and MPNet ([`bert`]), ModernBERT
-//! ([`modernbert`]), nomic-bert ([`nomic_bert`]), and the decoders Mistral, Qwen2/Qwen3, Gemma-2 and Gemma-3 (also
-//! bidirectional) over the shared machinery of [`decoder`]. Model files do no file or hub I/O
+//! ([`modernbert`]), nomic-bert ([`nomic_bert`]), and the decoders Mistral, Qwen2/Qwen3 (also
+//! bidirectional), Gemma-2 and Gemma-3 (also bidirectional) and the bidirectional EuroBERT
+//! ([`eurobert`]) over the shared machinery of [`decoder`]. Model files do no file or hub I/O
 //! (resolution is `embed::resolve`'s) and no pooling (`embed::pooling`'s); their CPU fast paths
 //! are in `crate::kernels`. [`build_backbone`] picks the file for an [`Architecture`].
 
 mod bert;
 mod decoder;
+mod eurobert;
 mod gemma2;
 mod gemma3;
 mod mistral;
@@ -18,6 +20,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
 pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
+use eurobert::EuroBertConfig;
 use gemma2::Gemma2Config;
 use gemma3::Gemma3Config;
 use mistral::MistralConfig;
@@ -79,6 +82,10 @@ pub(crate) fn build_backbone(
                 QwenVersion::Qwen3
             };
             Box::new(qwen::load(&cfg, version, vb).map_err(model_err(name))?)
+        }
+        Architecture::EuroBert => {
+            let cfg: EuroBertConfig = serde_json::from_str(config).map_err(parse_err)?;
+            Box::new(eurobert::load(&cfg, vb).map_err(model_err(name))?)
         }
         Architecture::Gemma2 => {
             let cfg: Gemma2Config = serde_json::from_str(config).map_err(parse_err)?;
