@@ -52,6 +52,7 @@ mod error;
 pub mod eval;
 #[doc(hidden)]
 pub mod fuzz;
+mod gguf;
 pub mod index;
 pub mod kernels;
 pub mod llm;

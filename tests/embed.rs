@@ -684,6 +684,81 @@ fn write_bert_gguf(
     candle_core::quantized::gguf_file::write(&mut file, &metadata, &tensors).unwrap();
 }
 
+/// `src` rewritten with every matrix in `kind` (vectors stay f32, as llama.cpp quantizes).
+fn requantize_gguf(src: &Path, dst: &Path, kind: candle_core::quantized::GgmlDType) {
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+    let mut file = std::fs::File::open(src).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(String, QTensor)> = names
+        .into_iter()
+        .map(|name| {
+            let t = content
+                .tensor(&mut file, name, &candle_core::Device::Cpu)
+                .unwrap()
+                .dequantize(&candle_core::Device::Cpu)
+                .unwrap();
+            let kind = if t.rank() == 2 { kind } else { GgmlDType::F32 };
+            (name.clone(), QTensor::quantize(&t, kind).unwrap())
+        })
+        .collect();
+    let mut keys: Vec<&String> = content.metadata.keys().collect();
+    keys.sort();
+    let metadata: Vec<(&str, &gguf_file::Value)> = keys
+        .into_iter()
+        .map(|k| (k.as_str(), &content.metadata[k]))
+        .collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut out = std::fs::File::create(dst).unwrap();
+    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
+}
+
+/// A Qwen3-Embedding GGUF (`qwen3` with a `pooling_type`): the tiny random Qwen3 of
+/// `tiny-qwen3/` in llama.cpp's layout (scripts/gen_tiny_qwen3_embedding_gguf.py) embeds the
+/// reference texts as `transformers` did, through the byte-level BPE rebuilt from the GGUF
+/// vocabulary and the EOS its `add_eos_token` asks for; in Q8_0 within cosine 0.99.
+#[test]
+fn qwen3_embedding_gguf_matches_transformers() {
+    use candle_core::quantized::GgmlDType;
+    let gguf = root().join("tests/fixtures/embed/tiny-qwen3-embedding.gguf");
+    let reference: DecoderReference = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/fixtures/embed/tiny-qwen3/reference.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+    let options = EncoderOptions {
+        dtype: Some(ModelDType::F32),
+        max_batch_tokens: Some(100),
+        ..EncoderOptions::default()
+    };
+    let encoder = load(&gguf, &options);
+    let got = encoder
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    assert_eq!(got.num_tokens, reference.tokens.iter().sum::<usize>());
+    for (i, want) in reference.vectors.iter().enumerate() {
+        let diff = got
+            .row(i)
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let q8 = tmp.path().join("tiny-qwen3-embedding-q8_0.gguf");
+    requantize_gguf(&gguf, &q8, GgmlDType::Q8_0);
+    let quantized = load(&q8, &options)
+        .embed(&texts, TextKind::Document, &NoProgress)
+        .unwrap();
+    for (i, want) in reference.vectors.iter().enumerate() {
+        let c = cosine(quantized.row(i), want);
+        assert!(c >= 0.99, "Q8_0 text {i}: cosine {c}");
+    }
+}
+
 /// A BERT model as a GGUF file (`--model FILE.gguf`): all-MiniLM-L6-v2 converted to llama.cpp's
 /// layout embeds the reference texts exactly as its safetensors directory does when stored in
 /// f32 (so the tokenizer rebuilt from the GGUF vocabulary splits every text, accents and CJK

@@ -19,6 +19,8 @@ const LEVELS: &[&[&str]] = &[
     &["error", "progress"],
     // Numeric kernels: dot products, GEMM-side layers, quantized blocks, attention.
     &["kernels"],
+    // GGUF files: the tokenizer their metadata describes (both engines read GGUF).
+    &["gguf"],
     // The data model and its formats.
     &["dataset"],
     // The outside world coming in, encoders, index structures.

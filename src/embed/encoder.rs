@@ -225,7 +225,7 @@ impl TextEncoder {
                 dim: config.hidden_size.unwrap_or(0),
                 matryoshka: Vec::new(),
                 dtype,
-                append_eos: false,
+                append_eos: gguf.add_eos,
                 query_template: "{text}".to_string(),
                 document_template: "{text}".to_string(),
                 task: super::manifest::FRESHSTACK_TASK.to_string(),
@@ -577,7 +577,8 @@ impl Encoder for TextEncoder {
 }
 
 /// The built-in manifest for `files`: by Hugging Face id, else by directory name (a GGUF
-/// file's by its file name without `.gguf`).
+/// file's by its file name without `.gguf`, then without a storage-type suffix such as
+/// `-Q8_0`, `.f16` or `-Q4_K_M`, as GGUF repositories name their files).
 pub(crate) fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>> {
     if let Some(id) = &files.id
         && let Some(m) = ModelManifest::find(id)?
@@ -585,8 +586,14 @@ pub(crate) fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>>
         return Ok(Some(m));
     }
     if let Some(path) = &files.gguf {
-        return match path.file_stem().and_then(|n| n.to_str()) {
-            Some(stem) => ModelManifest::find(stem),
+        let Some(stem) = path.file_stem().and_then(|n| n.to_str()) else {
+            return Ok(None);
+        };
+        if let Some(m) = ModelManifest::find(stem)? {
+            return Ok(Some(m));
+        }
+        return match without_storage_suffix(stem) {
+            Some(base) => ModelManifest::find(base),
             None => Ok(None),
         };
     }
@@ -594,6 +601,24 @@ pub(crate) fn find_manifest(files: &ModelFiles) -> Result<Option<ModelManifest>>
         Some(dir_name) => ModelManifest::find(dir_name),
         None => Ok(None),
     }
+}
+
+/// `stem` without a trailing GGUF storage type after a `-` or `.` (`-Q8_0`, `.f16`,
+/// `-Q4_K_M`, `-IQ4_XS`, `-bf16`), when it has one.
+fn without_storage_suffix(stem: &str) -> Option<&str> {
+    let at = stem.rfind(['-', '.'])?;
+    let suffix = stem[at + 1..].to_ascii_lowercase();
+    let digit_after = |prefix: &str| {
+        suffix
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+    };
+    let storage = matches!(suffix.as_str(), "f16" | "f32" | "bf16")
+        || ((digit_after("q") || digit_after("iq"))
+            && suffix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    storage.then_some(&stem[..at])
 }
 
 /// A manifest for a model we have no TOML for: from `config.json`, `1_Pooling` and
@@ -725,6 +750,41 @@ fn adds_eos(tokenizer: &Tokenizer, eos: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gguf_file_names_lose_their_storage_type_to_find_a_card() {
+        for (stem, base) in [
+            ("Qwen3-Embedding-0.6B-Q8_0", Some("Qwen3-Embedding-0.6B")),
+            ("Qwen3-Embedding-0.6B-Q4_K_M", Some("Qwen3-Embedding-0.6B")),
+            ("Qwen3-Embedding-0.6B-f16", Some("Qwen3-Embedding-0.6B")),
+            ("nomic-embed-text-v1.5.f16", Some("nomic-embed-text-v1.5")),
+            ("model-IQ4_XS", Some("model")),
+            ("all-MiniLM-L6-v2", None),
+            ("e5-small-v2", None),
+            ("bge-m3", None),
+        ] {
+            assert_eq!(without_storage_suffix(stem), base, "{stem}");
+        }
+        use std::path::PathBuf;
+        let card = |name: &str| {
+            let files = ModelFiles {
+                name: name.into(),
+                id: None,
+                dir: PathBuf::from("."),
+                config: PathBuf::from(name),
+                tokenizer: PathBuf::from(name),
+                weights: vec![PathBuf::from(name)],
+                pooling_config: None,
+                gguf: Some(PathBuf::from(name)),
+            };
+            find_manifest(&files).unwrap().map(|m| m.id)
+        };
+        assert_eq!(
+            card("models/Qwen3-Embedding-0.6B-Q8_0.gguf").as_deref(),
+            Some("Qwen/Qwen3-Embedding-0.6B")
+        );
+        assert_eq!(card("models/unknown-Q8_0.gguf"), None);
+    }
 
     #[test]
     fn sentence_transformers_prompts_become_templates_when_present() {

@@ -1,8 +1,10 @@
-//! Embedding models stored as GGUF (llama.cpp's format): `bert` and `nomic-bert` files as
+//! Embedding models stored as GGUF (llama.cpp's format): `bert`, `nomic-bert` and `qwen3`
+//! (Qwen3-Embedding: a `pooling_type` marks it an embedder, not a chat model) files as
 //! llama.cpp's converter writes them, in f32, f16, bf16 or any quantization candle reads
 //! (Q8_0, Q4_K, ...). [`GgufEncoder::open`] checks the metadata before reading any weight (an
 //! architecture, pooling or tokenizer we do not run is refused in one line naming the file),
-//! rebuilds the WordPiece tokenizer from the vocabulary llama.cpp stores, writes the
+//! rebuilds the tokenizer from the vocabulary llama.cpp stores (WordPiece for the BERT
+//! families, `crate::gguf`'s byte-level BPE for Qwen3), writes the
 //! `config.json` the architecture's model file expects, and maps the tensors onto the Hugging
 //! Face names that file loads. Quantized weights are dequantized once at load, to the dtype the
 //! encoder computes in.
@@ -19,7 +21,7 @@ use super::manifest::{Architecture, Pooling};
 use crate::error::{Error, Result};
 
 /// The GGUF architectures we embed with, for messages.
-const SUPPORTED: &str = "bert, nomic-bert";
+const SUPPORTED: &str = "bert, nomic-bert, qwen3 (with a pooling_type)";
 
 /// A GGUF embedding model, checked and read.
 pub(crate) struct GgufEncoder {
@@ -27,8 +29,11 @@ pub(crate) struct GgufEncoder {
     pub architecture: Architecture,
     /// A Hugging Face style `config.json` for that architecture.
     pub config: String,
-    /// The vocabulary's WordPiece tokenizer (`[CLS] text [SEP]`, lower-cased).
+    /// The vocabulary's tokenizer: WordPiece (`[CLS] text [SEP]`, lower-cased) or byte-level
+    /// BPE.
     pub tokenizer: Tokenizer,
+    /// `tokenizer.ggml.add_eos_token`: the model reads an EOS after the text (Qwen3-Embedding).
+    pub add_eos: bool,
     /// The weights under their Hugging Face names.
     pub tensors: HashMap<String, Tensor>,
     /// `ARCH.pooling_type`.
@@ -132,9 +137,11 @@ impl GgufEncoder {
             .string("general.architecture")
             .ok_or_else(|| meta.err("metadata general.architecture is missing"))?
             .to_string();
+        let pooling_key = format!("{arch}.pooling_type");
         let architecture = match arch.as_str() {
             "bert" => Architecture::Bert,
             "nomic-bert" => Architecture::NomicBert,
+            "qwen3" if meta.get(&pooling_key).is_some() => Architecture::Qwen3,
             other => {
                 return Err(meta.err(format!(
                     "GGUF architecture '{other}' is not an encoder we run (supported: {SUPPORTED})"
@@ -142,7 +149,9 @@ impl GgufEncoder {
             }
         };
         meta.arch = arch;
-        if let Some(Value::Bool(true)) = meta.get(&format!("{}.attention.causal", meta.arch)) {
+        if !architecture.is_decoder()
+            && let Some(Value::Bool(true)) = meta.get(&format!("{}.attention.causal", meta.arch))
+        {
             return Err(meta.err(format!("{}.attention.causal is true", meta.arch)));
         }
         let pooling = match meta.integer(&format!("{}.pooling_type", meta.arch))? {
@@ -154,7 +163,17 @@ impl GgufEncoder {
             Some(n) => return Err(meta.err(format!("pooling_type {n} is not supported"))),
             None => return Err(meta.err(format!("metadata {}.pooling_type is missing", meta.arch))),
         };
-        let tokenizer = wordpiece_tokenizer(&meta)?;
+        let tokenizer = if architecture.is_decoder() {
+            let (tokenizer, _) = crate::gguf::GgufTokenizer::from_metadata(&content.metadata)
+                .map_err(|e| meta.err(e))?;
+            tokenizer.tokenizer
+        } else {
+            wordpiece_tokenizer(&meta)?
+        };
+        let add_eos = matches!(
+            meta.get("tokenizer.ggml.add_eos_token"),
+            Some(Value::Bool(true))
+        );
         let config = config_json(&meta, architecture)?;
         let context_length = meta
             .integer(&format!("{}.context_length", meta.arch))?
@@ -164,6 +183,11 @@ impl GgufEncoder {
         let mut names: Vec<&String> = content.tensor_infos.keys().collect();
         names.sort();
         for name in names {
+            // A decoder's output projection (the language-model head) is not part of the
+            // embedder.
+            if architecture.is_decoder() && name.starts_with("output.") {
+                continue;
+            }
             let hf_name = hf_tensor_name(architecture, name).ok_or_else(|| {
                 meta.err(format!(
                     "tensor '{name}' is not part of a {} encoder we know",
@@ -181,6 +205,7 @@ impl GgufEncoder {
             architecture,
             config,
             tokenizer,
+            add_eos,
             tensors,
             pooling,
             context_length,
@@ -193,6 +218,9 @@ fn hf_tensor_name(arch: Architecture, name: &str) -> Option<String> {
     let (stem, suffix) = name.rsplit_once('.')?;
     if suffix != "weight" && suffix != "bias" {
         return None;
+    }
+    if arch == Architecture::Qwen3 {
+        return qwen3_tensor_name(stem).map(|hf| format!("{hf}.{suffix}"));
     }
     let global = match (arch, stem) {
         (_, "token_embd") => Some("embeddings.word_embeddings"),
@@ -234,6 +262,32 @@ fn hf_tensor_name(arch: Architecture, name: &str) -> Option<String> {
     Some(format!("{layers}.{layer}.{mapped}.{suffix}"))
 }
 
+/// The Hugging Face name (without `.weight`) of a `qwen3` GGUF tensor stem.
+fn qwen3_tensor_name(stem: &str) -> Option<String> {
+    match stem {
+        "token_embd" => return Some("embed_tokens".into()),
+        "output_norm" => return Some("norm".into()),
+        _ => {}
+    }
+    let (layer, part) = stem.strip_prefix("blk.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let mapped = match part {
+        "attn_norm" => "input_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "ffn_norm" => "post_attention_layernorm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("layers.{layer}.{mapped}"))
+}
+
 /// The `config.json` the model file of `arch` reads, from the GGUF metadata and tensor shapes.
 fn config_json(meta: &Meta, arch: Architecture) -> Result<String> {
     let vocab = meta
@@ -248,6 +302,28 @@ fn config_json(meta: &Meta, arch: Architecture) -> Result<String> {
         .unwrap_or(1e-12);
     let segments = meta.rows("token_types.weight").unwrap_or(2);
     let config = match arch {
+        Architecture::Qwen3 => {
+            let kv_heads = meta.arch_usize("attention.head_count_kv").unwrap_or(heads);
+            let head_dim = meta
+                .arch_usize("attention.key_length")
+                .unwrap_or(hidden / heads.max(1));
+            json!({
+                "model_type": "qwen3",
+                "vocab_size": vocab,
+                "hidden_size": hidden,
+                "intermediate_size": inner,
+                "num_hidden_layers": layers,
+                "num_attention_heads": heads,
+                "num_key_value_heads": kv_heads,
+                "head_dim": head_dim,
+                "rms_norm_eps": meta.arch_float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-6),
+                "rope_theta": meta.arch_float("rope.freq_base")?.unwrap_or(1_000_000.0),
+                "eos_token_id": meta.token_id("tokenizer.ggml.eos_token_id")?,
+                "max_position_embeddings": meta
+                    .integer(&format!("{}.context_length", meta.arch))?
+                    .unwrap_or(32_768),
+            })
+        }
         Architecture::NomicBert => json!({
             "model_type": "nomic_bert",
             "vocab_size": vocab,

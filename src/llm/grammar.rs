@@ -199,3 +199,32 @@ pub(crate) fn byte_level_decoder() -> std::collections::HashMap<char, u8> {
     }
     map
 }
+
+/// Each token's bytes (or its name, for special markers) of a GGUF vocabulary: SentencePiece
+/// pieces as their text or byte, gpt2 tokens through the byte-level alphabet.
+pub(crate) fn token_bytes(tokenizer: &crate::gguf::GgufTokenizer) -> Vec<TokenBytes> {
+    use crate::gguf::SpmPiece;
+    let byte_level = byte_level_decoder();
+    tokenizer
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(id, token)| {
+            if tokenizer.special[id] {
+                return TokenBytes::Special(token.clone());
+            }
+            match &tokenizer.spm_pieces {
+                Some(pieces) => match &pieces[id] {
+                    SpmPiece::Text(t) => TokenBytes::Text(t.as_bytes().to_vec()),
+                    SpmPiece::Byte(b) => TokenBytes::Text(vec![*b]),
+                    SpmPiece::Skip => TokenBytes::Special(token.clone()),
+                },
+                None => {
+                    let bytes: Option<Vec<u8>> =
+                        token.chars().map(|c| byte_level.get(&c).copied()).collect();
+                    TokenBytes::Text(bytes.unwrap_or_else(|| token.as_bytes().to_vec()))
+                }
+            }
+        })
+        .collect()
+}

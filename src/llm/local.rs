@@ -2,7 +2,7 @@
 //! with no server at all. Architectures: `llama`, `qwen2`, `qwen3`, `gemma`, `gemma2`,
 //! `gemma3`. Loading checks the header (alignment, tensor extents, block count and head size
 //! against the tensors) before any weight is mapped, rebuilds the tokenizer from the metadata
-//! (`gguf_tokenizer.rs`) and picks the chat format from its `tokenizer.chat_template`
+//! (`crate::gguf`) and picks the chat format from its `tokenizer.chat_template`
 //! (`chat_format.rs`). Templates that know `<think>` (Qwen3) get Qwen3's non-thinking prompt,
 //! and a think block the model writes anyway is cut from the answer (an unfinished one with all
 //! that follows). Greedy at temperature 0, else seeded sampling; JSON Schema answers through the
@@ -16,11 +16,12 @@ use candle_core::{Device, Tensor};
 use candle_transformers::generation::LogitsProcessor;
 
 use super::chat_format::ChatFormat;
-use super::gguf_tokenizer::GgufTokenizer;
+use super::grammar::token_bytes;
 use super::grammar::{Constraint, GrammarCompiler};
 use super::native;
 use super::{Chat, ChatParams, Message};
 use crate::error::{Error, Result, candle_message};
+use crate::gguf::GgufTokenizer;
 
 /// The model on the native engine and what runs calls on it.
 struct Engine {
@@ -603,7 +604,7 @@ impl LocalChat {
     /// The grammar constraint of one answer matching `schema`.
     fn constraint(&self, schema: &serde_json::Value) -> Result<Constraint> {
         let compiler = self.grammar.get_or_init(|| {
-            let tokens = self.tokenizer.token_bytes();
+            let tokens = token_bytes(&self.tokenizer);
             let tokenizer = self.tokenizer.tokenizer.clone();
             let encode = Box::new(move |text: &str| {
                 tokenizer

@@ -2,7 +2,7 @@
 //!
 //! Owns: the [`Chat`] trait (messages in, text out), its OpenAI-compatible HTTP implementation
 //! ([`OpenAiChat`]), native GGUF generation on our own kernels ([`LocalChat`] over [`native`]:
-//! the engine; `gguf_tokenizer.rs`: the tokenizer rebuilt from the metadata;
+//! the engine; the tokenizer rebuilt from the metadata is `crate::gguf`'s;
 //! `chat_format.rs`: [`ChatFormat`]), the SQLite response cache ([`ResponseCache`]), the
 //! [`Llm`] front that every stage calls (cache first, then the backend, with counters), our own
 //! prompts ([`prompts`], versioned text files) and robust output parsing ([`parse`]).
@@ -15,7 +15,6 @@ mod backend;
 pub mod bench;
 mod cache;
 mod chat_format;
-mod gguf_tokenizer;
 pub mod grammar;
 mod local;
 pub mod native;

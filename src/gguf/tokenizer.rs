@@ -2,7 +2,7 @@
 //! gpt2 byte-level BPE (`tokenizer.ggml.tokens` / `merges`, with the pre-tokenizer split its
 //! `tokenizer.ggml.pre` names) or llama.cpp's `llama` SentencePiece BPE (tokens / scores / token
 //! types, byte fallback), control and user-defined tokens matched whole; and how generated ids
-//! decode and what bytes each token stands for (the grammar's token trie).
+//! decode. The LLM engine reads chat models with it, the encoders GGUF embedding models.
 
 use std::collections::HashMap;
 
@@ -20,18 +20,16 @@ use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, Tokenizer};
 
-use super::grammar::{TokenBytes, byte_level_decoder};
-
 /// A GGUF tokenizer and what generation needs beside it.
-pub(super) struct GgufTokenizer {
+pub(crate) struct GgufTokenizer {
     /// Encodes text (special markers matched whole); decodes gpt2 vocabularies.
-    pub(super) tokenizer: Tokenizer,
+    pub(crate) tokenizer: Tokenizer,
     /// SentencePiece vocabularies decode themselves (see [`SpmPiece`]).
-    pub(super) spm_pieces: Option<Vec<SpmPiece>>,
+    pub(crate) spm_pieces: Option<Vec<SpmPiece>>,
     /// The token strings as in the GGUF, by id.
-    pub(super) tokens: Vec<String>,
+    pub(crate) tokens: Vec<String>,
     /// Which tokens are special markers.
-    pub(super) special: Vec<bool>,
+    pub(crate) special: Vec<bool>,
 }
 
 impl GgufTokenizer {
@@ -39,7 +37,7 @@ impl GgufTokenizer {
     /// from (for the loader's lookups of markers: the caller drops it, so the loaded model
     /// does not keep a second copy of the vocabulary); the error names the missing or
     /// unsupported key.
-    pub(super) fn from_metadata(md: &Metadata) -> Result<(Self, HashMap<String, u32>), String> {
+    pub(crate) fn from_metadata(md: &Metadata) -> Result<(Self, HashMap<String, u32>), String> {
         let tokenizer_model = md
             .get("tokenizer.ggml.model")
             .and_then(|v| v.to_string().ok())
@@ -122,7 +120,7 @@ impl GgufTokenizer {
     }
 
     /// The text of `ids`, special tokens left out.
-    pub(super) fn decode(&self, ids: &[u32]) -> Result<String, String> {
+    pub(crate) fn decode(&self, ids: &[u32]) -> Result<String, String> {
         let Some(pieces) = &self.spm_pieces else {
             return self
                 .tokenizer
@@ -139,43 +137,17 @@ impl GgufTokenizer {
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
-
-    /// Each token's bytes (or its name, for special markers).
-    pub(super) fn token_bytes(&self) -> Vec<TokenBytes> {
-        let byte_level = byte_level_decoder();
-        self.tokens
-            .iter()
-            .enumerate()
-            .map(|(id, token)| {
-                if self.special[id] {
-                    return TokenBytes::Special(token.clone());
-                }
-                match &self.spm_pieces {
-                    Some(pieces) => match &pieces[id] {
-                        SpmPiece::Text(t) => TokenBytes::Text(t.as_bytes().to_vec()),
-                        SpmPiece::Byte(b) => TokenBytes::Text(vec![*b]),
-                        SpmPiece::Skip => TokenBytes::Special(token.clone()),
-                    },
-                    None => {
-                        let bytes: Option<Vec<u8>> =
-                            token.chars().map(|c| byte_level.get(&c).copied()).collect();
-                        TokenBytes::Text(bytes.unwrap_or_else(|| token.as_bytes().to_vec()))
-                    }
-                }
-            })
-            .collect()
-    }
 }
 
 /// A GGUF file's metadata.
-pub(super) type Metadata = HashMap<String, gguf_file::Value>;
+pub(crate) type Metadata = HashMap<String, gguf_file::Value>;
 
 /// How a SentencePiece token decodes: its text with `▁` as a space, a raw byte (`<0xNN>`,
 /// type 6), ` ⁇ ` for the unknown piece, or nothing (control, user-defined and unused tokens).
 /// Bytes are joined before UTF-8 decoding and invalid sequences become U+FFFD, as SentencePiece
 /// does, where `tokenizers`' byte fallback would blank a whole run of byte tokens.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum SpmPiece {
+pub(crate) enum SpmPiece {
     Text(String),
     Byte(u8),
     Skip,
