@@ -44,6 +44,37 @@ def pooling_config(width, mode):
     return config
 
 
+def write_fixture(name, model_cls, config, tok, pooling_mode, vector_of, model_type=None):
+    """Builds `model_cls(config)` with random weights, writes it to tests/fixtures/embed/tiny-NAME/
+    with `tok`, a 1_Pooling config for `pooling_mode` (and `model_type` / `architectures`
+    rewritten when given), and reference.json from `vector_of(model, ids)` per text."""
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = model_cls(config).eval()
+    randomise(model, gemma=False)
+    out = OUT / f"tiny-{name}"
+    (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    if model_type is not None:
+        written = json.loads((out / "config.json").read_text())
+        written["model_type"], written["architectures"] = model_type
+        (out / "config.json").write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
+    tok.save(str(out / "tokenizer.json"))
+    pooling = pooling_config(config.hidden_size, pooling_mode)
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
+    tok.enable_truncation(MAX_LEN)
+    vectors, token_counts = [], []
+    for text in TEXTS:
+        ids = tok.encode(text).ids
+        token_counts.append(len(ids))
+        vectors.append(vector_of(model, ids).tolist())
+    (out / "reference.json").write_text(
+        json.dumps({"texts": TEXTS, "tokens": token_counts, "vectors": vectors}) + "\n"
+    )
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"tiny-{name}: {size} bytes, tokens per text {token_counts}")
+
+
 def pplx_qwen3() -> None:
     tok = train_tokenizer(bos=False, eos_in_template=False)
     config = Qwen3Config(
@@ -62,35 +93,18 @@ def pplx_qwen3() -> None:
         pad_token_id=tok.token_to_id("<pad>"),
         tie_word_embeddings=True,
     )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = Qwen3Model(config).eval()
-    randomise(model, gemma=False)
-    out = OUT / "tiny-pplx-qwen3"
-    (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    written = json.loads((out / "config.json").read_text())
-    written["model_type"] = "bidirectional_pplx_qwen3"
-    written["architectures"] = ["PPLXQwen3Model"]
-    (out / "config.json").write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
-    tok.save(str(out / "tokenizer.json"))
-    pooling = pooling_config(config.hidden_size, "mean_tokens")
-    (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
-    tok.enable_truncation(MAX_LEN)
-    vectors, token_counts = [], []
-    for text in TEXTS:
-        ids = tok.encode(text).ids
-        token_counts.append(len(ids))
+
+    def bidirectional_mean(model, ids):
         both = mean_pooled(model, ids, bidirectional=True)
         if len(ids) > 1:
             causal = mean_pooled(model, ids, bidirectional=False)
-            assert (both - causal).abs().max() > 1e-3, f"{text!r}: the mask changed nothing"
-        vectors.append(both.tolist())
-    (out / "reference.json").write_text(
-        json.dumps({"texts": TEXTS, "tokens": token_counts, "vectors": vectors}) + "\n"
+            assert (both - causal).abs().max() > 1e-3, f"{ids}: the mask changed nothing"
+        return both
+
+    write_fixture(
+        "pplx-qwen3", Qwen3Model, config, tok, "mean_tokens", bidirectional_mean,
+        model_type=("bidirectional_pplx_qwen3", ["PPLXQwen3Model"]),
     )
-    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(f"tiny-pplx-qwen3: {size} bytes, tokens per text {token_counts}")
 
 
 def eurobert() -> None:
@@ -111,29 +125,13 @@ def eurobert() -> None:
         pad_token_id=tok.token_to_id("<pad>"),
         mask_token_id=tok.token_to_id("<unk>"),
     )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = EuroBertModel(config).eval()
-    randomise(model, gemma=False)
-    out = OUT / "tiny-eurobert"
-    (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save(str(out / "tokenizer.json"))
-    pooling = pooling_config(config.hidden_size, "lasttoken")
-    (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
-    tok.enable_truncation(MAX_LEN)
-    vectors, token_counts = [], []
-    for text in TEXTS:
-        ids = tok.encode(text).ids
-        token_counts.append(len(ids))
+
+    def last_token(model, ids):
         with torch.no_grad():
             hidden = model(input_ids=torch.tensor([ids])).last_hidden_state[0, -1]
-        vectors.append(torch.nn.functional.normalize(hidden, dim=-1).tolist())
-    (out / "reference.json").write_text(
-        json.dumps({"texts": TEXTS, "tokens": token_counts, "vectors": vectors}) + "\n"
-    )
-    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(f"tiny-eurobert: {size} bytes, tokens per text {token_counts}")
+        return torch.nn.functional.normalize(hidden, dim=-1)
+
+    write_fixture("eurobert", EuroBertModel, config, tok, "lasttoken", last_token)
 
 
 def main() -> None:
