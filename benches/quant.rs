@@ -8,7 +8,7 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use freshstack::kernels::quant::{Isa, Q8Activation, QMatrix, QType, matvec};
+use freshstack::kernels::quant::{Isa, Q8Activation, QMatrix, QType, matvec, matvec_many};
 use memmap2::MmapMut;
 
 /// Deterministic values in [-1, 1).
@@ -74,5 +74,43 @@ fn kernels(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, kernels);
+/// One token for one sequence against one token for each of four (batched decoding), at the
+/// feed-forward shapes of Qwen2.5-Coder-1.5B (hidden 1536, feed-forward 8960), whose Q4_K_M
+/// file stores them as Q4_K and Q6_K. Throughput is tokens: the four-input run's element
+/// rate over the one-input run's is what batching gains in these kernels.
+fn batched(c: &mut Criterion) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    let isa = Isa::detect();
+    let shapes = [
+        ("q4k_ffn_up_8960x1536", GgmlDType::Q4K, 8960, 1536),
+        ("q6k_ffn_down_1536x8960", GgmlDType::Q6K, 1536, 8960),
+    ];
+    let mut group = c.benchmark_group("native_matvec_many_1_thread");
+    group.sample_size(20);
+    for (name, dtype, rows, cols) in shapes {
+        let m = matrix(dtype, rows, 1, cols);
+        for n in [1, 4] {
+            let xs = values(n * cols, 5);
+            let acts: Vec<Q8Activation> = xs
+                .chunks_exact(cols)
+                .map(|x| {
+                    let mut act = Q8Activation::new();
+                    act.quantize(x);
+                    act
+                })
+                .collect();
+            let mut out = vec![0f32; n * rows];
+            group.throughput(Throughput::Elements(n as u64));
+            group.bench_function(format!("{name}_x{n}_{isa:?}"), |b| {
+                b.iter(|| pool.install(|| matvec_many(isa, &[&m], &xs, &acts, &mut [&mut out[..]])))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, kernels, batched);
 criterion_main!(benches);

@@ -47,6 +47,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from gguf_names import QWEN3_LAYER
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "gguf"
 CONTEXT = 256
@@ -221,21 +223,8 @@ def qwen3() -> None:
     model = Qwen3ForCausalLM(cfg).eval()
     randomise(model, gemma=False)
     sd = model.state_dict()
-    names = [
-        ("input_layernorm", "attn_norm"),
-        ("self_attn.q_proj", "attn_q"),
-        ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"),
-        ("self_attn.o_proj", "attn_output"),
-        ("self_attn.q_norm", "attn_q_norm"),
-        ("self_attn.k_norm", "attn_k_norm"),
-        ("post_attention_layernorm", "ffn_norm"),
-        ("mlp.gate_proj", "ffn_gate"),
-        ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"),
-    ]
     tensors = [("token_embd.weight", sd["model.embed_tokens.weight"])]
-    tensors += layer_tensors(sd, cfg.num_hidden_layers, names, 0.0)
+    tensors += layer_tensors(sd, cfg.num_hidden_layers, QWEN3_LAYER, 0.0)
     tensors += [("output_norm.weight", sd["model.norm.weight"]), ("output.weight", sd["lm_head.weight"])]
     meta = {
         "context_length": ("uint32", CONTEXT),

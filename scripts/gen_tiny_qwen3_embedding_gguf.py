@@ -18,23 +18,11 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from gguf_names import QWEN3_LAYER
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "tests" / "fixtures" / "embed" / "tiny-qwen3"
 OUT = ROOT / "tests" / "fixtures" / "embed" / "tiny-qwen3-embedding.gguf"
-
-NAMES = [
-    ("input_layernorm", "attn_norm"),
-    ("self_attn.q_proj", "attn_q"),
-    ("self_attn.k_proj", "attn_k"),
-    ("self_attn.v_proj", "attn_v"),
-    ("self_attn.o_proj", "attn_output"),
-    ("self_attn.q_norm", "attn_q_norm"),
-    ("self_attn.k_norm", "attn_k_norm"),
-    ("post_attention_layernorm", "ffn_norm"),
-    ("mlp.gate_proj", "ffn_gate"),
-    ("mlp.up_proj", "ffn_up"),
-    ("mlp.down_proj", "ffn_down"),
-]
 
 
 def main() -> None:
@@ -76,7 +64,7 @@ def main() -> None:
 
     add("token_embd.weight", weights[f"{prefix}embed_tokens.weight"])
     for i in range(config["num_hidden_layers"]):
-        for hf, gg in NAMES:
+        for hf, gg in QWEN3_LAYER:
             add(f"blk.{i}.{gg}.weight", weights[f"{prefix}layers.{i}.{hf}.weight"])
     add("output_norm.weight", weights[f"{prefix}norm.weight"])
     w.write_header_to_file()

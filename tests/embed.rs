@@ -44,6 +44,14 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
     dot / (na * nb)
 }
 
+/// The largest absolute difference between two vectors' elements.
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
 #[test]
 #[cfg_attr(
     not(has_model_minilm),
@@ -169,12 +177,7 @@ fn close_to(got: &Embeddings, reference: &[Vec<f32>], kind: &str) {
     for (i, want) in reference.iter().enumerate() {
         let c = cosine(got.row(i), want);
         assert!(c >= 0.9999, "{kind} {i}: cosine {c}");
-        let diff = got
-            .row(i)
-            .iter()
-            .zip(want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let diff = max_abs_diff(got.row(i), want);
         assert!(diff <= 1e-4, "{kind} {i}: max abs diff {diff}");
     }
 }
@@ -194,12 +197,7 @@ fn minilm_batched_equals_one_by_one() {
         let alone = encoder
             .embed(&[text], TextKind::Query, &NoProgress)
             .unwrap();
-        let diff = alone
-            .row(0)
-            .iter()
-            .zip(batched.row(i))
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let diff = max_abs_diff(alone.row(0), batched.row(i));
         assert!(diff <= 1e-5, "text {i}: batched vs alone differ by {diff}");
     }
 }
@@ -494,22 +492,12 @@ fn tiny_model_parity(arch: &str) {
         got.num_truncated
     );
     for (i, want) in reference.vectors.iter().enumerate() {
-        let diff = got
-            .row(i)
-            .iter()
-            .zip(want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let diff = max_abs_diff(got.row(i), want);
         assert!(diff <= 1e-4, "{arch} text {i}: max abs diff {diff}");
         let alone = encoder
             .embed(&[texts[i]], TextKind::Document, &NoProgress)
             .unwrap();
-        let diff = alone
-            .row(0)
-            .iter()
-            .zip(got.row(i))
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let diff = max_abs_diff(alone.row(0), got.row(i));
         assert!(
             diff <= 1e-5,
             "{arch} text {i}: batched vs alone differ by {diff}"
@@ -739,12 +727,7 @@ fn qwen3_embedding_gguf_matches_transformers() {
         .unwrap();
     assert_eq!(got.num_tokens, reference.tokens.iter().sum::<usize>());
     for (i, want) in reference.vectors.iter().enumerate() {
-        let diff = got
-            .row(i)
-            .iter()
-            .zip(want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let diff = max_abs_diff(got.row(i), want);
         assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -797,12 +780,7 @@ fn bert_gguf_embeds_as_its_safetensors_model() {
         assert_eq!(got.num_truncated, want.num_truncated, "{sub}");
         assert_eq!(got.num_tokens, want.num_tokens, "{sub}: token counts");
         for i in 0..texts.len() {
-            let diff = got
-                .row(i)
-                .iter()
-                .zip(want.row(i))
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let diff = max_abs_diff(got.row(i), want.row(i));
             let c = cosine(got.row(i), want.row(i));
             assert!(diff <= bound, "{sub} text {i}: max abs diff {diff}");
             assert!(c >= 0.995, "{sub} text {i}: cosine {c}");

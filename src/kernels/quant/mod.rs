@@ -4,7 +4,10 @@
 //!   32 (a scale, the values, and their sums per 16) and each weight row meets it in integer
 //!   arithmetic, llama.cpp's scheme: the row's 4/5/6/8-bit values are unpacked to bytes in
 //!   registers and multiplied with `VPMADDUBSW` (AVX2) or `VPDPBUSD` (AVX512-VNNI), then scaled
-//!   per block in f32. Offsets and minimums are folded in through the activation's block sums.
+//!   per block in f32. With AVX512-VNNI the K-quants meet a second quantization of the
+//!   activation, in blocks of 256 (llama.cpp's Q8_K), and their sub-block scales multiply in
+//!   integers (`VPDPWSSD`). Offsets and minimums are folded in through the activation's block
+//!   sums.
 //!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K have such kernels; Q2_K, Q3_K, float
 //!   weights and CPUs without AVX2 take a dequantize-then-dot path (correct, slower).
 //! - **matrix x matrix** (a prompt): panels of 32 weight rows are dequantized once per call and
@@ -356,7 +359,11 @@ fn dequantize_q6k_body(row: &[u8], out: &mut [f32]) {
     }
 }
 
-/// An activation vector quantized to 8-bit blocks of 32 for the integer kernels.
+/// An activation vector quantized for the integer kernels: to 8-bit blocks of 32 for the
+/// 32-value block types, and, when its length is a multiple of 256, a second time to blocks
+/// of 256 for the K-quant kernels with AVX512-VNNI (llama.cpp's Q8_K): one scale per
+/// super-block lets a super-block's sub-block products add up in integers, scaled by the
+/// weights' 6-bit scales, before one conversion to f32.
 pub struct Q8Activation {
     /// The values, rounded to `x / scale`.
     qs: Vec<i8>,
@@ -366,6 +373,9 @@ pub struct Q8Activation {
     scaled_sums16: Vec<f32>,
     /// The two of each 32 values added, per 32 values (what K-quant minimums multiply).
     scaled_sums32: Vec<f32>,
+    /// The values quantized again with one scale per 256 (empty when the length is not a
+    /// multiple of 256).
+    k_blocks: Vec<KBlock>,
 }
 
 impl Q8Activation {
@@ -376,6 +386,7 @@ impl Q8Activation {
             scales: Vec::new(),
             scaled_sums16: Vec::new(),
             scaled_sums32: Vec::new(),
+            k_blocks: Vec::new(),
         }
     }
 
@@ -387,26 +398,77 @@ impl Q8Activation {
         self.scaled_sums16.clear();
         self.scaled_sums32.clear();
         for block in x.chunks_exact(32) {
-            let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let scale = max / 127.0;
-            let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            let mut sums = [0i32; 2];
-            for (i, v) in block.iter().enumerate() {
-                let q = (v * inverse).round() as i8;
-                sums[i / 16] += i32::from(q);
-                self.qs.push(q);
-            }
+            let scale = round_block(block, &mut self.qs);
+            let q = &self.qs[self.qs.len() - 32..];
+            let low = scale * q[..16].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+            let high = scale * q[16..].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
             self.scales.push(scale);
-            let (low, high) = (scale * sums[0] as f32, scale * sums[1] as f32);
             self.scaled_sums16.push(low);
             self.scaled_sums16.push(high);
             self.scaled_sums32.push(low + high);
+        }
+        self.k_blocks.clear();
+        if !x.len().is_multiple_of(256) {
+            return;
+        }
+        let mut qs = Vec::with_capacity(256);
+        for values in x.chunks_exact(256) {
+            qs.clear();
+            let scale = round_block(values, &mut qs);
+            let mut block = KBlock {
+                qs: [0; 256],
+                scale,
+                sums32: [0.0; 8],
+                sums16: [0.0; 16],
+            };
+            block.qs.copy_from_slice(&qs);
+            for (i, pair) in qs.chunks_exact(32).enumerate() {
+                let low = scale * pair[..16].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+                let high = scale * pair[16..].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+                block.sums16[2 * i] = low;
+                block.sums16[2 * i + 1] = high;
+                block.sums32[i] = low + high;
+            }
+            self.k_blocks.push(block);
         }
     }
 
     fn scaled_sum32(&self, block: usize) -> f32 {
         self.scaled_sums32[block]
     }
+}
+
+/// 256 activation values with one scale (llama.cpp's Q8_K), and what the K-quant kernels
+/// need of them, in one record so that a kernel walks one pointer per activation.
+#[repr(C, align(64))]
+struct KBlock {
+    /// The values, rounded to `x / scale`.
+    qs: [i8; 256],
+    /// The block's scale.
+    scale: f32,
+    /// scale * (sum of the 32 values), per 32 values (what Q4_K / Q5_K minimums multiply).
+    sums32: [f32; 8],
+    /// scale * (sum of the 16 values), per 16 values (Q6_K's offsets).
+    sums16: [f32; 16],
+}
+
+/// Rounds `block` to `x / scale` in -127..=127 (scale: its largest magnitude / 127), appends
+/// the values to `qs` and returns the scale.
+fn round_block(block: &[f32], qs: &mut Vec<i8>) -> f32 {
+    let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = max / 127.0;
+    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    qs.extend(block.iter().map(|v| round_to_i8(v * inverse)));
+    scale
+}
+
+/// `y.round() as i8` without the libm calls that `round` and `trunc` are on baseline x86-64
+/// (they took a few percent of a decode): adding the largest f32 below one half, with y's
+/// sign, then truncating (the cast) gives the same integer for |y| < 2^23 (LLVM lowers
+/// `round` this way where the CPU can truncate), and both saturate beyond.
+#[inline(always)]
+fn round_to_i8(y: f32) -> i8 {
+    (y + 0.499_999_97f32.copysign(y)) as i8
 }
 
 impl Default for Q8Activation {
@@ -422,7 +484,8 @@ pub enum Isa {
     Portable,
     /// AVX2 + FMA integer kernels.
     Avx2,
-    /// AVX2 kernels with AVX512-VNNI's `VPDPBUSD` for the byte products.
+    /// AVX2 kernels with AVX512-VNNI's `VPDPBUSD` for the byte products, and 512-bit
+    /// K-quant kernels (AVX512F/BW/VNNI) on the activation's 256-value blocks.
     Avx512Vnni,
 }
 
@@ -433,7 +496,7 @@ impl Isa {
         {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx2") && has!("fma") && has!("f16c") {
-                if has!("avx512vnni") && has!("avx512vl") && has!("avx512f") {
+                if has!("avx512vnni") && has!("avx512vl") && has!("avx512f") && has!("avx512bw") {
                     return Isa::Avx512Vnni;
                 }
                 return Isa::Avx2;
@@ -857,18 +920,51 @@ mod tests {
     }
 
     #[test]
+    fn the_quantizers_rounding_is_rounds() {
+        let mut state = 0x2545_f491u32;
+        let mut values: Vec<f32> = (0..100_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state as f32 / u32::MAX as f32 - 0.5) * 260.0
+            })
+            .collect();
+        for k in -130..=130 {
+            let half = k as f32 + 0.5;
+            values.extend([
+                half,
+                f32::from_bits(half.to_bits() - 1),
+                f32::from_bits(half.to_bits() + 1),
+            ]);
+        }
+        values.extend([0.0, -0.0, 0.499_999_97, -0.499_999_97, f32::NAN]);
+        values.extend([1e9, -1e9, f32::INFINITY, f32::NEG_INFINITY]);
+        for y in values {
+            assert_eq!(round_to_i8(y), y.round() as i8, "{y}");
+        }
+    }
+
+    #[test]
     fn kernels_match_dequantized_dot_products() {
         let (rows, cols) = (70, 512);
         let x = random(cols, 99);
         let mut act = Q8Activation::new();
         act.quantize(&x);
-        // The activation as the integer kernels see it.
+        // The activation as the integer kernels see it: blocks of 32, and blocks of 256 for
+        // the K-quants with AVX512-VNNI.
         let xq: Vec<f32> = act
             .qs
             .iter()
             .enumerate()
             .map(|(i, &q)| f32::from(q) * act.scales[i / 32])
             .collect();
+        let xq256: Vec<f32> = act
+            .k_blocks
+            .iter()
+            .flat_map(|b| b.qs.iter().map(|&q| f32::from(q) * b.scale))
+            .collect();
+        assert_eq!(xq256.len(), cols);
         for dtype in TYPES {
             let (m, _file) = matrix(dtype, rows, cols, 7);
             let mut row = vec![0f32; cols];
@@ -878,7 +974,12 @@ mod tests {
                 let int8 = isa != Isa::Portable && m.qtype.has_int8_kernel();
                 for (r, got) in out.iter().enumerate() {
                     m.dequantize_row(r, &mut row);
-                    let input = if int8 { &xq } else { &x };
+                    let k_quant = matches!(m.qtype, QType::Q4K | QType::Q5K | QType::Q6K);
+                    let input = match (int8, isa) {
+                        (false, _) => &x,
+                        (true, Isa::Avx512Vnni) if k_quant => &xq256,
+                        (true, _) => &xq,
+                    };
                     let want: f64 = row
                         .iter()
                         .zip(input)

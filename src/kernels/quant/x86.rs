@@ -21,9 +21,9 @@ pub(super) unsafe fn dot_rows_avx2(
 }
 
 /// # Safety
-/// The CPU must support AVX2, FMA, AVX512F/VL and AVX512-VNNI; each activation must hold
+/// The CPU must support AVX2, FMA, AVX512F/VL/BW and AVX512-VNNI; each activation must hold
 /// `m.cols` values.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 pub(super) unsafe fn dot_rows_vnni(
     m: &QMatrix,
     first: usize,
@@ -476,74 +476,74 @@ unsafe fn dot_q6k<const VNNI: bool, const C: usize>(
     std::array::from_fn(|c| unsafe { hsum(acc[c]) } + offset[c])
 }
 
-/// The K-quant kernels on 512-bit registers (VNNI machines): two 32-value sub-blocks (Q4_K,
-/// Q5_K) or four 16-value ones (Q6_K) per `VPDPBUSD`, their scales gathered per super-block
-/// with one vector multiply per activation, the minimums' and offsets' terms accumulated as
-/// vectors. Per activation this is about a third of the 256-bit kernels' instructions, which
-/// is what bounds decoding several sequences at once. The sums run in a fixed order: the
-/// same on every call and for one activation or four.
+/// The K-quant kernels on 512-bit registers (VNNI machines), on the activation's 256-value
+/// blocks (Q8_K): per super-block and activation, `VPDPBUSD` sums the byte products four at a
+/// time, two chunks' sums pack to i16 and `VPDPWSSD` multiplies them by the sub-blocks'
+/// integer scales into i32, so one conversion to f32 and one multiply-add (by the two
+/// super-block scales) close the super-block. The minimums' and offsets' terms go through the
+/// activation's block sums, accumulated as vectors. Per activation this is what bounds
+/// decoding several sequences at once. The sums run in a fixed order: the same on every call
+/// and for one activation or four.
 pub(super) mod wide {
     use std::arch::x86_64::*;
 
-    use super::super::Q8Activation;
-    use super::{half, prefetch, scale_min_k4};
+    use super::super::{KBlock, Q8Activation};
+    use super::{half, prefetch};
 
-    /// Lanes 0-7 take element `2k` of the scales, lanes 8-15 element `2k + 1`.
+    /// i16 lane `i` takes element `f(i)` of a vector's 32 i16 lanes.
     #[inline(always)]
-    unsafe fn pair_index(k: i32) -> __m512i {
-        unsafe {
-            _mm512_set_epi32(
-                2 * k + 1,
-                2 * k + 1,
-                2 * k + 1,
-                2 * k + 1,
-                2 * k + 1,
-                2 * k + 1,
-                2 * k + 1,
-                2 * k + 1,
-                2 * k,
-                2 * k,
-                2 * k,
-                2 * k,
-                2 * k,
-                2 * k,
-                2 * k,
-                2 * k,
-            )
-        }
+    unsafe fn lanes16(f: impl Fn(usize) -> i16) -> __m512i {
+        let index: [i16; 32] = std::array::from_fn(f);
+        // SAFETY: 64 bytes read from a 64-byte array; AVX512F enabled by the caller.
+        unsafe { _mm512_loadu_si512(index.as_ptr().cast()) }
     }
 
-    /// Lanes `4i..4i + 4` take element `4p + i` of the scales.
+    /// Q4_K's eight 6-bit scales and eight 6-bit minimums (12 bytes) as bytes.
     #[inline(always)]
-    unsafe fn quad_index(p: i32) -> __m512i {
-        let e = 4 * p;
+    fn scales_and_mins(packed: &[u8]) -> ([u8; 8], [u8; 8]) {
+        let word = |i: usize| u32::from_le_bytes(packed[4 * i..4 * i + 4].try_into().unwrap());
+        let (w0, w1, w2) = (word(0), word(1), word(2));
+        let (six, four, two) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+        // Sub-blocks 0-3 keep their low six bits; 4-7 take four bits from the third word and
+        // their top two from the first (scales) or second (minimums) word's spare bits.
+        let scales_high = (w2 & four) | (((w0 >> 6) & two) << 4);
+        let mins_high = ((w2 >> 4) & four) | (((w1 >> 6) & two) << 4);
+        let mut scales = [0u8; 8];
+        let mut mins = [0u8; 8];
+        scales[..4].copy_from_slice(&(w0 & six).to_le_bytes());
+        scales[4..].copy_from_slice(&scales_high.to_le_bytes());
+        mins[..4].copy_from_slice(&(w1 & six).to_le_bytes());
+        mins[4..].copy_from_slice(&mins_high.to_le_bytes());
+        (scales, mins)
+    }
+
+    /// One super-block's sum over its sub-blocks of (integer scale * byte products), in i32
+    /// lanes. Two 64-value chunks at a time: `VPDPBUSD` sums four products per lane, the two
+    /// chunks' sums pack to i16 (a sum of four is at most 4 * 63 * 127 = 32004, so nothing
+    /// saturates) and `VPDPWSSD` multiplies them by `scales`. In 128-bit lane L of a packed
+    /// pair, i16 lanes 0-3 are the first chunk's i32 lanes 4L..4L + 4, lanes 4-7 the second's.
+    #[inline(always)]
+    unsafe fn scaled_sum(weights: &[__m512i; 4], qs: &[i8; 256], scales: &[__m512i; 2]) -> __m512i {
+        // SAFETY: 4 x 64 bytes read from `qs`; the features are enabled by the caller.
         unsafe {
-            _mm512_set_epi32(
-                e + 3,
-                e + 3,
-                e + 3,
-                e + 3,
-                e + 2,
-                e + 2,
-                e + 2,
-                e + 2,
-                e + 1,
-                e + 1,
-                e + 1,
-                e + 1,
-                e,
-                e,
-                e,
-                e,
-            )
+            let product = |chunk: usize| {
+                _mm512_dpbusd_epi32(
+                    _mm512_setzero_si512(),
+                    weights[chunk],
+                    _mm512_loadu_si512(qs.as_ptr().add(64 * chunk).cast()),
+                )
+            };
+            let first = _mm512_packs_epi32(product(0), product(1));
+            let second = _mm512_packs_epi32(product(2), product(3));
+            _mm512_dpwssd_epi32(_mm512_madd_epi16(first, scales[0]), second, scales[1])
         }
     }
 
     /// Q4_K (`FIVE` false) and Q5_K: value = d sc q - dmin m, 8 sub-blocks of 32.
     ///
     /// # Safety
-    /// AVX2, F16C, AVX512F and AVX512-VNNI must be enabled; the activations must cover the
-    /// row.
+    /// AVX2, F16C, AVX512F/BW and AVX512-VNNI must be enabled; the activations must cover
+    /// the row with their 256-value blocks.
     #[inline(always)]
     pub(in super::super) unsafe fn dot_qk45<const FIVE: bool, const C: usize>(
         row: &[u8],
@@ -552,28 +552,36 @@ pub(super) mod wide {
         let size = if FIVE { 176 } else { 144 };
         let qs_at = if FIVE { 48 } else { 16 };
         let blocks = row.len() / size;
-        assert!(acts.iter().all(|a| a.qs.len() >= blocks * 256
-            && a.scales.len() >= blocks * 8
-            && a.scaled_sums32.len() >= blocks * 8));
+        assert!(acts.iter().all(|a| a.k_blocks.len() >= blocks));
+        let records: [*const KBlock; C] = std::array::from_fn(|c| acts[c].k_blocks.as_ptr());
         // SAFETY: the features are enabled by the caller; every load below is inside the
-        // row's blocks or the activations' first `blocks * 256` values (asserted).
+        // row's blocks or the activations' first `blocks` super-blocks (asserted).
         unsafe {
             let mut acc = [_mm512_setzero_ps(); C];
             let mut mins = [_mm256_setzero_ps(); C];
-            let index = [pair_index(0), pair_index(1), pair_index(2), pair_index(3)];
+            // Chunks 2p and 2p + 1 pack into one i16 vector (`packed_pair`); its lanes
+            // come from sub-blocks 4p, 4p + 2 (128-bit lanes 0-1) and 4p + 1, 4p + 3 (2-3).
+            let index: [__m512i; 2] = std::array::from_fn(|p| {
+                lanes16(|i| {
+                    let (lane, second) = (i / 8, (i % 8) / 4);
+                    (4 * p + 2 * second + lane / 2) as i16
+                })
+            });
             let low = _mm256_set1_epi8(0x0f);
             for (s, block) in row.chunks_exact(size).enumerate() {
                 prefetch(row.as_ptr(), row.len() + s * size, size);
                 let d = half(block, 0);
                 let dmin = half(block, 2);
-                let (mut sc, mut mn) = ([0f32; 8], [0f32; 8]);
-                for j in 0..8 {
-                    let (a, b) = scale_min_k4(j, &block[4..16]);
-                    sc[j] = d * a;
-                    mn[j] = dmin * b;
-                }
-                let sc = _mm256_loadu_ps(sc.as_ptr());
-                let mn = _mm256_loadu_ps(mn.as_ptr());
+                let (sc, mn) = scales_and_mins(&block[4..16]);
+                let sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadl_epi64(
+                    sc.as_ptr().cast(),
+                )));
+                let scales: [__m512i; 2] =
+                    std::array::from_fn(|p| _mm512_permutexvar_epi16(index[p], sc16));
+                let mn = _mm256_mul_ps(
+                    _mm256_set1_ps(dmin),
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(mn.as_ptr().cast()))),
+                );
                 let high = if FIVE {
                     _mm256_loadu_si256(block.as_ptr().add(16).cast())
                 } else {
@@ -599,22 +607,16 @@ pub(super) mod wide {
                     }
                     *w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
                 }
+                let dv = _mm512_set1_ps(d);
                 for c in 0..C {
-                    let act = acts[c];
-                    let scales = _mm256_mul_ps(sc, _mm256_loadu_ps(act.scales.as_ptr().add(s * 8)));
-                    let scales = _mm512_castps256_ps512(scales);
-                    mins[c] = _mm256_fmadd_ps(
-                        mn,
-                        _mm256_loadu_ps(act.scaled_sums32.as_ptr().add(s * 8)),
-                        mins[c],
+                    let record = &*records[c].add(s);
+                    let sum = scaled_sum(&weights, &record.qs, &scales);
+                    acc[c] = _mm512_fmadd_ps(
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(sum), dv),
+                        _mm512_set1_ps(record.scale),
+                        acc[c],
                     );
-                    for (chunk, w) in weights.iter().enumerate() {
-                        let a =
-                            _mm512_loadu_si512(act.qs.as_ptr().add(s * 256 + 64 * chunk).cast());
-                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *w, a);
-                        let scale = _mm512_permutexvar_ps(index[chunk], scales);
-                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[c]);
-                    }
+                    mins[c] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(record.sums32.as_ptr()), mins[c]);
                 }
             }
             std::array::from_fn(|c| _mm512_reduce_add_ps(acc[c]) - super::hsum(mins[c]))
@@ -631,26 +633,33 @@ pub(super) mod wide {
         acts: [&Q8Activation; C],
     ) -> [f32; C] {
         let blocks = row.len() / 210;
-        assert!(acts.iter().all(|a| a.qs.len() >= blocks * 256
-            && a.scales.len() >= blocks * 8
-            && a.scaled_sums16.len() >= blocks * 16));
+        assert!(acts.iter().all(|a| a.k_blocks.len() >= blocks));
+        let records: [*const KBlock; C] = std::array::from_fn(|c| acts[c].k_blocks.as_ptr());
         // SAFETY: as in dot_qk45.
         unsafe {
             let mut acc = [_mm512_setzero_ps(); C];
             let mut offsets = [_mm512_setzero_ps(); C];
-            let index = [quad_index(0), quad_index(1), quad_index(2), quad_index(3)];
-            let doubled = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            // Chunks 2p and 2p + 1 pack into one i16 vector (`packed_pair`): 128-bit lane
+            // L holds four sums of sub-block 8p + L, then four of sub-block 8p + 4 + L.
+            let index: [__m512i; 2] = std::array::from_fn(|p| {
+                lanes16(|i| {
+                    let (lane, second) = (i / 8, (i % 8) / 4);
+                    (8 * p + 4 * second + lane) as i16
+                })
+            });
             let low = _mm256_set1_epi8(0x0f);
             let two = _mm256_set1_epi8(3);
             for (s, block) in row.chunks_exact(210).enumerate() {
                 prefetch(row.as_ptr(), row.len() + s * 210, 210);
-                let d = _mm512_set1_ps(half(block, 208));
-                // d * the sixteen sub-block scales.
+                let d = half(block, 208);
+                let sc8 = _mm_loadu_si128(block.as_ptr().add(192).cast());
+                let sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+                let scales: [__m512i; 2] =
+                    std::array::from_fn(|p| _mm512_permutexvar_epi16(index[p], sc16));
+                // d * the sixteen sub-block scales, for the offsets.
                 let sc = _mm512_mul_ps(
-                    d,
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                        block.as_ptr().add(192).cast(),
-                    ))),
+                    _mm512_set1_ps(d),
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
                 );
                 let mut weights = [_mm512_setzero_si512(); 4];
                 for h in 0..2 {
@@ -668,24 +677,17 @@ pub(super) mod wide {
                     weights[2 * h + 1] =
                         _mm512_inserti64x4(_mm512_castsi256_si512(ws[2]), ws[3], 1);
                 }
+                let dv = _mm512_set1_ps(d);
                 for c in 0..C {
-                    let act = acts[c];
-                    let act_scales = _mm512_permutexvar_ps(
-                        doubled,
-                        _mm512_castps256_ps512(_mm256_loadu_ps(act.scales.as_ptr().add(s * 8))),
+                    let record = &*records[c].add(s);
+                    let sum = scaled_sum(&weights, &record.qs, &scales);
+                    acc[c] = _mm512_fmadd_ps(
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(sum), dv),
+                        _mm512_set1_ps(record.scale),
+                        acc[c],
                     );
-                    let scales = _mm512_mul_ps(sc, act_scales);
-                    offsets[c] = _mm512_fmadd_ps(
-                        sc,
-                        _mm512_loadu_ps(act.scaled_sums16.as_ptr().add(s * 16)),
-                        offsets[c],
-                    );
-                    for (pair, w) in weights.iter().enumerate() {
-                        let a = _mm512_loadu_si512(act.qs.as_ptr().add(s * 256 + 64 * pair).cast());
-                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), *w, a);
-                        let scale = _mm512_permutexvar_ps(index[pair], scales);
-                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[c]);
-                    }
+                    offsets[c] =
+                        _mm512_fmadd_ps(sc, _mm512_loadu_ps(record.sums16.as_ptr()), offsets[c]);
                 }
             }
             std::array::from_fn(|c| {
