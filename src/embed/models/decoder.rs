@@ -429,6 +429,77 @@ impl Backbone for DecoderModel {
     }
 }
 
+/// The `config.json` fields of a Llama-style model (Mistral, EuroBERT): sizes, activation,
+/// RMSNorm epsilon and RoPE. Each model's config flattens it in beside its own fields; the
+/// epsilon's default differs between models, so [`LlamaStyleConfig::spec`] takes it.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct LlamaStyleConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Transformer blocks stacked.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (defaults to the query heads).
+    pub num_key_value_heads: Option<usize>,
+    /// Head width (defaults to hidden / heads).
+    pub head_dim: Option<usize>,
+    /// MLP activation (default `silu`).
+    pub hidden_act: Option<String>,
+    /// RMSNorm epsilon (default: the model's).
+    pub rms_norm_eps: Option<f64>,
+    /// RoPE base (older configs).
+    pub rope_theta: Option<f64>,
+    /// RoPE settings (newer configs).
+    pub rope_parameters: Option<RopeParameters>,
+    /// Older RoPE scaling block (refused unless default).
+    pub rope_scaling: Option<serde_json::Value>,
+}
+
+impl LlamaStyleConfig {
+    /// The decoder these fields describe, attending `causal`ly or both ways, with
+    /// `default_eps` where the config names no epsilon: no biases, per-head norms or
+    /// sliding windows (a model with them sets them on the result).
+    pub fn spec(&self, default_eps: f64, causal: bool) -> candle_core::Result<DecoderSpec> {
+        let head_dim = self
+            .head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1));
+        Ok(DecoderSpec {
+            vocab_size: self.vocab_size,
+            hidden_size: self.hidden_size,
+            intermediate_size: self.intermediate_size,
+            num_layers: self.num_hidden_layers,
+            num_heads: self.num_attention_heads,
+            num_kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
+            head_dim,
+            rms_norm_eps: self.rms_norm_eps.unwrap_or(default_eps),
+            rope_theta: rope_theta(
+                self.rope_theta,
+                self.rope_parameters.as_ref(),
+                self.rope_scaling.as_ref(),
+                10_000.0,
+            )?,
+            activation: self
+                .hidden_act
+                .as_deref()
+                .unwrap_or("silu")
+                .parse::<Activation>()?,
+            qkv_bias: false,
+            qk_norm: false,
+            gemma: false,
+            attn_scale: 1.0 / (head_dim as f64).sqrt(),
+            attn_softcap: None,
+            sliding_window: vec![None; self.num_hidden_layers],
+            causal,
+            local_rope_theta: None,
+        })
+    }
+}
+
 /// RoPE settings as newer `config.json` files nest them (`rope_parameters`), older ones as
 /// `rope_theta` / `rope_scaling` at the top level.
 #[derive(Debug, Clone, Default, serde::Deserialize)]

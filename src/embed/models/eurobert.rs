@@ -5,37 +5,14 @@
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
-use super::decoder::{Activation, DecoderModel, DecoderSpec, RopeParameters, rope_theta};
+use super::decoder::{DecoderModel, DecoderSpec, LlamaStyleConfig};
 
 /// The fields of a EuroBERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct EuroBertConfig {
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// Model width.
-    pub hidden_size: usize,
-    /// MLP width.
-    pub intermediate_size: usize,
-    /// Transformer blocks stacked.
-    pub num_hidden_layers: usize,
-    /// Query heads.
-    pub num_attention_heads: usize,
-    /// Key/value heads (defaults to the query heads).
-    pub num_key_value_heads: Option<usize>,
-    /// Head width (defaults to hidden / heads).
-    pub head_dim: Option<usize>,
-    /// MLP activation.
-    #[serde(default = "silu")]
-    pub hidden_act: String,
-    /// RMSNorm epsilon.
-    #[serde(default = "eps")]
-    pub rms_norm_eps: f64,
-    /// RoPE base (older configs).
-    pub rope_theta: Option<f64>,
-    /// RoPE settings (newer configs).
-    pub rope_parameters: Option<RopeParameters>,
-    /// Older RoPE scaling block (refused unless default).
-    pub rope_scaling: Option<serde_json::Value>,
+    /// Sizes, activation, norm and RoPE.
+    #[serde(flatten)]
+    pub base: LlamaStyleConfig,
     /// Biases on the attention projections (none in the released checkpoints; refused).
     #[serde(default)]
     pub attention_bias: bool,
@@ -44,15 +21,9 @@ pub struct EuroBertConfig {
     pub mlp_bias: bool,
 }
 
-fn silu() -> String {
-    "silu".to_string()
-}
-fn eps() -> f64 {
-    1e-5
-}
-
 impl EuroBertConfig {
-    /// The shared decoder description, attending both ways.
+    /// The shared decoder description, attending both ways (RMSNorm epsilon 1e-5 unless the
+    /// config says).
     pub fn spec(&self) -> candle_core::Result<DecoderSpec> {
         if self.attention_bias || self.mlp_bias {
             candle_core::bail!(
@@ -60,38 +31,46 @@ impl EuroBertConfig {
                  checkpoints have neither)"
             );
         }
-        let head_dim = self
-            .head_dim
-            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1));
-        Ok(DecoderSpec {
-            vocab_size: self.vocab_size,
-            hidden_size: self.hidden_size,
-            intermediate_size: self.intermediate_size,
-            num_layers: self.num_hidden_layers,
-            num_heads: self.num_attention_heads,
-            num_kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
-            head_dim,
-            rms_norm_eps: self.rms_norm_eps,
-            rope_theta: rope_theta(
-                self.rope_theta,
-                self.rope_parameters.as_ref(),
-                self.rope_scaling.as_ref(),
-                10_000.0,
-            )?,
-            activation: self.hidden_act.parse::<Activation>()?,
-            qkv_bias: false,
-            qk_norm: false,
-            gemma: false,
-            attn_scale: 1.0 / (head_dim as f64).sqrt(),
-            attn_softcap: None,
-            sliding_window: vec![None; self.num_hidden_layers],
-            causal: false,
-            local_rope_theta: None,
-        })
+        self.base.spec(1e-5, false)
     }
 }
 
 /// Builds a EuroBERT encoder from its config and weights.
 pub fn load(cfg: &EuroBertConfig, vb: VarBuilder) -> candle_core::Result<DecoderModel> {
     DecoderModel::new(cfg.spec()?, vb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mistral::MistralConfig;
+    use super::*;
+
+    const MINIMAL: &str = r#"{"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+        "num_hidden_layers": 1, "num_attention_heads": 2}"#;
+
+    #[test]
+    fn the_shared_config_keeps_each_models_defaults() {
+        let mistral: MistralConfig = serde_json::from_str(MINIMAL).unwrap();
+        let spec = mistral.spec().unwrap();
+        assert_eq!(spec.rms_norm_eps, 1e-6);
+        assert!(spec.causal);
+        let eurobert: EuroBertConfig = serde_json::from_str(MINIMAL).unwrap();
+        let spec = eurobert.spec().unwrap();
+        assert_eq!(spec.rms_norm_eps, 1e-5);
+        assert!(!spec.causal);
+        assert_eq!((spec.head_dim, spec.num_kv_heads), (4, 2));
+        let given = MINIMAL.replace('}', r#", "rms_norm_eps": 1e-3}"#);
+        let eurobert: EuroBertConfig = serde_json::from_str(&given).unwrap();
+        assert_eq!(eurobert.spec().unwrap().rms_norm_eps, 1e-3);
+    }
+
+    #[test]
+    fn eurobert_with_biases_is_refused() {
+        for field in ["attention_bias", "mlp_bias"] {
+            let json = MINIMAL.replace('}', &format!(r#", "{field}": true}}"#));
+            let config: EuroBertConfig = serde_json::from_str(&json).unwrap();
+            let err = config.spec().unwrap_err().to_string();
+            assert!(err.contains("attention_bias or mlp_bias"), "{err}");
+        }
+    }
 }

@@ -5,88 +5,31 @@
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
-use super::decoder::{
-    Activation, DecoderModel, DecoderSpec, RopeParameters, layer_windows, rope_theta,
-};
+use super::decoder::{DecoderModel, DecoderSpec, LlamaStyleConfig, layer_windows};
 
 /// The fields of a Mistral `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct MistralConfig {
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// Model width.
-    pub hidden_size: usize,
-    /// MLP width.
-    pub intermediate_size: usize,
-    /// Transformer blocks (decoder layers) stacked.
-    pub num_hidden_layers: usize,
-    /// Query heads.
-    pub num_attention_heads: usize,
-    /// Key/value heads (defaults to the query heads).
-    pub num_key_value_heads: Option<usize>,
-    /// Head width (defaults to hidden / heads).
-    pub head_dim: Option<usize>,
-    /// MLP activation.
-    #[serde(default = "silu")]
-    pub hidden_act: String,
-    /// RMSNorm epsilon.
-    #[serde(default = "eps")]
-    pub rms_norm_eps: f64,
-    /// RoPE base (older configs).
-    pub rope_theta: Option<f64>,
-    /// RoPE settings (newer configs).
-    pub rope_parameters: Option<RopeParameters>,
-    /// Older RoPE scaling block (refused unless default).
-    pub rope_scaling: Option<serde_json::Value>,
+    /// Sizes, activation, norm and RoPE.
+    #[serde(flatten)]
+    pub base: LlamaStyleConfig,
     /// Attention kind per layer (newer configs).
     pub layer_types: Option<Vec<String>>,
     /// Sliding attention window, on every layer (`null`: none).
     pub sliding_window: Option<usize>,
 }
 
-fn silu() -> String {
-    "silu".to_string()
-}
-fn eps() -> f64 {
-    1e-6
-}
-
 impl MistralConfig {
-    /// The shared decoder description.
+    /// The shared decoder description (RMSNorm epsilon 1e-6 unless the config says).
     pub fn spec(&self) -> candle_core::Result<DecoderSpec> {
-        let head_dim = self
-            .head_dim
-            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1));
-        Ok(DecoderSpec {
-            vocab_size: self.vocab_size,
-            hidden_size: self.hidden_size,
-            intermediate_size: self.intermediate_size,
-            num_layers: self.num_hidden_layers,
-            num_heads: self.num_attention_heads,
-            num_kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
-            head_dim,
-            rms_norm_eps: self.rms_norm_eps,
-            rope_theta: rope_theta(
-                self.rope_theta,
-                self.rope_parameters.as_ref(),
-                self.rope_scaling.as_ref(),
-                10_000.0,
-            )?,
-            activation: self.hidden_act.parse::<Activation>()?,
-            qkv_bias: false,
-            qk_norm: false,
-            gemma: false,
-            attn_scale: 1.0 / (head_dim as f64).sqrt(),
-            attn_softcap: None,
-            sliding_window: layer_windows(
-                self.layer_types.as_deref(),
-                self.num_hidden_layers,
-                self.sliding_window,
-                |_| self.sliding_window,
-            )?,
-            causal: true,
-            local_rope_theta: None,
-        })
+        let mut spec = self.base.spec(1e-6, true)?;
+        spec.sliding_window = layer_windows(
+            self.layer_types.as_deref(),
+            self.base.num_hidden_layers,
+            self.sliding_window,
+            |_| self.sliding_window,
+        )?;
+        Ok(spec)
     }
 }
 
