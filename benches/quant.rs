@@ -63,8 +63,7 @@ fn kernels(c: &mut Criterion) {
     for (name, dtype, base_rows, repeats, cols) in shapes {
         let m = matrix(dtype, base_rows, repeats, cols);
         let x = values(cols, 3);
-        let mut act = Q8Activation::new();
-        act.quantize(&x);
+        let act = Q8Activation::of(&x);
         let mut out = vec![0f32; m.rows];
         group.throughput(Throughput::Bytes((m.rows * m.row_bytes()) as u64));
         group.bench_function(format!("{name}_{isa:?}"), |b| {
@@ -94,14 +93,7 @@ fn batched(c: &mut Criterion) {
         let m = matrix(dtype, rows, 1, cols);
         for n in [1, 4] {
             let xs = values(n * cols, 5);
-            let acts: Vec<Q8Activation> = xs
-                .chunks_exact(cols)
-                .map(|x| {
-                    let mut act = Q8Activation::new();
-                    act.quantize(x);
-                    act
-                })
-                .collect();
+            let acts: Vec<Q8Activation> = xs.chunks_exact(cols).map(Q8Activation::of).collect();
             let mut out = vec![0f32; n * rows];
             group.throughput(Throughput::Elements(n as u64));
             group.bench_function(format!("{name}_x{n}_{isa:?}"), |b| {

@@ -398,10 +398,10 @@ impl Q8Activation {
         self.scaled_sums16.clear();
         self.scaled_sums32.clear();
         for block in x.chunks_exact(32) {
-            let scale = round_block(block, &mut self.qs);
-            let q = &self.qs[self.qs.len() - 32..];
-            let low = scale * q[..16].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
-            let high = scale * q[16..].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+            let start = self.qs.len();
+            self.qs.resize(start + 32, 0);
+            let scale = round_block(block, &mut self.qs[start..]);
+            let (low, high) = scaled_halves(scale, &self.qs[start..]);
             self.scales.push(scale);
             self.scaled_sums16.push(low);
             self.scaled_sums16.push(high);
@@ -411,26 +411,29 @@ impl Q8Activation {
         if !x.len().is_multiple_of(256) {
             return;
         }
-        let mut qs = Vec::with_capacity(256);
         for values in x.chunks_exact(256) {
-            qs.clear();
-            let scale = round_block(values, &mut qs);
             let mut block = KBlock {
                 qs: [0; 256],
-                scale,
+                scale: 0.0,
                 sums32: [0.0; 8],
                 sums16: [0.0; 16],
             };
-            block.qs.copy_from_slice(&qs);
-            for (i, pair) in qs.chunks_exact(32).enumerate() {
-                let low = scale * pair[..16].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
-                let high = scale * pair[16..].iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+            block.scale = round_block(values, &mut block.qs);
+            for (i, pair) in block.qs.chunks_exact(32).enumerate() {
+                let (low, high) = scaled_halves(block.scale, pair);
                 block.sums16[2 * i] = low;
                 block.sums16[2 * i + 1] = high;
                 block.sums32[i] = low + high;
             }
             self.k_blocks.push(block);
         }
+    }
+
+    /// `x` (a multiple of 32 long) quantized into a new activation.
+    pub fn of(x: &[f32]) -> Self {
+        let mut act = Self::new();
+        act.quantize(x);
+        act
     }
 
     fn scaled_sum32(&self, block: usize) -> f32 {
@@ -452,14 +455,22 @@ struct KBlock {
     sums16: [f32; 16],
 }
 
-/// Rounds `block` to `x / scale` in -127..=127 (scale: its largest magnitude / 127), appends
-/// the values to `qs` and returns the scale.
-fn round_block(block: &[f32], qs: &mut Vec<i8>) -> f32 {
+/// Rounds `block` to `x / scale` in -127..=127 (scale: its largest magnitude / 127) into
+/// `qs` (as long as `block`) and returns the scale.
+fn round_block(block: &[f32], qs: &mut [i8]) -> f32 {
     let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
     let scale = max / 127.0;
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-    qs.extend(block.iter().map(|v| round_to_i8(v * inverse)));
+    for (q, v) in qs.iter_mut().zip(block) {
+        *q = round_to_i8(v * inverse);
+    }
     scale
+}
+
+/// `scale` times the sums of the first and the second 16 of 32 rounded values.
+fn scaled_halves(scale: f32, q: &[i8]) -> (f32, f32) {
+    let sum = |half: &[i8]| half.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+    (scale * sum(&q[..16]), scale * sum(&q[16..32]))
 }
 
 /// `y.round() as i8` without the libm calls that `round` and `trunc` are on baseline x86-64
@@ -949,8 +960,7 @@ mod tests {
     fn kernels_match_dequantized_dot_products() {
         let (rows, cols) = (70, 512);
         let x = random(cols, 99);
-        let mut act = Q8Activation::new();
-        act.quantize(&x);
+        let act = Q8Activation::of(&x);
         // The activation as the integer kernels see it: blocks of 32, and blocks of 256 for
         // the K-quants with AVX512-VNNI.
         let xq: Vec<f32> = act
@@ -1016,14 +1026,7 @@ mod tests {
         let (rows, cols) = (70, 512);
         for n in [2, 3, 4, 5, 7] {
             let xs = random(n * cols, 40 + n as u64);
-            let acts: Vec<Q8Activation> = xs
-                .chunks_exact(cols)
-                .map(|x| {
-                    let mut act = Q8Activation::new();
-                    act.quantize(x);
-                    act
-                })
-                .collect();
+            let acts: Vec<Q8Activation> = xs.chunks_exact(cols).map(Q8Activation::of).collect();
             for dtype in TYPES {
                 let (m, _file) = matrix(dtype, rows, cols, 11);
                 for isa in isas_here() {

@@ -736,11 +736,7 @@ impl Model {
         rms_norm_rows(last, &self.out_norm, self.config.eps, &mut h);
         let acts: Vec<Q8Activation> = h
             .chunks_exact(self.config.hidden)
-            .map(|row| {
-                let mut act = Q8Activation::new();
-                act.quantize(row);
-                act
-            })
+            .map(Q8Activation::of)
             .collect();
         let vocab = self.output.rows;
         let mut logits = vec![0f32; rows * vocab];
