@@ -138,5 +138,46 @@ fn bench_bf16_linear(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, bench_bf16_linear);
+/// One all-MiniLM-L6-v2 feed-forward projection (384 -> 1536) over 4,096 tokens in f32:
+/// candle's matmul (the `gemm` crate's AVX-512 kernel, as the BERT layer calls it) against the
+/// AMX bf16x3 kernel (skipped where AMX is unavailable). Elements = multiply-adds.
+fn bench_f32_projection(c: &mut Criterion) {
+    use candle_core::{Device, Tensor};
+    use freshstack::kernels::amx::{self, AmxWeight};
+
+    let (m, k, n) = (4096usize, 384usize, 1536usize);
+    let values = |len: usize, seed: u64| -> Vec<f32> {
+        let mut state = seed;
+        (0..len)
+            .map(|_| ((lcg_next(&mut state) >> 40) as f32 / (1u64 << 24) as f32) - 0.5)
+            .collect()
+    };
+    let (x, w) = (values(m * k, 1), values(n * k, 2));
+    let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap();
+    let wt = Tensor::from_vec(w.clone(), (n, k), &Device::Cpu)
+        .unwrap()
+        .t()
+        .unwrap();
+    let mut group = c.benchmark_group("f32_projection_4096x384x1536");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements((m * k * n) as u64));
+    group.bench_function("candle_matmul", |b| {
+        b.iter(|| black_box(xt.matmul(&wt).unwrap()))
+    });
+    if amx::available() {
+        let packed = AmxWeight::new(&w, n, k);
+        let mut dst = vec![0f32; m * n];
+        group.bench_function("amx_bf16x3", |b| {
+            b.iter(|| {
+                packed.multiply_add(&mut dst, &x, m);
+                black_box(dst[0])
+            })
+        });
+    } else {
+        eprintln!("f32_projection: no AMX here; only candle's matmul is measured");
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_bf16_linear, bench_f32_projection);
 criterion_main!(benches);

@@ -19,19 +19,20 @@
 //! rotate-half) in place right after step 1, and step 4 projects gate and up together
 //! (`[2i, h]`) and keeps `silu(gate) * up`.
 //!
+//! The projections (steps 1, 3, 4 and 5) run on AMX tiles where [`amx::available`] (three bf16
+//! products per f32 one, f32-grade; `kernels::amx`), on `gemm`'s f32 kernel elsewhere.
 //! LayerNorms stay candle's (already one fused pass). Each task and each gemm is computed the
 //! same way whatever the thread count (gemm splits rows and columns, never the inner sum), so
 //! outputs do not depend on it. Rows past a batch row's length are left at zero: nothing reads
 //! them (keys past the length are never attended to, and pooling masks them).
 
-use std::sync::Arc;
-
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Shape};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape};
 use candle_core::{Module, Tensor};
 use candle_nn::{LayerNorm, Linear};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::amx::{self, AmxWeight};
 use super::ops::{GeluKind, gelu_in_place, softmax_row};
 
 /// The feed-forward activation of a layer.
@@ -93,13 +94,19 @@ impl RotaryTable {
     }
 }
 
-/// A dense layer's weight `[out, in]` (contiguous f32 on the CPU) and bias.
-#[derive(Clone)]
+/// A dense layer's weight `[out, in]` and bias, laid out for the CPU.
 struct Dense {
-    weight: Tensor,
-    bias: Arc<Vec<f32>>,
+    weight: DenseWeight,
+    bias: Vec<f32>,
     out_features: usize,
     in_features: usize,
+}
+
+/// How a [`Dense`] weight is multiplied: f32 through `gemm`, or split and packed for the AMX
+/// kernel where [`amx::available`] (the same sums to f32 grade; `kernels::amx` says how).
+enum DenseWeight {
+    F32(Vec<f32>),
+    Amx(AmxWeight),
 }
 
 impl Dense {
@@ -108,21 +115,46 @@ impl Dense {
         if bias.len() != out_features {
             candle_core::bail!("bias of {} for {out_features} outputs", bias.len());
         }
+        let values = weight
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let weight = if amx::available() {
+            DenseWeight::Amx(AmxWeight::new(&values, out_features, in_features))
+        } else {
+            DenseWeight::F32(values)
+        };
         Ok(Self {
-            weight: weight.to_dtype(DType::F32)?.contiguous()?,
-            bias: Arc::new(bias),
+            weight,
+            bias,
             out_features,
             in_features,
         })
     }
 
     fn from_linear(linear: &Linear) -> candle_core::Result<Self> {
-        let bias = match linear.bias() {
-            Some(b) => b.to_dtype(DType::F32)?.to_vec1::<f32>()?,
-            None => vec![0.0; linear.weight().dim(0)?],
-        };
-        Self::from_parts(linear.weight().clone(), bias)
+        let (weight, bias) = linear_parts(linear)?;
+        Self::from_parts(weight, bias)
     }
+
+    /// `dst[m, out] += x[m, in] W^T`.
+    fn multiply_add(&self, dst: &mut [f32], x: &[f32], m: usize) {
+        match &self.weight {
+            DenseWeight::F32(w) => {
+                gemm_rows_times_weight_t(dst, x, w, m, self.out_features, self.in_features)
+            }
+            DenseWeight::Amx(packed) => packed.multiply_add(dst, x, m),
+        }
+    }
+}
+
+/// A linear layer's weight and its bias in f32 (zeros where it has none).
+fn linear_parts(linear: &Linear) -> candle_core::Result<(Tensor, Vec<f32>)> {
+    let bias = match linear.bias() {
+        Some(b) => b.to_dtype(DType::F32)?.to_vec1::<f32>()?,
+        None => vec![0.0; linear.weight().dim(0)?],
+    };
+    Ok((linear.weight().clone(), bias))
 }
 
 /// One BERT layer's weights laid out for the fast path.
@@ -141,14 +173,13 @@ impl CpuBertLayer {
     pub fn new(linears: [&Linear; 6], heads: usize, gelu: GeluKind) -> candle_core::Result<Self> {
         let [query, key, value, attn_out, up, down] = linears;
         let (q, k, v) = (
-            Dense::from_linear(query)?,
-            Dense::from_linear(key)?,
-            Dense::from_linear(value)?,
+            linear_parts(query)?,
+            linear_parts(key)?,
+            linear_parts(value)?,
         );
-        let weight = Tensor::cat(&[&q.weight, &k.weight, &v.weight], 0)?;
-        let bias = [q.bias.as_slice(), k.bias.as_slice(), v.bias.as_slice()].concat();
-        let qkv = Dense::from_parts(weight, bias)?;
-        let h = q.in_features;
+        let h = q.0.dim(1)?;
+        let weight = Tensor::cat(&[&q.0, &k.0, &v.0], 0)?;
+        let qkv = Dense::from_parts(weight, [q.1, k.1, v.1].concat())?;
         if qkv.out_features != 3 * h || heads == 0 || !h.is_multiple_of(heads) {
             candle_core::bail!("query/key/value shapes do not match the hidden size");
         }
@@ -171,16 +202,16 @@ impl CpuBertLayer {
         heads: usize,
     ) -> candle_core::Result<Self> {
         let qkv = Dense::from_linear(qkv)?;
-        let (gate, up) = (Dense::from_linear(gate)?, Dense::from_linear(up)?);
-        if gate.out_features != up.out_features || gate.in_features != up.in_features {
+        let (gate, up) = (linear_parts(gate)?, linear_parts(up)?);
+        if gate.0.dims() != up.0.dims() {
             candle_core::bail!("gate and up projections differ in shape");
         }
         let h = qkv.in_features;
         if qkv.out_features != 3 * h || heads == 0 || !h.is_multiple_of(heads) {
             candle_core::bail!("the Q|K|V projection does not match the hidden size");
         }
-        let weight = Tensor::cat(&[&gate.weight, &up.weight], 0)?;
-        let bias = [gate.bias.as_slice(), up.bias.as_slice()].concat();
+        let weight = Tensor::cat(&[&gate.0, &up.0], 0)?;
+        let bias = [gate.1, up.1].concat();
         Ok(Self {
             qkv,
             attn_out: Dense::from_linear(attn_out)?,
@@ -217,23 +248,16 @@ impl CpuBertLayer {
             }
             project_qkv.rotary = Some((table, seq, 2 * h));
         }
-        let qkv = x.apply_op2_no_bwd(&self.qkv.weight, &project_qkv)?;
+        let qkv = x.apply_op1_no_bwd(&project_qkv)?;
         let ctx = qkv.apply_op1_no_bwd(&Attention {
             heads: self.heads,
             lengths,
             relative_bias,
         })?;
-        let attended = ctx.apply_op3_no_bwd(
-            &self.attn_out.weight,
-            &x,
-            &Project::new(&self.attn_out, None),
-        )?;
+        let attended = ctx.apply_op2_no_bwd(&x, &Project::new(&self.attn_out, None))?;
         let x = attn_norm.forward(&attended)?;
-        let up = x.apply_op2_no_bwd(
-            &self.up.weight,
-            &Project::new(&self.up, Some(self.feed_forward)),
-        )?;
-        let out = up.apply_op3_no_bwd(&self.down.weight, &x, &Project::new(&self.down, None))?;
+        let up = x.apply_op1_no_bwd(&Project::new(&self.up, Some(self.feed_forward)))?;
+        let out = up.apply_op2_no_bwd(&x, &Project::new(&self.down, None))?;
         out_norm.forward(&out)
     }
 }
@@ -260,14 +284,12 @@ impl<'a> Project<'a> {
     fn run(
         &self,
         x: (&CpuStorage, &Layout),
-        w: (&CpuStorage, &Layout),
         residual: Option<(&CpuStorage, &Layout)>,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, x_layout) = f32_slice(x.0, x.1, "input")?;
-        let (w, _) = f32_slice(w.0, w.1, "weight")?;
         let (n, k) = (self.dense.out_features, self.dense.in_features);
         let dims = x_layout.shape().dims();
-        if dims.last() != Some(&k) || w.len() != n * k {
+        if dims.last() != Some(&k) {
             candle_core::bail!("projection: input {dims:?} does not fit a [{n}, {k}] weight");
         }
         let m = x.len() / k;
@@ -296,7 +318,7 @@ impl<'a> Project<'a> {
                 dst
             }
         };
-        gemm_rows_times_weight_t(&mut dst, x, w, m, n, k);
+        self.dense.multiply_add(&mut dst, x, m);
         if let Some((table, seq, rotated)) = self.rotary {
             dst.par_chunks_mut(n).enumerate().for_each(|(row, values)| {
                 table.rotate(&mut values[..rotated], row % seq);
@@ -325,23 +347,17 @@ impl<'a> Project<'a> {
     }
 }
 
-impl CustomOp2 for Project<'_> {
+impl CustomOp1 for Project<'_> {
     fn name(&self) -> &'static str {
         "freshstack-project"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.run((s1, l1), (s2, l2), None)
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.run((s1, l1), None)
     }
 }
 
-impl CustomOp3 for Project<'_> {
+impl CustomOp2 for Project<'_> {
     fn name(&self) -> &'static str {
         "freshstack-project-residual"
     }
@@ -352,10 +368,8 @@ impl CustomOp3 for Project<'_> {
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.run((s1, l1), (s2, l2), Some((s3, l3)))
+        self.run((s1, l1), Some((s2, l2)))
     }
 }
 

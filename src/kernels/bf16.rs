@@ -17,27 +17,32 @@ use candle_nn::Linear;
 use half::bf16;
 use rayon::prelude::*;
 
+use super::amx;
+
 /// Output columns per panel: two 16-lane f32 accumulators per row.
 pub(crate) const PANEL: usize = 32;
 /// Rows per kernel call: 12 x 2 accumulators + 2 weight registers + 1 broadcast fit in 32 zmm.
 pub(crate) const TILE_ROWS: usize = 12;
 
-/// A linear layer `x W^T + b` for the decoders: candle's, or the packed bf16 one.
+/// A linear layer `x W^T + b` for the decoders: candle's, the packed bf16 one, or the f32 one on
+/// AMX tiles.
 pub(crate) enum DecoderLinear {
     Candle(Linear),
     PackedBf16(PackedBf16Linear),
+    AmxF32(amx::AmxLinear),
 }
 
 impl DecoderLinear {
     /// Takes the packed bf16 path when `linear`'s weight is bf16 on the CPU and the CPU has
-    /// AVX512-BF16; otherwise keeps candle's layer.
+    /// AVX512-BF16, the AMX path for an f32 weight where AMX is available; otherwise keeps
+    /// candle's layer.
     pub(crate) fn new(linear: Linear) -> candle_core::Result<Self> {
         let weight = linear.weight();
-        if matches!(weight.device(), Device::Cpu)
-            && weight.dtype() == DType::BF16
-            && PackedBf16Linear::supported()
-        {
+        let on_cpu = matches!(weight.device(), Device::Cpu);
+        if on_cpu && weight.dtype() == DType::BF16 && PackedBf16Linear::supported() {
             Ok(Self::PackedBf16(PackedBf16Linear::new(&linear)?))
+        } else if on_cpu && weight.dtype() == DType::F32 && amx::available() {
+            Ok(Self::AmxF32(amx::AmxLinear::new(&linear)?))
         } else {
             Ok(Self::Candle(linear))
         }
@@ -47,6 +52,7 @@ impl DecoderLinear {
         match self {
             Self::Candle(linear) => linear.forward(x),
             Self::PackedBf16(packed) => packed.forward(x),
+            Self::AmxF32(linear) => linear.forward(x),
         }
     }
 }
@@ -126,6 +132,10 @@ impl PackedBf16Linear {
             &padded
         };
         let mut out = vec![bf16::ZERO; m * n];
+        if k.is_multiple_of(32) && amx::available() {
+            amx::bf16_linear(&self.panels, self.bias.as_deref(), x, (m, n, k), &mut out);
+            return out;
+        }
         let panels = n.div_ceil(PANEL);
         let threads = rayon::current_num_threads().min(panels).max(1);
         let per_task = panels.div_ceil(threads);
@@ -169,13 +179,13 @@ impl PackedBf16Linear {
             unsafe { dot_tile(tile, pairs, a, weights, &mut sums) };
             // SAFETY: rows row..row + tile and columns first_col..first_col + cols are inside
             // `out` and belong to this panel (the caller's contract).
-            unsafe { store_tile(tile, &sums, &bias, out.add(row * n + first_col), n, cols) };
+            unsafe { store_bf16_rows(tile, &sums, &bias, out.add(row * n + first_col), n, cols) };
             row += tile;
         }
     }
 }
 
-/// Adds the bias to a tile's sums, rounds them to bf16 (`VCVTNEPS2BF16`: to nearest even, as
+/// Adds the bias to `tile` rows of sums (`PANEL` apart), rounds them to bf16 (`VCVTNEPS2BF16`: to nearest even, as
 /// `half`'s conversion for every finite non-subnormal value) and writes the first `cols` of each
 /// of the `tile` rows to `out` (row stride `ldo`).
 ///
@@ -184,22 +194,23 @@ impl PackedBf16Linear {
 /// `r < tile`, `c < cols <= PANEL`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
-unsafe fn store_tile(
+pub(crate) unsafe fn store_bf16_rows(
     tile: usize,
-    sums: &[f32; TILE_ROWS * PANEL],
+    sums: &[f32],
     bias: &[f32; PANEL],
     out: *mut bf16,
     ldo: usize,
     cols: usize,
 ) {
     use std::arch::x86_64::*;
+    assert!(sums.len() >= tile * PANEL);
     let mask = if cols >= PANEL {
         u32::MAX
     } else {
         (1u32 << cols) - 1
     };
     let (low, high) = (mask as u16, (mask >> 16) as u16);
-    // SAFETY: the reads stay inside `sums` and `bias` (r < tile <= TILE_ROWS); the masked
+    // SAFETY: the reads stay inside `sums` and `bias` (asserted: r < tile); the masked
     // stores write only columns < cols of rows < tile (the caller's contract).
     unsafe {
         let b0 = _mm512_loadu_ps(bias.as_ptr());
@@ -217,9 +228,9 @@ unsafe fn store_tile(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn store_tile(
+pub(crate) unsafe fn store_bf16_rows(
     _tile: usize,
-    _sums: &[f32; TILE_ROWS * PANEL],
+    _sums: &[f32],
     _bias: &[f32; PANEL],
     _out: *mut bf16,
     _ldo: usize,
@@ -395,7 +406,13 @@ pub(crate) mod tests {
             return;
         }
         // Odd widths, a partial panel and a partial row tile; with and without bias.
-        for (m, k, n, with_bias) in [(13, 64, 32, false), (25, 77, 45, true), (1, 6, 3, true)] {
+        for (m, k, n, with_bias) in [
+            (13, 64, 32, false),
+            (25, 77, 45, true),
+            (1, 6, 3, true),
+            (45, 64, 70, true),
+            (150, 128, 32, false),
+        ] {
             let x = Tensor::from_vec(random(m * k, 1), (m, k), &Device::Cpu)
                 .unwrap()
                 .to_dtype(DType::BF16)
@@ -451,7 +468,7 @@ pub(crate) mod tests {
             eprintln!("SKIPPED: this CPU has no AVX512-BF16");
             return;
         }
-        let (m, k, n) = (30, 96, 200);
+        let (m, k, n) = (170, 96, 200);
         let w = Tensor::from_vec(random(n * k, 5), (n, k), &Device::Cpu)
             .unwrap()
             .to_dtype(DType::BF16)

@@ -7,6 +7,8 @@
 //!   bits on every CPU;
 //! - `ops`: fused element-wise steps (softmax rows, masked attention probabilities, GELU, SiLU
 //!   gating) and the fast `exp` / `erf` they share;
+//! - [`amx`]: f32 matrix products on AMX tiles at f32-grade accuracy (three bf16 products per
+//!   f32 one), where the CPU and the OS allow;
 //! - `bert_layer`: the f32 fast path of a whole encoder layer (BERT, nomic-bert);
 //! - [`bf16`]: packed bf16 linear layers on AVX512-BF16 (decoder encoders, the GGUF engine's
 //!   prompt path);
@@ -14,6 +16,7 @@
 //!   vector kernels (`quant/x86.rs`: AVX2 and AVX512-VNNI);
 //! - [`attention`]: the GGUF engine's KV cache and causal attention over it.
 
+pub mod amx;
 pub mod attention;
 pub(crate) mod bert_layer;
 pub mod bf16;

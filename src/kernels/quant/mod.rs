@@ -28,6 +28,7 @@ use half::{bf16, f16};
 use memmap2::Mmap;
 use rayon::prelude::*;
 
+use crate::kernels::amx;
 use crate::kernels::bf16::{PANEL, PackedBf16Linear, TILE_ROWS, dot_tile};
 use crate::kernels::dot::dot;
 
@@ -643,6 +644,9 @@ pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     } else {
         Vec::new()
     };
+    // AMX tiles take the packed panels as they are, 32 rows at a time.
+    let tiles = (bf16_path && m.cols.is_multiple_of(32) && amx::available())
+        .then(|| amx::Bf16Rows::new(&xb, m.cols));
     let panels = m.rows.div_ceil(PANEL);
     let shared = SharedOut(out.as_mut_ptr());
     (0..panels).into_par_iter().for_each(|panel| {
@@ -660,6 +664,23 @@ pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
                 PANEL_BF16.with(|packed| {
                     let mut packed = packed.borrow_mut();
                     pack_bf16_panel(&rows, m.cols, &mut packed);
+                    if let Some(tiles) = &tiles {
+                        tiles.times_panel(&packed, |start, live, sums| {
+                            for r in 0..live {
+                                // SAFETY: row start + r < n and columns first..first + cols
+                                // are inside `out`; only this task writes this panel's columns.
+                                unsafe {
+                                    let dst = shared.0.add((start + r) * m.rows + first);
+                                    std::ptr::copy_nonoverlapping(
+                                        sums.as_ptr().add(r * PANEL),
+                                        dst,
+                                        cols,
+                                    );
+                                }
+                            }
+                        });
+                        return;
+                    }
                     let pairs = m.cols / 2;
                     let mut sums = [0f32; TILE_ROWS * PANEL];
                     let mut t = 0;
@@ -1051,7 +1072,7 @@ mod tests {
 
     #[test]
     fn matmul_rows_do_not_depend_on_the_batch_or_the_threads() {
-        let (rows, cols, n) = (45, 256, 27);
+        let (rows, cols, n) = (45, 256, 45);
         let x = random(n * cols, 3);
         for dtype in [GgmlDType::F32, GgmlDType::Q4K, GgmlDType::Q5_0] {
             let (m, _file) = matrix(dtype, rows, cols, 11);
