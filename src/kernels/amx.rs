@@ -55,7 +55,11 @@ fn request_tile_state() -> bool {
     // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
     let leaf7 = __cpuid_count(7, 0);
     let has_amx = leaf7.edx & (1 << 22) != 0 && leaf7.edx & (1 << 24) != 0;
-    if !has_amx || !std::arch::is_x86_feature_detected!("avx512bf16") {
+    // The splitting and storing around the tiles use AVX512-BF16/BW/VL (every AMX CPU has them).
+    let has_avx512 = std::arch::is_x86_feature_detected!("avx512bf16")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl");
+    if !has_amx || !has_avx512 {
         return false;
     }
     const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
@@ -145,7 +149,7 @@ impl AmxWeight {
             "operands do not fit [{m}, {k}] x [{n}, {k}]^T"
         );
         assert!(available(), "AMX kernel called where AMX is unavailable");
-        if m == 0 || n == 0 {
+        if m == 0 || n == 0 || k == 0 {
             return;
         }
         let task_rows = BLOCK_ROWS * BLOCKS_PER_TASK;
@@ -291,7 +295,7 @@ impl candle_core::CustomOp1 for AmxLinear {
 /// `out[m, n] = bf16(x[m, k] W^T + bias)` for bf16 rows and a weight packed by
 /// `bf16::PackedBf16Linear` (one bf16 product per pair, f32 sums, one rounding at the end, as
 /// its AVX512-BF16 kernel computes; only the order of the f32 sums differs). `k` must be a
-/// multiple of 32 and [`available`] true.
+/// positive multiple of 32 and [`available`] true.
 pub(crate) fn bf16_linear(
     panels: &[u32],
     bias: Option<&[f32]>,
@@ -300,7 +304,7 @@ pub(crate) fn bf16_linear(
     out: &mut [bf16],
 ) {
     let panel_len = k / 2 * PANEL;
-    assert!(k.is_multiple_of(STEP) && x.len() == m * k && out.len() == m * n);
+    assert!(k > 0 && k.is_multiple_of(STEP) && x.len() == m * k && out.len() == m * n);
     assert!(panels.len() >= n.div_ceil(PANEL) * panel_len && bias.is_none_or(|b| b.len() == n));
     assert!(available(), "AMX kernel called where AMX is unavailable");
     if m == 0 || n == 0 {

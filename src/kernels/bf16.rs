@@ -132,7 +132,7 @@ impl PackedBf16Linear {
             &padded
         };
         let mut out = vec![bf16::ZERO; m * n];
-        if k.is_multiple_of(32) && amx::available() {
+        if k > 0 && k.is_multiple_of(32) && amx::available() {
             amx::bf16_linear(&self.panels, self.bias.as_deref(), x, (m, n, k), &mut out);
             return out;
         }

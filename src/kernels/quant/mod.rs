@@ -645,7 +645,7 @@ pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
         Vec::new()
     };
     // AMX tiles take the packed panels as they are, 32 rows at a time.
-    let tiles = (bf16_path && m.cols.is_multiple_of(32) && amx::available())
+    let tiles = (bf16_path && m.cols > 0 && m.cols.is_multiple_of(32) && amx::available())
         .then(|| amx::Bf16Rows::new(&xb, m.cols));
     let panels = m.rows.div_ceil(PANEL);
     let shared = SharedOut(out.as_mut_ptr());
