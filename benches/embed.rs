@@ -99,6 +99,14 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// `len` seeded values, uniform in [-0.5, 0.5).
+fn uniform(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| ((lcg_next(&mut state) >> 40) as f32 / (1u64 << 24) as f32) - 0.5)
+        .collect()
+}
+
 /// One E5-Mistral-7B projection (hidden 4096 -> 4096) over 256 tokens in bf16: candle's CPU
 /// matmul against the packed AVX512-BF16 kernel the decoders use (skipped without the CPU
 /// feature). Elements = multiply-adds, so elements/s x 2 = FLOP/s.
@@ -109,12 +117,7 @@ fn bench_bf16_linear(c: &mut Criterion) {
     let (m, k, n) = (256usize, 4096usize, 4096usize);
     // Uniform in [-0.5, 0.5), rounded to bf16.
     let values = |dims: &[usize], seed: u64| -> Tensor {
-        let mut state = seed;
-        let len = dims.iter().product();
-        let data: Vec<f32> = (0..len)
-            .map(|_| ((lcg_next(&mut state) >> 40) as f32 / (1u64 << 24) as f32) - 0.5)
-            .collect();
-        Tensor::from_vec(data, dims, &Device::Cpu)
+        Tensor::from_vec(uniform(dims.iter().product(), seed), dims, &Device::Cpu)
             .and_then(|t| t.to_dtype(DType::BF16))
             .unwrap()
     };
@@ -146,13 +149,7 @@ fn bench_f32_projection(c: &mut Criterion) {
     use freshstack::kernels::amx::{self, AmxWeight};
 
     let (m, k, n) = (4096usize, 384usize, 1536usize);
-    let values = |len: usize, seed: u64| -> Vec<f32> {
-        let mut state = seed;
-        (0..len)
-            .map(|_| ((lcg_next(&mut state) >> 40) as f32 / (1u64 << 24) as f32) - 0.5)
-            .collect()
-    };
-    let (x, w) = (values(m * k, 1), values(n * k, 2));
+    let (x, w) = (uniform(m * k, 1), uniform(n * k, 2));
     let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap();
     let wt = Tensor::from_vec(w.clone(), (n, k), &Device::Cpu)
         .unwrap()

@@ -234,10 +234,7 @@ impl AmxLinear {
             .to_dtype(DType::F32)?
             .flatten_all()?
             .to_vec1::<f32>()?;
-        let bias = match linear.bias() {
-            Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
-            None => None,
-        };
+        let bias = super::bf16::bias_f32(linear)?;
         Ok(Self {
             weight: AmxWeight::new(&values, n, k),
             bias,
@@ -489,9 +486,9 @@ unsafe fn block_product<const SPLIT: bool>(
     let a_stride = kp * 2; // bytes between A rows
     let b_stride = PANEL * 4; // bytes between B rows (pairs)
     let a_half = 16 * kp; // bf16 values to the second A tile (row 16)
+    let sc = ldc * 4; // bytes between rows of C
     // SAFETY (every block): the addresses are inside the slices as the caller guarantees:
     // a step reads A rows 0..32 at columns step..step + 32 and B pairs step/2..step/2 + 16.
-    let sc = ldc * 4; // bytes between rows of C
     unsafe {
         if SPLIT {
             asm!(
@@ -516,66 +513,17 @@ unsafe fn block_product<const SPLIT: bool>(
             );
         }
         for step in (0..kp).step_by(STEP) {
-            let (ah, al) = (a_hi.as_ptr().add(step), a_lo.as_ptr().add(step));
-            let (bh, bl) = (
-                w_hi.as_ptr().add(step / 2 * PANEL),
-                w_lo.as_ptr().add(step / 2 * PANEL),
-            );
-            if !SPLIT {
-                asm!(
-                    "tileloadd tmm4, [{ah} + {sa}*1]",
-                    "tileloadd tmm5, [{ah2} + {sa}*1]",
-                    "tileloadd tmm6, [{bh} + {sb}*1]",
-                    "tileloadd tmm7, [{bh16} + {sb}*1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    ah = in(reg) ah,
-                    ah2 = in(reg) ah.add(a_half),
-                    bh = in(reg) bh,
-                    bh16 = in(reg) bh.add(16),
-                    sa = in(reg) a_stride,
-                    sb = in(reg) b_stride,
-                    options(nostack, readonly),
-                );
-                continue;
+            let (ah, bh) = (a_hi.as_ptr().add(step), w_hi.as_ptr().add(step / 2 * PANEL));
+            load_a(ah, a_half, a_stride);
+            load_b(bh, b_stride);
+            products();
+            if SPLIT {
+                load_b(w_lo.as_ptr().add(step / 2 * PANEL), b_stride);
+                products();
+                load_a(a_lo.as_ptr().add(step), a_half, a_stride);
+                load_b(bh, b_stride);
+                products();
             }
-            asm!(
-                "tileloadd tmm4, [{ah} + {sa}*1]",
-                "tileloadd tmm5, [{ah2} + {sa}*1]",
-                "tileloadd tmm6, [{bh} + {sb}*1]",
-                "tileloadd tmm7, [{bh16} + {sb}*1]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "tileloadd tmm6, [{bl} + {sb}*1]",
-                "tileloadd tmm7, [{bl16} + {sb}*1]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "tileloadd tmm4, [{al} + {sa}*1]",
-                "tileloadd tmm5, [{al2} + {sa}*1]",
-                "tileloadd tmm6, [{bh} + {sb}*1]",
-                "tileloadd tmm7, [{bh16} + {sb}*1]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                ah = in(reg) ah,
-                ah2 = in(reg) ah.add(a_half),
-                al = in(reg) al,
-                al2 = in(reg) al.add(a_half),
-                bh = in(reg) bh,
-                bh16 = in(reg) bh.add(16),
-                bl = in(reg) bl,
-                bl16 = in(reg) bl.add(16),
-                sa = in(reg) a_stride,
-                sb = in(reg) b_stride,
-                options(nostack, readonly),
-            );
         }
         asm!(
             "tilestored [{c00} + {sc}*1], tmm0",
@@ -590,6 +538,63 @@ unsafe fn block_product<const SPLIT: bool>(
             options(nostack),
         );
     }
+}
+
+/// Loads rows 0-15 of `a` into tmm4 and rows 16-31 (`half` values on) into tmm5, `stride` bytes
+/// apart.
+///
+/// # Safety
+/// As [`block_product`]'s: the tile configuration is loaded and the 32 rows are readable.
+#[inline(always)]
+unsafe fn load_a(a: *const bf16, half: usize, stride: usize) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        std::arch::asm!(
+            "tileloadd tmm4, [{a} + {s}*1]",
+            "tileloadd tmm5, [{a2} + {s}*1]",
+            a = in(reg) a,
+            a2 = in(reg) a.add(half),
+            s = in(reg) stride,
+            options(nostack, readonly),
+        )
+    };
+}
+
+/// Loads 16 pairs of columns 0-15 of a panel step into tmm6 and of columns 16-31 into tmm7.
+///
+/// # Safety
+/// As [`block_product`]'s: the tile configuration is loaded and the 16 pairs are readable.
+#[inline(always)]
+unsafe fn load_b(b: *const u32, stride: usize) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        std::arch::asm!(
+            "tileloadd tmm6, [{b} + {s}*1]",
+            "tileloadd tmm7, [{b16} + {s}*1]",
+            b = in(reg) b,
+            b16 = in(reg) b.add(16),
+            s = in(reg) stride,
+            options(nostack, readonly),
+        )
+    };
+}
+
+/// `C += A B` for the four C tiles: (tmm4, tmm5) x (tmm6, tmm7) into tmm0..tmm3.
+///
+/// # Safety
+/// The tile configuration must be loaded and A and B tiles loaded.
+#[inline(always)]
+unsafe fn products() {
+    // SAFETY: forwarded from the caller; registers only.
+    unsafe {
+        std::arch::asm!(
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            options(nostack, nomem),
+        )
+    };
 }
 
 #[cfg(test)]

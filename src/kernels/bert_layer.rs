@@ -33,6 +33,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::amx::{self, AmxWeight};
+use super::bf16::bias_f32;
 use super::ops::{GeluKind, gelu_in_place, softmax_row};
 
 /// The feed-forward activation of a layer.
@@ -150,8 +151,8 @@ impl Dense {
 
 /// A linear layer's weight and its bias in f32 (zeros where it has none).
 fn linear_parts(linear: &Linear) -> candle_core::Result<(Tensor, Vec<f32>)> {
-    let bias = match linear.bias() {
-        Some(b) => b.to_dtype(DType::F32)?.to_vec1::<f32>()?,
+    let bias = match bias_f32(linear)? {
+        Some(bias) => bias,
         None => vec![0.0; linear.weight().dim(0)?],
     };
     Ok((linear.weight().clone(), bias))

@@ -94,10 +94,7 @@ impl PackedBf16Linear {
             .to_dtype(DType::BF16)?
             .flatten_all()?
             .to_vec1::<bf16>()?;
-        let bias = match linear.bias() {
-            Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
-            None => None,
-        };
+        let bias = bias_f32(linear)?;
         Ok(Self {
             panels: pack_panels(&weight, out_features, in_features),
             bias,
@@ -237,6 +234,14 @@ pub(crate) unsafe fn store_bf16_rows(
     _cols: usize,
 ) {
     unreachable!("PackedBf16Linear::supported() is false off x86_64")
+}
+
+/// `linear`'s bias in f32, if it has one.
+pub(crate) fn bias_f32(linear: &Linear) -> candle_core::Result<Option<Vec<f32>>> {
+    linear
+        .bias()
+        .map(|b| b.to_dtype(DType::F32)?.to_vec1::<f32>())
+        .transpose()
 }
 
 /// The output pointer shared by the tasks that write disjoint columns.

@@ -664,21 +664,25 @@ pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
                 PANEL_BF16.with(|packed| {
                     let mut packed = packed.borrow_mut();
                     pack_bf16_panel(&rows, m.cols, &mut packed);
-                    if let Some(tiles) = &tiles {
-                        tiles.times_panel(&packed, |start, live, sums| {
-                            for r in 0..live {
-                                // SAFETY: row start + r < n and columns first..first + cols
-                                // are inside `out`; only this task writes this panel's columns.
-                                unsafe {
-                                    let dst = shared.0.add((start + r) * m.rows + first);
-                                    std::ptr::copy_nonoverlapping(
-                                        sums.as_ptr().add(r * PANEL),
-                                        dst,
-                                        cols,
-                                    );
-                                }
+                    // Rows first..first + live of the panel's sums (`PANEL` apart) into `out`.
+                    let store = |first_row: usize, live: usize, sums: &[f32]| {
+                        assert!(first_row + live <= n && sums.len() >= live * PANEL);
+                        for r in 0..live {
+                            // SAFETY: row first_row + r < n (asserted) and columns
+                            // first..first + cols < m.rows are inside `out`; only this task
+                            // writes this panel's columns.
+                            unsafe {
+                                let dst = shared.0.add((first_row + r) * m.rows + first);
+                                std::ptr::copy_nonoverlapping(
+                                    sums.as_ptr().add(r * PANEL),
+                                    dst,
+                                    cols,
+                                );
                             }
-                        });
+                        }
+                    };
+                    if let Some(tiles) = &tiles {
+                        tiles.times_panel(&packed, store);
                         return;
                     }
                     let pairs = m.cols / 2;
@@ -697,18 +701,7 @@ pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
                                 &mut sums,
                             )
                         };
-                        for r in 0..tile {
-                            // SAFETY: row t + r < n and columns first..first + cols < m.rows are
-                            // inside `out`; only this task writes this panel's columns.
-                            unsafe {
-                                let dst = shared.0.add((t + r) * m.rows + first);
-                                std::ptr::copy_nonoverlapping(
-                                    sums.as_ptr().add(r * PANEL),
-                                    dst,
-                                    cols,
-                                );
-                            }
-                        }
+                        store(t, tile, &sums);
                         t += tile;
                     }
                 });
