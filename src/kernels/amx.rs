@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 use half::bf16;
 use rayon::prelude::*;
 
-use super::bf16::store_bf16_rows;
+use super::bf16::{round_row, store_bf16_rows};
 
 /// Output columns per packed panel (two `B` tiles of 16).
 const PANEL: usize = 32;
@@ -165,13 +165,10 @@ impl AmxWeight {
         let m_padded = m.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
         let mut x_hi = vec![bf16::ZERO; m_padded * kp];
         let mut x_lo = vec![bf16::ZERO; m_padded * kp];
-        for ((row, hi), lo) in x
-            .chunks_exact(k)
-            .zip(x_hi.chunks_exact_mut(kp))
-            .zip(x_lo.chunks_exact_mut(kp))
-        {
-            split_row(row, &mut hi[..k], &mut lo[..k]);
-        }
+        for_each_packed_piece(x, k, |src, at| {
+            let end = at + src.len();
+            split_row(src, &mut x_hi[at..end], &mut x_lo[at..end]);
+        });
         let panel_len = kp / 2 * PANEL;
         let mut sums = [0f32; BLOCK_ROWS * PANEL];
         let _tiles = TileConfig::load();
@@ -193,7 +190,14 @@ impl AmxWeight {
                     // `a_hi`, `a_lo` hold 32 rows of `kp` values, `w_hi`, `w_lo` one panel of
                     // `kp / 2` pairs, and `at` 32 rows of 32 values `n` apart.
                     unsafe {
-                        block_product::<true>(a_hi, a_lo, w_hi, w_lo, kp, at.as_mut_ptr(), n)
+                        block_product::<true, true, true>(
+                            [a_hi, a_lo],
+                            [w_hi, w_lo],
+                            kp,
+                            at.as_ptr(),
+                            at.as_mut_ptr(),
+                            n,
+                        )
                     };
                     continue;
                 }
@@ -206,7 +210,14 @@ impl AmxWeight {
                 }
                 // SAFETY: as above, with `sums` 32 rows of 32 values `PANEL` apart.
                 unsafe {
-                    block_product::<true>(a_hi, a_lo, w_hi, w_lo, kp, sums.as_mut_ptr(), PANEL)
+                    block_product::<true, true, true>(
+                        [a_hi, a_lo],
+                        [w_hi, w_lo],
+                        kp,
+                        sums.as_ptr(),
+                        sums.as_mut_ptr(),
+                        PANEL,
+                    )
                 };
                 for r in 0..live {
                     let row = &mut dst[(rows.start + r) * n + first_col..][..cols];
@@ -331,6 +342,116 @@ pub(crate) fn bf16_linear(
         });
 }
 
+/// What the sums of [`bf16_product`] start from.
+#[derive(Clone, Copy)]
+pub(crate) enum Start<'a> {
+    /// Zero: `dst`'s old values are not read.
+    Zero,
+    /// `dst`'s values (`dst += product`).
+    Dst,
+    /// These `[m, n]` values (`dst = values + product`; `dst`'s old values not read).
+    From(&'a [f32]),
+}
+
+/// `dst[m, n] = start + bf16(x)[m, k] W^T` for f32 rows and a bf16 weight packed by
+/// `bf16::PackedBf16Linear`: each task rounds its rows to bf16 (to nearest even) and the tiles
+/// add one exact product per pair in f32, the sums never rounded. `k` must be a positive
+/// multiple of 32 and [`available`] true. Rows do not depend on the thread count or on their
+/// place among the `m` (a ragged block runs on a padded copy with the same steps).
+pub(crate) fn bf16_product(
+    panels: &[u32],
+    x: &[f32],
+    (m, n, k): (usize, usize, usize),
+    start: Start,
+    dst: &mut [f32],
+) {
+    let panel_len = k / 2 * PANEL;
+    assert!(k > 0 && k.is_multiple_of(STEP) && x.len() == m * k && dst.len() == m * n);
+    assert!(panels.len() >= n.div_ceil(PANEL) * panel_len);
+    if let Start::From(values) = start {
+        assert_eq!(values.len(), m * n, "start values do not fit [{m}, {n}]");
+    }
+    assert!(available(), "AMX kernel called where AMX is unavailable");
+    if m == 0 || n == 0 {
+        return;
+    }
+    let task_rows = BLOCK_ROWS * BLOCKS_PER_TASK;
+    dst.par_chunks_mut(task_rows * n)
+        .zip(x.par_chunks(task_rows * k))
+        .enumerate()
+        .for_each(|(task, (dst, x))| {
+            let m = x.len() / k;
+            let m_padded = m.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
+            let mut rows = vec![bf16::ZERO; m_padded * k];
+            for_each_packed_piece(x, k, |src, at| {
+                round_row(src, &mut rows[at..at + src.len()])
+            });
+            let init = match start {
+                Start::From(values) => Some(&values[task * task_rows * n..][..m * n]),
+                Start::Dst => None,
+                Start::Zero => None,
+            };
+            let mut sums = [0f32; BLOCK_ROWS * PANEL];
+            let _tiles = TileConfig::load();
+            for panel in 0..n.div_ceil(PANEL) {
+                let w = &panels[panel * panel_len..(panel + 1) * panel_len];
+                let first_col = panel * PANEL;
+                let cols = PANEL.min(n - first_col);
+                for block in 0..m_padded / BLOCK_ROWS {
+                    let first = block * BLOCK_ROWS;
+                    let a = &rows[first * k..(first + BLOCK_ROWS) * k];
+                    let live = (m - first).min(BLOCK_ROWS);
+                    let span = first * n + first_col..(first + live - 1) * n + first_col + cols;
+                    if live == BLOCK_ROWS && cols == PANEL {
+                        let at = &mut dst[span.clone()];
+                        let c = at.as_mut_ptr();
+                        // SAFETY: the tile configuration is loaded on this thread (`_tiles`);
+                        // `a` holds 32 rows of `k` values, `w` one panel of `k / 2` pairs,
+                        // `at` (and `init`'s same span) 32 rows of 32 values `n` apart.
+                        unsafe {
+                            match (start, init) {
+                                (Start::Zero, _) => {
+                                    block_product::<false, false, true>([a, a], [w, w], k, c, c, n)
+                                }
+                                (_, Some(init)) => block_product::<false, true, true>(
+                                    [a, a],
+                                    [w, w],
+                                    k,
+                                    init[span].as_ptr(),
+                                    c,
+                                    n,
+                                ),
+                                (_, None) => {
+                                    block_product::<false, true, true>([a, a], [w, w], k, c, c, n)
+                                }
+                            }
+                        };
+                        continue;
+                    }
+                    sums.fill(0.0);
+                    let source: Option<&[f32]> = match start {
+                        Start::Zero => None,
+                        Start::Dst => Some(dst),
+                        Start::From(_) => init,
+                    };
+                    if let Some(source) = source {
+                        for r in 0..live {
+                            let row = &source[(first + r) * n + first_col..][..cols];
+                            sums[r * PANEL..r * PANEL + cols].copy_from_slice(row);
+                        }
+                    }
+                    let c = sums.as_mut_ptr();
+                    // SAFETY: as above, with `sums` 32 rows of 32 values `PANEL` apart.
+                    unsafe { block_product::<false, true, true>([a, a], [w, w], k, c, c, PANEL) };
+                    for r in 0..live {
+                        let row = &mut dst[(first + r) * n + first_col..][..cols];
+                        row.copy_from_slice(&sums[r * PANEL..r * PANEL + cols]);
+                    }
+                }
+            }
+        });
+}
+
 /// bf16 rows `[rows, k]` (`k` a multiple of 32) cut into the 32-row blocks the AMX kernel reads,
 /// the last one zero padded.
 pub(crate) struct Bf16Rows<'a> {
@@ -372,8 +493,34 @@ impl<'a> Bf16Rows<'a> {
             };
             // SAFETY: the tile configuration is loaded on this thread (`_tiles`); `a` holds 32
             // rows of k values, `panel` k / 2 pairs x 32, `sums` 32 x 32.
-            unsafe { block_product::<false>(a, a, panel, panel, k, sums.as_mut_ptr(), PANEL) };
+            unsafe {
+                block_product::<false, false, false>(
+                    [a, a],
+                    [panel, panel],
+                    k,
+                    sums.as_ptr(),
+                    sums.as_mut_ptr(),
+                    PANEL,
+                )
+            };
             emit(start, (self.rows - start).min(BLOCK_ROWS), &sums);
+        }
+    }
+}
+
+/// Visits rows `x` (`[m, k]`) 32 values at a time with the offset each piece has in the layout
+/// the tile loads read fastest: per block of 32 rows, per step of 32 inner values, the
+/// block's 32 rows x 32 values contiguous (`k` padded to a multiple of 32, the padding left
+/// to the caller's zeros).
+fn for_each_packed_piece(x: &[f32], k: usize, mut visit: impl FnMut(&[f32], usize)) {
+    let steps = k.div_ceil(STEP);
+    for (r, row) in x.chunks_exact(k).enumerate() {
+        let (block, within) = (r / BLOCK_ROWS, r % BLOCK_ROWS);
+        for (step, values) in row.chunks(STEP).enumerate() {
+            visit(
+                values,
+                ((block * steps + step) * BLOCK_ROWS + within) * STEP,
+            );
         }
     }
 }
@@ -460,9 +607,10 @@ impl Drop for TileConfig {
     }
 }
 
-/// `C[32][32] += A[32, kp] W_panel^T` with `A = a_hi + a_lo`, `W = w_hi + w_lo`, as `hi hi + hi lo + lo hi` per 32-wide step, in
-/// that order, for every step of `kp`; without `SPLIT`, `C = A W_panel^T` of `a_hi` and
-/// `w_hi` alone (`C` not read; `a_lo`, `w_lo` unread).
+/// `C[32][32] += A[32, kp] W_panel^T` with `A = a_hi + a_lo`, `W = w_hi + w_lo`, as
+/// `hi hi + hi lo + lo hi` per 32-wide step, in that order, for every step of `kp`; without
+/// `SPLIT`, of `a_hi` and `w_hi` alone (`a_lo`, `w_lo` unread). With `LOAD_C` the sums start
+/// from `C`; without, from zero (`C` only written).
 ///
 /// Tiles: C in tmm0..tmm3 (rows 0-15 / 16-31 x columns 0-15 / 16-31), A in tmm4, tmm5, B in
 /// tmm6, tmm7.
@@ -470,36 +618,42 @@ impl Drop for TileConfig {
 /// # Safety
 /// The tile configuration of [`TileConfig::load`] must be loaded on this thread; `a_hi`, `a_lo`
 /// must hold 32 rows of `kp` bf16 values, `w_hi`, `w_lo` `kp / 2 * 32` pairs; `c` must point
-/// at 32 rows of 32 f32 values `ldc` values apart, this call's alone.
-unsafe fn block_product<const SPLIT: bool>(
-    a_hi: &[bf16],
-    a_lo: &[bf16],
-    w_hi: &[u32],
-    w_lo: &[u32],
+/// at 32 rows of 32 f32 values `ldc` values apart, this call's alone, and with `LOAD_C`
+/// `c_in` at 32 readable rows the same distance apart (the sums start from them; `c_in` may be
+/// `c`).
+unsafe fn block_product<const SPLIT: bool, const LOAD_C: bool, const PACKED_A: bool>(
+    [a_hi, a_lo]: [&[bf16]; 2],
+    [w_hi, w_lo]: [&[u32]; 2],
     kp: usize,
+    c_in: *const f32,
     c: *mut f32,
     ldc: usize,
 ) {
     use std::arch::asm;
     debug_assert!(a_hi.len() >= BLOCK_ROWS * kp && a_lo.len() >= BLOCK_ROWS * kp);
     debug_assert!(w_hi.len() >= kp / 2 * PANEL && w_lo.len() >= kp / 2 * PANEL);
-    let a_stride = kp * 2; // bytes between A rows
+    // Bytes between A rows, bf16 values to the second A tile (row 16) and to the next step:
+    // packed, each step's 32 rows x 32 values are contiguous ([`pack_block_rows`]).
+    let (a_stride, a_half, a_step) = if PACKED_A {
+        (STEP * 2, 16 * STEP, BLOCK_ROWS * STEP)
+    } else {
+        (kp * 2, 16 * kp, STEP)
+    };
     let b_stride = PANEL * 4; // bytes between B rows (pairs)
-    let a_half = 16 * kp; // bf16 values to the second A tile (row 16)
     let sc = ldc * 4; // bytes between rows of C
     // SAFETY (every block): the addresses are inside the slices as the caller guarantees:
     // a step reads A rows 0..32 at columns step..step + 32 and B pairs step/2..step/2 + 16.
     unsafe {
-        if SPLIT {
+        if LOAD_C {
             asm!(
                 "tileloadd tmm0, [{c00} + {sc}*1]",
                 "tileloadd tmm1, [{c01} + {sc}*1]",
                 "tileloadd tmm2, [{c10} + {sc}*1]",
                 "tileloadd tmm3, [{c11} + {sc}*1]",
-                c00 = in(reg) c,
-                c01 = in(reg) c.add(16),
-                c10 = in(reg) c.add(16 * ldc),
-                c11 = in(reg) c.add(16 * ldc + 16),
+                c00 = in(reg) c_in,
+                c01 = in(reg) c_in.add(16),
+                c10 = in(reg) c_in.add(16 * ldc),
+                c11 = in(reg) c_in.add(16 * ldc + 16),
                 sc = in(reg) sc,
                 options(nostack, readonly),
             );
@@ -513,16 +667,24 @@ unsafe fn block_product<const SPLIT: bool>(
             );
         }
         for step in (0..kp).step_by(STEP) {
-            let (ah, bh) = (a_hi.as_ptr().add(step), w_hi.as_ptr().add(step / 2 * PANEL));
-            load_a(ah, a_half, a_stride);
-            load_b(bh, b_stride);
-            products();
+            let a_at = step / STEP * a_step;
+            let (ah, bh) = (a_hi.as_ptr().add(a_at), w_hi.as_ptr().add(step / 2 * PANEL));
+            if PACKED_A {
+                let (a_next, b_next) = (
+                    ah.wrapping_add(AHEAD * a_step),
+                    bh.wrapping_add(AHEAD * 16 * PANEL),
+                );
+                prefetch_step(a_next.cast(), b_next.cast());
+            }
+            tile_step(ah, a_half, a_stride, bh, b_stride);
             if SPLIT {
-                load_b(w_lo.as_ptr().add(step / 2 * PANEL), b_stride);
-                products();
-                load_a(a_lo.as_ptr().add(step), a_half, a_stride);
-                load_b(bh, b_stride);
-                products();
+                let bl = w_lo.as_ptr().add(step / 2 * PANEL);
+                if PACKED_A {
+                    let al = a_lo.as_ptr().wrapping_add(a_at + AHEAD * a_step);
+                    prefetch_step(al.cast(), bl.wrapping_add(AHEAD * 16 * PANEL).cast());
+                }
+                tile_step(ah, a_half, a_stride, bl, b_stride);
+                tile_step(a_lo.as_ptr().add(a_at), a_half, a_stride, bh, b_stride);
             }
         }
         asm!(
@@ -540,59 +702,52 @@ unsafe fn block_product<const SPLIT: bool>(
     }
 }
 
-/// Loads rows 0-15 of `a` into tmm4 and rows 16-31 (`half` values on) into tmm5, `stride` bytes
-/// apart.
+/// Steps ahead that [`prefetch_step`] fetches.
+const AHEAD: usize = 4;
+
+/// Prefetches two 2 KiB blocks (a packed A step and a B step) into L1.
+#[inline(always)]
+unsafe fn prefetch_step(a: *const u8, b: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetches never fault.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        for line in 0..32 {
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(line * 64).cast());
+            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(line * 64).cast());
+        }
+    }
+}
+
+/// One 32-wide step of the four C tiles (tmm0..tmm3): `A` rows 0-15 / 16-31 (`a`, `half`
+/// values on; rows `a_stride` bytes apart) into tmm4 / tmm5, the 16 pairs of columns 0-15 /
+/// 16-31 of a panel step (`b`, rows `b_stride` bytes apart) into tmm6 / tmm7, and the four
+/// products. Tile registers are not renamed, so each load is issued as soon as the products
+/// reading its register's previous contents are issued, letting loads overlap products.
 ///
 /// # Safety
-/// As [`block_product`]'s: the tile configuration is loaded and the 32 rows are readable.
+/// As [`block_product`]'s: the tile configuration is loaded and the 32 rows and 16 pairs are
+/// readable.
 #[inline(always)]
-unsafe fn load_a(a: *const bf16, half: usize, stride: usize) {
+unsafe fn tile_step(a: *const bf16, half: usize, a_stride: usize, b: *const u32, b_stride: usize) {
     // SAFETY: forwarded from the caller.
     unsafe {
         std::arch::asm!(
-            "tileloadd tmm4, [{a} + {s}*1]",
-            "tileloadd tmm5, [{a2} + {s}*1]",
-            a = in(reg) a,
-            a2 = in(reg) a.add(half),
-            s = in(reg) stride,
-            options(nostack, readonly),
-        )
-    };
-}
-
-/// Loads 16 pairs of columns 0-15 of a panel step into tmm6 and of columns 16-31 into tmm7.
-///
-/// # Safety
-/// As [`block_product`]'s: the tile configuration is loaded and the 16 pairs are readable.
-#[inline(always)]
-unsafe fn load_b(b: *const u32, stride: usize) {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        std::arch::asm!(
-            "tileloadd tmm6, [{b} + {s}*1]",
-            "tileloadd tmm7, [{b16} + {s}*1]",
-            b = in(reg) b,
-            b16 = in(reg) b.add(16),
-            s = in(reg) stride,
-            options(nostack, readonly),
-        )
-    };
-}
-
-/// `C += A B` for the four C tiles: (tmm4, tmm5) x (tmm6, tmm7) into tmm0..tmm3.
-///
-/// # Safety
-/// The tile configuration must be loaded and A and B tiles loaded.
-#[inline(always)]
-unsafe fn products() {
-    // SAFETY: forwarded from the caller; registers only.
-    unsafe {
-        std::arch::asm!(
+            "tileloadd tmm4, [{a} + {sa}*1]",
+            "tileloadd tmm6, [{b} + {sb}*1]",
             "tdpbf16ps tmm0, tmm4, tmm6",
+            "tileloadd tmm7, [{b16} + {sb}*1]",
             "tdpbf16ps tmm1, tmm4, tmm7",
+            "tileloadd tmm5, [{a2} + {sa}*1]",
             "tdpbf16ps tmm2, tmm5, tmm6",
             "tdpbf16ps tmm3, tmm5, tmm7",
-            options(nostack, nomem),
+            a = in(reg) a,
+            a2 = in(reg) a.add(half),
+            sa = in(reg) a_stride,
+            b = in(reg) b,
+            b16 = in(reg) b.add(16),
+            sb = in(reg) b_stride,
+            options(nostack, readonly),
         )
     };
 }
@@ -685,6 +840,64 @@ mod tests {
         packed.multiply_add(&mut alone, &x[40 * k..41 * k], 1);
         let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same(&alone, &batch[40 * n..41 * n]));
+    }
+
+    /// `panels` as `bf16::PackedBf16Linear` packs a `[n, k]` weight of already-bf16 values.
+    fn packed_bf16(w: &[f32], n: usize, k: usize) -> Vec<u32> {
+        let w: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        crate::kernels::bf16::pack_panels(&w, n, k)
+    }
+
+    #[test]
+    fn bf16_product_sums_exact_bf16_products_from_each_start() {
+        if !available() {
+            eprintln!("SKIPPED: this CPU or kernel has no AMX-BF16");
+            return;
+        }
+        let (m, n, k) = (70, 40, 96);
+        let (x, w, init) = (values(m * k, 31), values(n * k, 32), values(m * n, 33));
+        let panels = packed_bf16(&w, n, k);
+        let round =
+            |v: &[f32]| -> Vec<f32> { v.iter().map(|&v| bf16::from_f32(v).to_f32()).collect() };
+        let (xr, wr) = (round(&x), round(&w));
+        let zeros = vec![0f32; m * n];
+        let abs = |v: &[f32]| -> Vec<f32> { v.iter().map(|v| v.abs()).collect() };
+        // The size of the terms each sum adds up, which bounds its f32 rounding error.
+        let magnitude = exact(&abs(&init), &abs(&xr), &abs(&wr), m, n, k);
+        for (start, base) in [
+            (Start::Zero, &zeros),
+            (Start::From(&init), &init),
+            (Start::Dst, &init),
+        ] {
+            let mut dst = if matches!(start, Start::Dst) {
+                init.clone()
+            } else {
+                values(m * n, 34)
+            };
+            bf16_product(&panels, &x, (m, n, k), start, &mut dst);
+            let want = exact(base, &xr, &wr, m, n, k);
+            for ((got, want), size) in dst.iter().zip(&want).zip(&magnitude) {
+                assert!((f64::from(*got) - want).abs() <= 1e-5 * (1.0 + size));
+            }
+        }
+        // A row's bits do not depend on its place: row 40 is in a whole block above, alone here.
+        let mut batch = vec![0f32; m * n];
+        bf16_product(&panels, &x, (m, n, k), Start::From(&init), &mut batch);
+        let mut alone = vec![0f32; n];
+        let row_init = &init[40 * n..41 * n];
+        bf16_product(
+            &panels,
+            &x[40 * k..41 * k],
+            (1, n, k),
+            Start::From(row_init),
+            &mut alone,
+        );
+        assert!(
+            alone
+                .iter()
+                .zip(&batch[40 * n..])
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
     }
 
     #[test]

@@ -32,8 +32,7 @@ use candle_nn::{LayerNorm, Linear};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::amx::{self, AmxWeight};
-use super::bf16::bias_f32;
+use super::dense::{Dense, f32_slice};
 use super::ops::{GeluKind, gelu_in_place, softmax_row};
 
 /// The feed-forward activation of a layer.
@@ -52,8 +51,8 @@ pub enum FeedForward {
 pub struct RotaryTable {
     cos: Vec<f32>,
     sin: Vec<f32>,
-    half: usize,
-    len: usize,
+    pub(super) half: usize,
+    pub(super) len: usize,
 }
 
 impl RotaryTable {
@@ -81,7 +80,7 @@ impl RotaryTable {
     }
 
     /// Rotates the heads in `values` (`heads` of `2 half` values each) as position `pos`.
-    fn rotate(&self, values: &mut [f32], pos: usize) {
+    pub(super) fn rotate(&self, values: &mut [f32], pos: usize) {
         let cos = &self.cos[pos * self.half..(pos + 1) * self.half];
         let sin = &self.sin[pos * self.half..(pos + 1) * self.half];
         for head in values.chunks_exact_mut(2 * self.half) {
@@ -93,69 +92,6 @@ impl RotaryTable {
             }
         }
     }
-}
-
-/// A dense layer's weight `[out, in]` and bias, laid out for the CPU.
-struct Dense {
-    weight: DenseWeight,
-    bias: Vec<f32>,
-    out_features: usize,
-    in_features: usize,
-}
-
-/// How a [`Dense`] weight is multiplied: f32 through `gemm`, or split and packed for the AMX
-/// kernel where [`amx::available`] (the same sums to f32 grade; `kernels::amx` says how).
-enum DenseWeight {
-    F32(Vec<f32>),
-    Amx(AmxWeight),
-}
-
-impl Dense {
-    fn from_parts(weight: Tensor, bias: Vec<f32>) -> candle_core::Result<Self> {
-        let (out_features, in_features) = weight.dims2()?;
-        if bias.len() != out_features {
-            candle_core::bail!("bias of {} for {out_features} outputs", bias.len());
-        }
-        let values = weight
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        let weight = if amx::available() {
-            DenseWeight::Amx(AmxWeight::new(&values, out_features, in_features))
-        } else {
-            DenseWeight::F32(values)
-        };
-        Ok(Self {
-            weight,
-            bias,
-            out_features,
-            in_features,
-        })
-    }
-
-    fn from_linear(linear: &Linear) -> candle_core::Result<Self> {
-        let (weight, bias) = linear_parts(linear)?;
-        Self::from_parts(weight, bias)
-    }
-
-    /// `dst[m, out] += x[m, in] W^T`.
-    fn multiply_add(&self, dst: &mut [f32], x: &[f32], m: usize) {
-        match &self.weight {
-            DenseWeight::F32(w) => {
-                gemm_rows_times_weight_t(dst, x, w, m, self.out_features, self.in_features)
-            }
-            DenseWeight::Amx(packed) => packed.multiply_add(dst, x, m),
-        }
-    }
-}
-
-/// A linear layer's weight and its bias in f32 (zeros where it has none).
-fn linear_parts(linear: &Linear) -> candle_core::Result<(Tensor, Vec<f32>)> {
-    let bias = match bias_f32(linear)? {
-        Some(bias) => bias,
-        None => vec![0.0; linear.weight().dim(0)?],
-    };
-    Ok((linear.weight().clone(), bias))
 }
 
 /// One BERT layer's weights laid out for the fast path.
@@ -173,14 +109,8 @@ impl CpuBertLayer {
     /// stacked into one `[3h, h]` weight).
     pub fn new(linears: [&Linear; 6], heads: usize, gelu: GeluKind) -> candle_core::Result<Self> {
         let [query, key, value, attn_out, up, down] = linears;
-        let (q, k, v) = (
-            linear_parts(query)?,
-            linear_parts(key)?,
-            linear_parts(value)?,
-        );
-        let h = q.0.dim(1)?;
-        let weight = Tensor::cat(&[&q.0, &k.0, &v.0], 0)?;
-        let qkv = Dense::from_parts(weight, [q.1, k.1, v.1].concat())?;
+        let qkv = Dense::stacked(&[query, key, value])?;
+        let h = qkv.in_features;
         if qkv.out_features != 3 * h || heads == 0 || !h.is_multiple_of(heads) {
             candle_core::bail!("query/key/value shapes do not match the hidden size");
         }
@@ -203,20 +133,17 @@ impl CpuBertLayer {
         heads: usize,
     ) -> candle_core::Result<Self> {
         let qkv = Dense::from_linear(qkv)?;
-        let (gate, up) = (linear_parts(gate)?, linear_parts(up)?);
-        if gate.0.dims() != up.0.dims() {
+        if gate.weight().dims() != up.weight().dims() {
             candle_core::bail!("gate and up projections differ in shape");
         }
         let h = qkv.in_features;
         if qkv.out_features != 3 * h || heads == 0 || !h.is_multiple_of(heads) {
             candle_core::bail!("the Q|K|V projection does not match the hidden size");
         }
-        let weight = Tensor::cat(&[&gate.0, &up.0], 0)?;
-        let bias = [gate.1, up.1].concat();
         Ok(Self {
             qkv,
             attn_out: Dense::from_linear(attn_out)?,
-            up: Dense::from_parts(weight, bias)?,
+            up: Dense::stacked(&[gate, up])?,
             down: Dense::from_linear(down)?,
             heads,
             feed_forward: FeedForward::SwiGlu,
@@ -298,28 +225,18 @@ impl<'a> Project<'a> {
         if let Some(last) = out_dims.last_mut() {
             *last = n;
         }
-        // The destination starts as bias (+ residual); gemm accumulates x W^T into it.
-        let mut dst: Vec<f32> = match residual {
+        // The destination starts as bias (+ residual); the product accumulates into it.
+        let residual = match residual {
             Some((storage, layout)) => {
                 let (r, _) = f32_slice(storage, layout, "residual")?;
                 if r.len() != m * n {
                     candle_core::bail!("projection: residual of {} for {m}x{n}", r.len());
                 }
-                let mut dst = Vec::with_capacity(m * n);
-                for row in r.chunks_exact(n) {
-                    dst.extend(row.iter().zip(self.dense.bias.iter()).map(|(r, b)| r + b));
-                }
-                dst
+                Some(r)
             }
-            None => {
-                let mut dst = Vec::with_capacity(m * n);
-                for _ in 0..m {
-                    dst.extend_from_slice(&self.dense.bias);
-                }
-                dst
-            }
+            None => None,
         };
-        self.dense.multiply_add(&mut dst, x, m);
+        let mut dst = self.dense.forward(x, m, residual);
         if let Some((table, seq, rotated)) = self.rotary {
             dst.par_chunks_mut(n).enumerate().for_each(|(row, values)| {
                 table.rotate(&mut values[..rotated], row % seq);
@@ -430,61 +347,70 @@ impl CustomOp1 for Attention<'_> {
                         .map(|b| &b[head * bias_width..(head + 1) * bias_width]);
                     let geometry = HeadGeometry {
                         len,
-                        seq,
                         width,
-                        h,
-                        col,
+                        columns: [col, h + col, 2 * h + col],
+                        out_stride: h,
+                        out_col: col,
                         head_dim,
                         scale,
                     };
-                    attend(row, &geometry, bias, &mut scores, out);
+                    attend(row, &geometry, &mut scores, out, |q, logits| {
+                        if let Some(bias) = bias {
+                            let row_bias = &bias[seq - 1 - q..][..len];
+                            for (logit, b) in logits.iter_mut().zip(row_bias) {
+                                *logit += b;
+                            }
+                        }
+                        (0, len)
+                    });
                 }
             });
         Ok((CpuStorage::F32(ctx), Shape::from((batch, seq, h))))
     }
 }
 
-/// Where one head's operands lie in a batch row: `len` real positions of `seq`, each `width`
-/// wide (Q at column `col`, K at `h + col`, V at `2h + col`, `head_dim` each).
-struct HeadGeometry {
-    len: usize,
-    seq: usize,
-    width: usize,
-    h: usize,
-    col: usize,
-    head_dim: usize,
-    scale: f32,
+/// Where one head's operands lie in a batch row: `len` real positions, each `width` wide, with
+/// Q, K and V at `columns` (`head_dim` each); the context goes to columns `out_col ..` of rows
+/// `out_stride` apart.
+pub(super) struct HeadGeometry {
+    pub(super) len: usize,
+    pub(super) width: usize,
+    pub(super) columns: [usize; 3],
+    pub(super) out_stride: usize,
+    pub(super) out_col: usize,
+    pub(super) head_dim: usize,
+    pub(super) scale: f32,
 }
 
-/// One (batch row, head): softmax(Q K^T * scale + bias) V over the first `len` positions of
-/// `row` (`[seq, width]`), written to columns `col .. col + head_dim` of the first `len` rows of
-/// `out` (`[seq, h]`). `bias`: `2 seq - 1` values by `key - query + seq - 1`. `scores` holds
-/// `len x len` values.
-fn attend(
+/// One (batch row, head): `softmax(shape(Q K^T * scale)) V` over the first `len` positions of
+/// `row`, written to the first `len` rows of `out`. `shape(query, logits)` adjusts one query's
+/// `len` scaled logits in place and returns the range of keys it sees; the others get weight
+/// 0. `scores` holds `len x len` values.
+pub(super) fn attend(
     row: &[f32],
     geometry: &HeadGeometry,
-    bias: Option<&[f32]>,
     scores: &mut [f32],
     out: &mut [f32],
+    mut shape: impl FnMut(usize, &mut [f32]) -> (usize, usize),
 ) {
     let &HeadGeometry {
         len,
-        seq,
         width,
-        h,
-        col,
+        columns: [q_col, k_col, v_col],
+        out_stride,
+        out_col,
         head_dim,
         scale,
     } = geometry;
     if len == 0 {
         return;
     }
-    assert!(scores.len() == len * len && (len - 1) * h + col + head_dim <= out.len());
-    // The last element either gemm reads: row len-1, column 2h + col + head_dim - 1.
-    assert!((len - 1) * width + 2 * h + col + head_dim <= row.len());
-    // SAFETY: every index read is (i < len) * width + (column < 3h), inside `row` by the assert;
-    // `scores` is len x len; `out` is written at rows < len (stride h), columns col..col +
-    // head_dim, inside it by the second assert.
+    assert!(scores.len() == len * len && (len - 1) * out_stride + out_col + head_dim <= out.len());
+    // The last element gemm reads: row len-1, the largest column + head_dim - 1.
+    let last_col = q_col.max(k_col).max(v_col) + head_dim;
+    assert!((len - 1) * width + last_col <= row.len());
+    // SAFETY: every index read is (i < len) * width + (column < last_col), inside `row` by the
+    // assert; `scores` is len x len.
     unsafe {
         gemm::gemm(
             len,
@@ -494,10 +420,10 @@ fn attend(
             1,
             len as isize,
             false,
-            row.as_ptr().add(col),
+            row.as_ptr().add(q_col),
             1,
             width as isize,
-            row.as_ptr().add(h + col),
+            row.as_ptr().add(k_col),
             width as isize,
             1,
             0.0,
@@ -508,31 +434,31 @@ fn attend(
             Parallelism::None,
         );
     }
-    if let Some(bias) = bias {
-        for (q, logits) in scores.chunks_exact_mut(len).enumerate() {
-            let row_bias = &bias[seq - 1 - q..][..len];
-            for (logit, b) in logits.iter_mut().zip(row_bias) {
-                *logit += b;
-            }
+    for (q, probs) in scores.chunks_exact_mut(len).enumerate() {
+        let (lo, hi) = shape(q, probs);
+        let (lo, hi) = (lo.min(hi).min(len), hi.min(len));
+        probs[..lo].fill(0.0);
+        probs[hi..].fill(0.0);
+        if lo < hi {
+            softmax_row(&mut probs[lo..hi]);
         }
     }
-    for probs in scores.chunks_exact_mut(len) {
-        softmax_row(probs);
-    }
-    // SAFETY: as above; V is read at rows < len, columns 2h + col .. 2h + col + head_dim.
+    // SAFETY: as above; V is read at rows < len, columns v_col .. v_col + head_dim; `out` is
+    // written at rows < len (stride out_stride), columns out_col .. out_col + head_dim, inside
+    // it by the first assert.
     unsafe {
         gemm::gemm(
             len,
             head_dim,
             len,
-            out.as_mut_ptr().add(col),
+            out.as_mut_ptr().add(out_col),
             1,
-            h as isize,
+            out_stride as isize,
             false,
             scores.as_ptr(),
             1,
             len as isize,
-            row.as_ptr().add(2 * h + col),
+            row.as_ptr().add(v_col),
             1,
             width as isize,
             0.0,
@@ -545,63 +471,9 @@ fn attend(
     }
 }
 
-/// `dst[m, n] += x[m, k] * w[n, k]^T`, all row-major, parallel over rayon's threads.
-fn gemm_rows_times_weight_t(dst: &mut [f32], x: &[f32], w: &[f32], m: usize, n: usize, k: usize) {
-    assert!(dst.len() == m * n && x.len() == m * k && w.len() == n * k);
-    if m == 0 || n == 0 {
-        return;
-    }
-    let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 {
-        Parallelism::Rayon(threads)
-    } else {
-        Parallelism::None
-    };
-    // SAFETY: the assert bounds every access: x is m x k (row stride k), w^T is read as k x n
-    // with element (kk, nn) at w[nn * k + kk], dst is m x n (row stride n).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            true,
-            x.as_ptr(),
-            1,
-            k as isize,
-            w.as_ptr(),
-            k as isize,
-            1,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
-}
-
 /// `out = silu(gate) * up`, `silu(x) = x / (1 + exp(-x))` as candle computes it.
 fn silu_times(out: &mut [f32], (gate, up): (&[f32], &[f32])) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
     }
-}
-
-/// The contiguous f32 data of a CPU storage.
-fn f32_slice<'a>(
-    storage: &'a CpuStorage,
-    layout: &'a Layout,
-    what: &str,
-) -> candle_core::Result<(&'a [f32], &'a Layout)> {
-    let CpuStorage::F32(data) = storage else {
-        candle_core::bail!("{what}: expected f32");
-    };
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("{what}: expected a contiguous tensor");
-    };
-    Ok((&data[start..end], layout))
 }

@@ -159,25 +159,162 @@ impl PackedBf16Linear {
     /// this call alone writes the panel's columns, and the CPU must support AVX512-BF16.
     unsafe fn panel(&self, rows: &[bf16], m: usize, pairs: usize, panel: usize, out: *mut bf16) {
         let n = self.out_features;
-        let weights = &self.panels[panel * pairs * PANEL..(panel + 1) * pairs * PANEL];
         let first_col = panel * PANEL;
         let cols = PANEL.min(n - first_col);
-        let mut sums = [0f32; TILE_ROWS * PANEL];
         let mut bias = [0f32; PANEL];
         if let Some(values) = &self.bias {
             bias[..cols].copy_from_slice(&values[first_col..first_col + cols]);
         }
-        let mut row = 0;
-        while row < m {
-            let tile = TILE_ROWS.min(m - row);
-            let a = &rows[row * 2 * pairs..(row + tile) * 2 * pairs];
-            // SAFETY: the caller guarantees AVX512-BF16; `a` holds `tile` rows of `pairs` pairs
-            // and `weights` one panel.
-            unsafe { dot_tile(tile, pairs, a, weights, &mut sums) };
+        let store = |row: usize, tile: usize, sums: &[f32]| {
             // SAFETY: rows row..row + tile and columns first_col..first_col + cols are inside
             // `out` and belong to this panel (the caller's contract).
-            unsafe { store_bf16_rows(tile, &sums, &bias, out.add(row * n + first_col), n, cols) };
-            row += tile;
+            unsafe { store_bf16_rows(tile, sums, &bias, out.add(row * n + first_col), n, cols) };
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { panel_tiles(rows, m, pairs, &self.panels, panel, store) };
+    }
+}
+
+/// Runs `m` bf16 rows (`2 * pairs` values each) against panel `panel` of `panels`, handing the
+/// f32 sums of each run of up to [`TILE_ROWS`] rows to `emit(first_row, rows, sums)` (`sums`
+/// `PANEL` apart).
+///
+/// # Safety
+/// The CPU must support AVX512-BF16; `rows` must hold `m * 2 * pairs` values.
+unsafe fn panel_tiles(
+    rows: &[bf16],
+    m: usize,
+    pairs: usize,
+    panels: &[u32],
+    panel: usize,
+    mut emit: impl FnMut(usize, usize, &[f32]),
+) {
+    let weights = &panels[panel * pairs * PANEL..(panel + 1) * pairs * PANEL];
+    let mut sums = [0f32; TILE_ROWS * PANEL];
+    let mut row = 0;
+    while row < m {
+        let tile = TILE_ROWS.min(m - row);
+        let a = &rows[row * 2 * pairs..(row + tile) * 2 * pairs];
+        // SAFETY: the caller guarantees AVX512-BF16; `a` holds `tile` rows of `pairs` pairs
+        // and `weights` one panel.
+        unsafe { dot_tile(tile, pairs, a, weights, &mut sums) };
+        emit(row, tile, &sums);
+        row += tile;
+    }
+}
+
+/// A bf16 weight `[n, k]` packed as [`PackedBf16Linear`] packs it, for products whose f32 sums
+/// are added to an f32 destination unrounded (the fused decoder layer's projections). Build and
+/// use it only where [`PackedBf16Linear::supported`].
+pub(crate) struct Bf16Weight {
+    panels: Vec<u32>,
+    n: usize,
+    k: usize,
+}
+
+impl Bf16Weight {
+    /// Whether [`Bf16Weight::multiply_add`] runs on AMX tiles for this weight.
+    pub(crate) fn on_tiles(&self) -> bool {
+        self.k.is_multiple_of(32) && amx::available()
+    }
+
+    /// `dst = start + bf16(x) W^T` on AMX tiles ([`amx::bf16_product`]); only where
+    /// [`Bf16Weight::on_tiles`].
+    pub(crate) fn product_on_tiles(&self, dst: &mut [f32], x: &[f32], m: usize, start: amx::Start) {
+        amx::bf16_product(&self.panels, x, (m, self.n, self.k), start, dst);
+    }
+}
+
+impl Bf16Weight {
+    /// Packs a row-major `[n, k]` weight.
+    pub(crate) fn new(weight: &[bf16], n: usize, k: usize) -> Self {
+        assert_eq!(
+            weight.len(),
+            n * k,
+            "weight of {} for [{n}, {k}]",
+            weight.len()
+        );
+        Self {
+            panels: pack_panels(weight, n, k),
+            n,
+            k,
+        }
+    }
+
+    /// `dst[m, n] += bf16(x)[m, k] W^T`: the inputs rounded to bf16 (to nearest even), one
+    /// exact product per pair, f32 sums in input order. Rows do not depend on the thread count
+    /// or on their place among the `m`.
+    pub(crate) fn multiply_add(&self, dst: &mut [f32], x: &[f32], m: usize) {
+        let (n, k) = (self.n, self.k);
+        assert!(dst.len() == m * n && x.len() == m * k);
+        if m == 0 || n == 0 || k == 0 {
+            return;
+        }
+        if self.on_tiles() {
+            amx::bf16_product(&self.panels, x, (m, n, k), amx::Start::Dst, dst);
+            return;
+        }
+        // Rows as bf16 pairs; an odd width gets a zero column (its weight pair is zero too).
+        let width = k.div_ceil(2) * 2;
+        let mut rows = vec![bf16::ZERO; m * width];
+        rows.par_chunks_mut(width)
+            .zip(x.par_chunks(k))
+            .for_each(|(dst, src)| round_row(src, &mut dst[..k]));
+        let pairs = width / 2;
+        let panels = n.div_ceil(PANEL);
+        let out = SharedOut(dst.as_mut_ptr());
+        (0..panels).into_par_iter().for_each(|panel| {
+            let out = &out;
+            let first_col = panel * PANEL;
+            let cols = PANEL.min(n - first_col);
+            let add = |row: usize, tile: usize, sums: &[f32]| {
+                for (r, sums) in sums.chunks_exact(PANEL).take(tile).enumerate() {
+                    for (c, s) in sums[..cols].iter().enumerate() {
+                        // SAFETY: each panel task owns columns first_col..first_col + cols of
+                        // the m x n destination; row + r < m.
+                        unsafe { *out.0.add((row + r) * n + first_col + c) += s };
+                    }
+                }
+            };
+            // SAFETY: `Bf16Weight` is used only where AVX512-BF16 is supported; `rows` holds m
+            // rows of 2 * pairs values.
+            unsafe { panel_tiles(&rows, m, pairs, &self.panels, panel, add) };
+        });
+    }
+}
+
+/// Rounds `src` to bf16 (to nearest even), 16 values per `VCVTNEPS2BF16` where the CPU has it.
+pub(crate) fn round_row(src: &[f32], dst: &mut [bf16]) {
+    assert_eq!(src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if PackedBf16Linear::supported() {
+            let whole = src.len() / 16 * 16;
+            // SAFETY: AVX512-BF16/BW/VL checked just above; both slices hold `whole` values.
+            unsafe { round_row_avx512(&src[..whole], &mut dst[..whole]) };
+            for (d, &s) in dst[whole..].iter_mut().zip(&src[whole..]) {
+                *d = bf16::from_f32(s);
+            }
+            return;
+        }
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = bf16::from_f32(s);
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX512-BF16/BW/VL; both slices hold the same multiple of 16 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn round_row_avx512(src: &[f32], dst: &mut [bf16]) {
+    use std::arch::x86_64::*;
+    for (values, out) in src.chunks_exact(16).zip(dst.chunks_exact_mut(16)) {
+        // SAFETY: each chunk holds 16 values (the caller's contract).
+        unsafe {
+            let rounded: __m256i =
+                std::mem::transmute(_mm512_cvtneps_pbh(_mm512_loadu_ps(values.as_ptr())));
+            _mm256_storeu_si256(out.as_mut_ptr().cast(), rounded);
         }
     }
 }
@@ -245,13 +382,14 @@ pub(crate) fn bias_f32(linear: &Linear) -> candle_core::Result<Option<Vec<f32>>>
 }
 
 /// The output pointer shared by the tasks that write disjoint columns.
-struct SharedOut(*mut bf16);
-// SAFETY: tasks write disjoint elements through it (see `PackedBf16Linear::run`).
-unsafe impl Sync for SharedOut {}
+struct SharedOut<T>(*mut T);
+// SAFETY: tasks write disjoint elements through it (see `PackedBf16Linear::run` and
+// `Bf16Weight::multiply_add`).
+unsafe impl<T> Sync for SharedOut<T> {}
 
 /// Repacks `w` `[n, k]` into panels of `PANEL` columns of `[k / 2][PANEL]` bf16 pairs, zero
 /// padded in both directions.
-fn pack_panels(w: &[bf16], n: usize, k: usize) -> Vec<u32> {
+pub(crate) fn pack_panels(w: &[bf16], n: usize, k: usize) -> Vec<u32> {
     let pairs = k.div_ceil(2);
     let mut out = vec![0u32; n.div_ceil(PANEL) * pairs * PANEL];
     out.par_chunks_mut(pairs * PANEL)

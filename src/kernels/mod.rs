@@ -10,6 +10,9 @@
 //! - [`amx`]: f32 matrix products on AMX tiles at f32-grade accuracy (three bf16 products per
 //!   f32 one), where the CPU and the OS allow;
 //! - `bert_layer`: the f32 fast path of a whole encoder layer (BERT, nomic-bert);
+//! - `decoder_layer`: the fast path of a whole decoder layer (Mistral, Qwen, Gemma, EuroBERT),
+//!   f32 or bf16 weights;
+//! - `dense`: a dense layer's weight laid out for those two (f32 `gemm`, AMX bf16x3, or bf16);
 //! - [`bf16`]: packed bf16 linear layers on AVX512-BF16 (decoder encoders, the GGUF engine's
 //!   prompt path);
 //! - [`quant`]: GGUF's quantized block formats, their dequantization and the integer matrix x
@@ -20,6 +23,8 @@ pub mod amx;
 pub mod attention;
 pub(crate) mod bert_layer;
 pub mod bf16;
+pub(crate) mod decoder_layer;
+pub(crate) mod dense;
 pub mod dot;
 pub(crate) mod ops;
 pub mod quant;

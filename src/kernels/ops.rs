@@ -28,7 +28,7 @@ pub struct AttnMask {
 
 impl AttnMask {
     /// Visible key range `[lo, hi)` for query `q` of batch row `b`.
-    fn range(&self, b: usize, q: usize) -> (usize, usize) {
+    pub(crate) fn range(&self, b: usize, q: usize) -> (usize, usize) {
         let len = self.key_lengths.get(b).copied().unwrap_or(0);
         let hi = match (self.causal, self.window) {
             (true, _) => (q + 1).min(len),

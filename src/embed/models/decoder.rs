@@ -8,7 +8,11 @@
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 
+use crate::kernels::bert_layer::RotaryTable;
 use crate::kernels::bf16::DecoderLinear;
+use crate::kernels::decoder_layer::{
+    self, CpuDecoderLayer, DecoderLayerWeights, DecoderShape, DecoderWorkspace, GatedActivation,
+};
 
 use super::Backbone;
 use crate::kernels::ops::{AttnMask, attention_probs, silu_mul};
@@ -347,10 +351,73 @@ pub(super) fn fused_rotary_attention(
 /// A decoder stack: embeddings, layers, final norm.
 pub struct DecoderModel {
     embed: Embedding,
-    layers: Vec<Layer>,
-    norm: RmsNorm,
+    layers: Layers,
     spec: DecoderSpec,
     dtype: DType,
+}
+
+/// The layers and final norm: candle's, or the fused CPU path (`kernels::decoder_layer`).
+enum Layers {
+    Candle(Vec<Layer>, RmsNorm),
+    Cpu(Vec<CpuDecoderLayer>, Vec<f32>),
+}
+
+/// An RMSNorm's factors in f32 (Gemma's `1 + w` computed in f32, as upstream does).
+fn norm_factors(size: usize, gemma: bool, vb: VarBuilder) -> candle_core::Result<Tensor> {
+    let weight = vb.get(size, "weight")?.to_dtype(DType::F32)?;
+    if gemma { weight + 1.0 } else { Ok(weight) }
+}
+
+/// Layer `vb` packed for the fused CPU path.
+fn cpu_layer(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<CpuDecoderLayer> {
+    let (h, hd, inner) = (spec.hidden_size, spec.head_dim, spec.intermediate_size);
+    let attn = vb.pp("self_attn");
+    let proj = |out, name: &str| {
+        if spec.qkv_bias {
+            candle_nn::linear(h, out, attn.pp(name))
+        } else {
+            candle_nn::linear_no_bias(h, out, attn.pp(name))
+        }
+    };
+    let q = proj(spec.num_heads * hd, "q_proj")?;
+    let k = proj(spec.num_kv_heads * hd, "k_proj")?;
+    let v = proj(spec.num_kv_heads * hd, "v_proj")?;
+    let o = candle_nn::linear_no_bias(spec.num_heads * hd, h, attn.pp("o_proj"))?;
+    let mlp = vb.pp("mlp");
+    let gate = candle_nn::linear_no_bias(h, inner, mlp.pp("gate_proj"))?;
+    let up = candle_nn::linear_no_bias(h, inner, mlp.pp("up_proj"))?;
+    let down = candle_nn::linear_no_bias(inner, h, mlp.pp("down_proj"))?;
+    let norm = |size, name: &str, vb: &VarBuilder| norm_factors(size, spec.gemma, vb.pp(name));
+    let weights = DecoderLayerWeights {
+        attention: [&q, &k, &v, &o],
+        mlp: [&gate, &up, &down],
+        input_norm: norm(h, "input_layernorm", &vb)?,
+        post_attention_norm: norm(h, "post_attention_layernorm", &vb)?,
+        feed_forward_norms: if spec.gemma {
+            Some([
+                norm(h, "pre_feedforward_layernorm", &vb)?,
+                norm(h, "post_feedforward_layernorm", &vb)?,
+            ])
+        } else {
+            None
+        },
+        qk_norms: if spec.qk_norm {
+            Some([norm(hd, "q_norm", &attn)?, norm(hd, "k_norm", &attn)?])
+        } else {
+            None
+        },
+    };
+    let shape = DecoderShape {
+        heads: spec.num_heads,
+        kv_heads: spec.num_kv_heads,
+        head_dim: hd,
+        eps: spec.rms_norm_eps as f32,
+    };
+    let activation = match spec.activation {
+        Activation::Silu => GatedActivation::Silu,
+        Activation::GeluTanh => GatedActivation::GeluTanh,
+    };
+    CpuDecoderLayer::new(weights, shape, activation)
 }
 
 impl DecoderModel {
@@ -369,22 +436,74 @@ impl DecoderModel {
         };
         let dtype = vb.dtype();
         let embed = candle_nn::embedding(spec.vocab_size, spec.hidden_size, vb.pp("embed_tokens"))?;
-        let layers = (0..spec.num_layers)
-            .map(|i| Layer::new(&spec, i, vb.pp("layers").pp(i)))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let norm = RmsNorm::new(
-            spec.hidden_size,
-            spec.rms_norm_eps,
-            spec.gemma,
-            vb.pp("norm"),
-        )?;
+        let layers = if matches!(vb.device(), Device::Cpu) && decoder_layer::supports(dtype) {
+            let layers = (0..spec.num_layers)
+                .map(|i| cpu_layer(&spec, vb.pp("layers").pp(i)))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            let norm = norm_factors(spec.hidden_size, spec.gemma, vb.pp("norm"))?;
+            Layers::Cpu(layers, norm.to_vec1::<f32>()?)
+        } else {
+            let layers = (0..spec.num_layers)
+                .map(|i| Layer::new(&spec, i, vb.pp("layers").pp(i)))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            let norm = RmsNorm::new(
+                spec.hidden_size,
+                spec.rms_norm_eps,
+                spec.gemma,
+                vb.pp("norm"),
+            )?;
+            Layers::Candle(layers, norm)
+        };
         Ok(Self {
             embed,
             layers,
-            norm,
             spec,
             dtype,
         })
+    }
+}
+
+impl DecoderModel {
+    /// The attention mask of a layer with sliding window `window` over right-padded rows of
+    /// `lengths` real tokens (the key lengths keep real queries off padding keys).
+    fn mask(&self, lengths: &[usize], t: usize, window: Option<usize>) -> AttnMask {
+        AttnMask {
+            key_lengths: lengths.to_vec(),
+            query_len: t,
+            causal: self.spec.causal,
+            window,
+            scale: self.spec.attn_scale as f32,
+            softcap: self.spec.attn_softcap.map(|c| c as f32),
+        }
+    }
+
+    /// The fused CPU layers on the embedded `x` `[batch, seq, h]`; returns f32.
+    fn forward_cpu(
+        &self,
+        x: Tensor,
+        layers: &[CpuDecoderLayer],
+        norm: &[f32],
+        lengths: &[usize],
+    ) -> candle_core::Result<Tensor> {
+        let (b, t, h) = x.dims3()?;
+        let head_dim = self.spec.head_dim;
+        let rope = RotaryTable::new(head_dim, self.spec.rope_theta, t);
+        let local_rope = self
+            .spec
+            .local_rope_theta
+            .map(|theta| RotaryTable::new(head_dim, theta, t));
+        let mut values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let mut work = DecoderWorkspace::default();
+        for (i, layer) in layers.iter().enumerate() {
+            let window = self.spec.sliding_window.get(i).copied().flatten();
+            let rope = match (&local_rope, window) {
+                (Some(local), Some(_)) => local,
+                _ => &rope,
+            };
+            layer.forward(&mut values, rope, &self.mask(lengths, t, window), &mut work)?;
+        }
+        let values = decoder_layer::rms_norm(&values, norm, self.spec.rms_norm_eps as f32);
+        Tensor::from_vec(values, (b, t, h), x.device())
     }
 }
 
@@ -399,29 +518,25 @@ impl Backbone for DecoderModel {
                 Tensor::new((self.spec.hidden_size as f32).sqrt(), dev)?.to_dtype(self.dtype)?;
             x = x.broadcast_mul(&normalizer)?;
         }
+        let (layers, norm) = match &self.layers {
+            Layers::Candle(layers, norm) => (layers, norm),
+            Layers::Cpu(layers, norm) => return self.forward_cpu(x, layers, norm, lengths),
+        };
         let head_dim = self.spec.head_dim;
         let rope = Rope::new(head_dim, self.spec.rope_theta, t, self.dtype, dev)?;
         let local_rope = match self.spec.local_rope_theta {
             Some(theta) => Some(Rope::new(head_dim, theta, t, self.dtype, dev)?),
             None => None,
         };
-        for layer in &self.layers {
-            // Right padding: the key lengths keep real queries off padding keys.
-            let mask = AttnMask {
-                key_lengths: lengths.to_vec(),
-                query_len: t,
-                causal: self.spec.causal,
-                window: layer.window,
-                scale: self.spec.attn_scale as f32,
-                softcap: self.spec.attn_softcap.map(|c| c as f32),
-            };
+        for layer in layers {
+            let mask = self.mask(lengths, t, layer.window);
             let rope = match (&local_rope, layer.window) {
                 (Some(local), Some(_)) => local,
                 _ => &rope,
             };
             x = layer.forward(&x, rope, &mask)?;
         }
-        self.norm.forward(&x)
+        norm.forward(&x)
     }
 
     fn hidden_size(&self) -> usize {

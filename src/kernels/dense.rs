@@ -1,0 +1,209 @@
+//! A dense layer's weight laid out for the CPU fast paths (`bert_layer`, `decoder_layer`):
+//! f32 through `gemm`, split for AMX tiles (`kernels::amx`, f32-grade), or, for a bf16 weight,
+//! packed for the AVX512-BF16 / AMX bf16 kernels (`kernels::bf16`, one product per pair). Every
+//! product accumulates into an f32 destination that starts from the bias (and a residual),
+//! and no sum is split across threads, so results do not depend on the thread count.
+
+use candle_core::{CpuStorage, DType, Layout, Tensor};
+use candle_nn::Linear;
+use gemm::Parallelism;
+use half::bf16;
+
+use super::amx::{self, AmxWeight};
+use super::bf16::{Bf16Weight, PackedBf16Linear, bias_f32};
+
+/// A dense layer's weight `[out, in]` and bias, laid out for the CPU.
+pub(crate) struct Dense {
+    weight: DenseWeight,
+    pub(crate) bias: Vec<f32>,
+    pub(crate) out_features: usize,
+    pub(crate) in_features: usize,
+}
+
+/// How a [`Dense`] weight is multiplied: f32 through `gemm`, split and packed for the AMX
+/// kernel where [`amx::available`] (the same sums to f32 grade; `kernels::amx` says how), or
+/// kept in bf16 and packed for the bf16 kernels (inputs rounded to bf16).
+enum DenseWeight {
+    F32(Vec<f32>),
+    Amx(AmxWeight),
+    Bf16(Bf16Weight),
+}
+
+impl Dense {
+    /// Lays out `weight` `[out, in]` with `bias`: a bf16 weight stays bf16 where the CPU has
+    /// AVX512-BF16 ([`Dense::keeps_bf16`]); anything else is multiplied in f32.
+    pub(crate) fn from_parts(weight: Tensor, bias: Vec<f32>) -> candle_core::Result<Self> {
+        let (out_features, in_features) = weight.dims2()?;
+        if bias.len() != out_features {
+            candle_core::bail!("bias of {} for {out_features} outputs", bias.len());
+        }
+        let weight = if weight.dtype() == DType::BF16 && Self::keeps_bf16() {
+            let values = weight.flatten_all()?.to_vec1::<bf16>()?;
+            DenseWeight::Bf16(Bf16Weight::new(&values, out_features, in_features))
+        } else {
+            let values = weight
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            if amx::available() {
+                DenseWeight::Amx(AmxWeight::new(&values, out_features, in_features))
+            } else {
+                DenseWeight::F32(values)
+            }
+        };
+        Ok(Self {
+            weight,
+            bias,
+            out_features,
+            in_features,
+        })
+    }
+
+    /// Whether a bf16 weight is multiplied as bf16 here (the CPU has AVX512-BF16); elsewhere
+    /// it would be widened to f32, twice its memory.
+    pub(crate) fn keeps_bf16() -> bool {
+        PackedBf16Linear::supported()
+    }
+
+    /// Whether this weight is bf16 multiplied on AMX tiles.
+    pub(crate) fn bf16_on_tiles(&self) -> bool {
+        matches!(&self.weight, DenseWeight::Bf16(w) if w.on_tiles())
+    }
+
+    /// A linear layer's weight and bias (zeros where it has none).
+    pub(crate) fn from_linear(linear: &Linear) -> candle_core::Result<Self> {
+        let (weight, bias) = linear_parts(linear)?;
+        Self::from_parts(weight, bias)
+    }
+
+    /// Stacks the outputs of `linears` (same input width) into one layer.
+    pub(crate) fn stacked(linears: &[&Linear]) -> candle_core::Result<Self> {
+        let parts = linears
+            .iter()
+            .map(|l| linear_parts(l))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let weights: Vec<&Tensor> = parts.iter().map(|(w, _)| w).collect();
+        let bias = parts.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+        Self::from_parts(Tensor::cat(&weights, 0)?, bias)
+    }
+
+    /// `dst[m, out] += x[m, in] W^T`.
+    pub(crate) fn multiply_add(&self, dst: &mut [f32], x: &[f32], m: usize) {
+        match &self.weight {
+            DenseWeight::F32(w) => {
+                gemm_rows_times_weight_t(dst, x, w, m, self.out_features, self.in_features)
+            }
+            DenseWeight::Amx(packed) => packed.multiply_add(dst, x, m),
+            DenseWeight::Bf16(packed) => packed.multiply_add(dst, x, m),
+        }
+    }
+
+    /// `x W^T + bias` for `m` rows, plus `residual` (`[m, out]`) where given.
+    pub(crate) fn forward(&self, x: &[f32], m: usize, residual: Option<&[f32]>) -> Vec<f32> {
+        let mut dst = Vec::new();
+        self.forward_into(x, m, residual, &mut dst);
+        dst
+    }
+
+    /// [`Dense::forward`] into `dst` (its old contents replaced, its memory reused).
+    pub(crate) fn forward_into(
+        &self,
+        x: &[f32],
+        m: usize,
+        residual: Option<&[f32]>,
+        dst: &mut Vec<f32>,
+    ) {
+        let n = self.out_features;
+        if let DenseWeight::Bf16(w) = &self.weight
+            && w.on_tiles()
+            && self.bias.iter().all(|&b| b == 0.0)
+        {
+            // The tiles start from zero or from the residual: `dst` is only written.
+            if dst.len() != m * n {
+                dst.clear();
+                dst.resize(m * n, 0.0);
+            }
+            let start = residual.map_or(amx::Start::Zero, amx::Start::From);
+            w.product_on_tiles(dst, x, m, start);
+            return;
+        }
+        dst.clear();
+        match residual {
+            Some(r) => {
+                assert_eq!(r.len(), m * n, "residual of {} for {m}x{n}", r.len());
+                for row in r.chunks_exact(n) {
+                    dst.extend(row.iter().zip(&self.bias).map(|(r, b)| r + b));
+                }
+            }
+            None => {
+                for _ in 0..m {
+                    dst.extend_from_slice(&self.bias);
+                }
+            }
+        }
+        self.multiply_add(dst, x, m);
+    }
+}
+
+/// A linear layer's weight and its bias in f32 (zeros where it has none).
+pub(crate) fn linear_parts(linear: &Linear) -> candle_core::Result<(Tensor, Vec<f32>)> {
+    let bias = match bias_f32(linear)? {
+        Some(bias) => bias,
+        None => vec![0.0; linear.weight().dim(0)?],
+    };
+    Ok((linear.weight().clone(), bias))
+}
+
+/// `dst[m, n] += x[m, k] * w[n, k]^T`, all row-major, parallel over rayon's threads.
+fn gemm_rows_times_weight_t(dst: &mut [f32], x: &[f32], w: &[f32], m: usize, n: usize, k: usize) {
+    assert!(dst.len() == m * n && x.len() == m * k && w.len() == n * k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    let parallelism = if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: the assert bounds every access: x is m x k (row stride k), w^T is read as k x n
+    // with element (kk, nn) at w[nn * k + kk], dst is m x n (row stride n).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            true,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// The contiguous f32 data of a CPU storage.
+pub(crate) fn f32_slice<'a>(
+    storage: &'a CpuStorage,
+    layout: &'a Layout,
+    what: &str,
+) -> candle_core::Result<(&'a [f32], &'a Layout)> {
+    let CpuStorage::F32(data) = storage else {
+        candle_core::bail!("{what}: expected f32");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{what}: expected a contiguous tensor");
+    };
+    Ok((&data[start..end], layout))
+}
