@@ -162,7 +162,7 @@ def main() -> None:
     print(f"{n} documents, {ours[2]} tokens, max length {args.max_length}, {args.threads} threads, "
           f"shape {args.shape} ({layers or 'all'} layers), bf16")
     print(f"{'':22}{'tokens/s':>10}{'embed s':>10}{'load s':>9}{'peak MiB':>10}")
-    print(f"{'freshstack (candle)':22}{ours[2] / ours[0]:10.1f}{ours[0]:10.2f}{ours[1]:9.2f}{ours[3] / 1024:10.0f}")
+    print(f"{'freshstack':22}{ours[2] / ours[0]:10.1f}{ours[0]:10.2f}{ours[1]:9.2f}{ours[3] / 1024:10.0f}")
     print(f"{'transformers (torch)':22}{theirs[2] / theirs[0]:10.1f}{theirs[0]:10.2f}{theirs[1]:9.2f}"
           f"{theirs[3] / 1024:10.0f}")
     print(f"ratio of medians (ours / theirs): tokens/s {theirs[0] / ours[0]:.2f}x, "

@@ -114,7 +114,7 @@ def main() -> None:
 
     print(f"{n} documents, max length {args.max_length}, {args.threads} threads, model {args.model}")
     print(f"{'':22}{'docs/s':>10}{'tokens/s':>12}{'embed s':>10}{'load s':>9}{'peak MiB':>10}")
-    print(f"{'freshstack (candle)':22}{n / ours_embed:10.1f}{ours_tokens / ours_embed:12.0f}{ours_embed:10.2f}"
+    print(f"{'freshstack':22}{n / ours_embed:10.1f}{ours_tokens / ours_embed:12.0f}{ours_embed:10.2f}"
           f"{ours_load:9.2f}{ours_rss / 1024:10.0f}")
     print(f"{'sentence-transformers':22}{n / st['embed_s']:10.1f}{st['tokens'] / st['embed_s']:12.0f}"
           f"{st['embed_s']:10.2f}{st['load_s']:9.2f}{st_rss / 1024:10.0f}")

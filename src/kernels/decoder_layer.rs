@@ -71,6 +71,10 @@ pub(crate) struct DecoderLayerWeights<'a> {
     pub(crate) qk_norms: Option<[Tensor; 2]>,
 }
 
+/// Rows per block of the layer's steps, per thread: the AMX kernel's task size, so a block
+/// gives every thread one task and its intermediates stay in cache.
+const ROWS_PER_THREAD: usize = 128;
+
 /// Whether a model whose weights are `dtype` takes this path on the CPU: f32 always, bf16
 /// where the CPU multiplies bf16 natively (AVX512-BF16; elsewhere the weights would be widened
 /// to f32, twice their memory).
@@ -167,7 +171,7 @@ impl CpuDecoderLayer {
     /// positions. `work` holds the intermediate buffers from layer to layer.
     pub(crate) fn forward(
         &self,
-        x: &mut Vec<f32>,
+        x: &mut [f32],
         rotary: &RotaryTable,
         mask: &AttnMask,
         work: &mut DecoderWorkspace,
@@ -193,7 +197,6 @@ impl CpuDecoderLayer {
         if rotary.len < seq || rotary.half * 2 != head_dim {
             candle_core::bail!("decoder layer: rotary tables do not cover {seq} positions");
         }
-        let m = batch * seq;
         let (qw, kvw) = (heads * head_dim, kv_heads * head_dim);
         let DecoderWorkspace {
             normed,
@@ -204,75 +207,100 @@ impl CpuDecoderLayer {
             next,
         } = work;
 
-        rms_norm_into(x, &self.input_norm, eps, normed);
-        self.qkv.forward_into(normed, m, None, qkv);
-        qkv.par_chunks_mut(qw + 2 * kvw)
-            .enumerate()
-            .for_each(|(r, row)| {
-                let (q, rest) = row.split_at_mut(qw);
-                let k = &mut rest[..kvw];
-                if let Some([q_norm, k_norm]) = &self.qk_norms {
-                    for head in q.chunks_exact_mut(head_dim) {
-                        rms_norm_row(head, q_norm, eps);
+        // The layer a block of rows at a time (whole texts for attention), so that each step's
+        // output is still in cache when the next reads it. A row's result does not depend on
+        // the blocks.
+        let block_rows = ROWS_PER_THREAD * rayon::current_num_threads().max(2);
+        // Attention a few batch rows (texts) at a time, so Q|K|V stays in cache.
+        let texts_per_block = (block_rows / seq).max(1);
+        for (block, rows) in x.chunks_mut(texts_per_block * seq * h).enumerate() {
+            let cm = rows.len() / h;
+            let first_text = block * texts_per_block;
+            rms_norm_into(rows, &self.input_norm, eps, normed);
+            self.qkv.forward_into(normed, cm, None, qkv);
+            qkv.par_chunks_mut(qw + 2 * kvw)
+                .enumerate()
+                .for_each(|(r, row)| {
+                    let (q, rest) = row.split_at_mut(qw);
+                    let k = &mut rest[..kvw];
+                    if let Some([q_norm, k_norm]) = &self.qk_norms {
+                        for head in q.chunks_exact_mut(head_dim) {
+                            rms_norm_row(head, q_norm, eps);
+                        }
+                        for head in k.chunks_exact_mut(head_dim) {
+                            rms_norm_row(head, k_norm, eps);
+                        }
                     }
-                    for head in k.chunks_exact_mut(head_dim) {
-                        rms_norm_row(head, k_norm, eps);
-                    }
+                    rotary.rotate(q, r % seq);
+                    rotary.rotate(k, r % seq);
+                });
+            self.attention(qkv, first_text..first_text + cm / seq, mask, ctx);
+            match &self.feed_forward_norms {
+                None => {
+                    self.out.forward_into(ctx, cm, Some(rows), next);
+                    rows.copy_from_slice(next);
                 }
-                rotary.rotate(q, r % seq);
-                rotary.rotate(k, r % seq);
-            });
-        self.attention(qkv, batch, mask, ctx);
-
-        match &self.feed_forward_norms {
-            None => {
-                self.out.forward_into(ctx, m, Some(x), next);
-                std::mem::swap(x, next);
-            }
-            Some(_) => {
-                self.out.forward_into(ctx, m, None, next);
-                add_normed(x, next, &self.post_attention_norm, eps);
+                Some(_) => {
+                    self.out.forward_into(ctx, cm, None, next);
+                    add_normed(rows, next, &self.post_attention_norm, eps);
+                }
             }
         }
         let mlp_norm = match &self.feed_forward_norms {
             Some([pre, _]) => pre,
             None => &self.post_attention_norm,
         };
-        rms_norm_into(x, mlp_norm, eps, normed);
-        self.gate_up.forward_into(normed, m, None, gate_up);
+        // The MLP a block of rows at a time: its widest intermediate (gate | up) stays a few
+        // MiB instead of `[m, 2 inner]`.
         let inner = self.gate_up.out_features / 2;
-        hidden.resize(m * inner, 0.0);
-        hidden
-            .par_chunks_mut(inner)
-            .zip(gate_up.par_chunks(2 * inner))
-            .for_each(|(out, row)| {
-                let (gate, up) = row.split_at(inner);
-                match self.activation {
-                    GatedActivation::Silu => silu_gate(out, gate, up),
-                    GatedActivation::GeluTanh => {
-                        out.copy_from_slice(gate);
-                        gelu_in_place(out, GeluKind::Tanh);
-                        for (o, u) in out.iter_mut().zip(up) {
-                            *o *= u;
+        for rows in x.chunks_mut(block_rows * h) {
+            let cm = rows.len() / h;
+            rms_norm_into(rows, mlp_norm, eps, normed);
+            self.gate_up.forward_into(normed, cm, None, gate_up);
+            if hidden.len() != cm * inner {
+                hidden.clear();
+                hidden.resize(cm * inner, 0.0);
+            }
+            hidden
+                .par_chunks_mut(inner)
+                .zip(gate_up.par_chunks(2 * inner))
+                .for_each(|(out, row)| {
+                    let (gate, up) = row.split_at(inner);
+                    match self.activation {
+                        GatedActivation::Silu => silu_gate(out, gate, up),
+                        GatedActivation::GeluTanh => {
+                            out.copy_from_slice(gate);
+                            gelu_in_place(out, GeluKind::Tanh);
+                            for (o, u) in out.iter_mut().zip(up) {
+                                *o *= u;
+                            }
                         }
                     }
+                });
+            match &self.feed_forward_norms {
+                None => {
+                    self.down.forward_into(hidden, cm, Some(rows), next);
+                    rows.copy_from_slice(next);
                 }
-            });
-        match &self.feed_forward_norms {
-            None => {
-                self.down.forward_into(hidden, m, Some(x), next);
-                std::mem::swap(x, next);
-            }
-            Some([_, post]) => {
-                self.down.forward_into(hidden, m, None, next);
-                add_normed(x, next, post, eps);
+                Some([_, post]) => {
+                    self.down.forward_into(hidden, cm, None, next);
+                    add_normed(rows, next, post, eps);
+                }
             }
         }
         Ok(())
     }
 
-    /// The attention context `[batch * seq, heads * head_dim]` of the rotated Q|K|V rows.
-    fn attention(&self, qkv: &[f32], batch: usize, mask: &AttnMask, ctx: &mut Vec<f32>) {
+    /// The attention context `[texts * seq, heads * head_dim]` of the rotated Q|K|V rows of
+    /// batch rows `texts`.
+    fn attention(
+        &self,
+        qkv: &[f32],
+        texts: std::ops::Range<usize>,
+        mask: &AttnMask,
+        ctx: &mut Vec<f32>,
+    ) {
+        let batch = texts.len();
         let DecoderShape {
             heads,
             kv_heads,
@@ -287,7 +315,8 @@ impl CpuDecoderLayer {
             .into_par_iter()
             .map(|task| {
                 let (b, head) = (task / heads, task % heads);
-                let len = mask.key_lengths[b].min(seq);
+                let text = texts.start + b;
+                let len = mask.key_lengths[text].min(seq);
                 let row = &qkv[b * seq * width..(b + 1) * seq * width];
                 let kv = head / group;
                 let geometry = HeadGeometry {
@@ -304,7 +333,7 @@ impl CpuDecoderLayer {
                     scale: mask.scale,
                 };
                 let shape = |q: usize, logits: &mut [f32]| {
-                    let (lo, hi) = mask.range(b, q);
+                    let (lo, hi) = mask.range(text, q);
                     if let Some(cap) = mask.softcap {
                         for logit in &mut logits[lo..hi] {
                             *logit = (*logit / cap).tanh() * cap;
