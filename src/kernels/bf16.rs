@@ -242,7 +242,7 @@ impl Bf16Weight {
     }
 
     /// `dst[m, n] += bf16(x)[m, k] W^T`: the inputs rounded to bf16 (to nearest even), one
-    /// exact product per pair, f32 sums in input order. Rows do not depend on the thread count
+    /// exact product per pair, f32 sums in a fixed order. Rows do not depend on the thread count
     /// or on their place among the `m`.
     pub(crate) fn multiply_add(&self, dst: &mut [f32], x: &[f32], m: usize) {
         let (n, k) = (self.n, self.k);
@@ -254,6 +254,13 @@ impl Bf16Weight {
             amx::bf16_product(&self.panels, x, (m, n, k), amx::Start::Dst, dst);
             return;
         }
+        self.multiply_add_without_tiles(dst, x, m);
+    }
+
+    /// [`Bf16Weight::multiply_add`] on the AVX512-BF16 kernel (the path of CPUs without AMX).
+    fn multiply_add_without_tiles(&self, dst: &mut [f32], x: &[f32], m: usize) {
+        let (n, k) = (self.n, self.k);
+        assert!(dst.len() == m * n && x.len() == m * k);
         // Rows as bf16 pairs; an odd width gets a zero column (its weight pair is zero too).
         let width = k.div_ceil(2) * 2;
         let mut rows = vec![bf16::ZERO; m * width];
@@ -600,6 +607,44 @@ pub(crate) mod tests {
                         "m{m} k{k} n{n} [{i},{j}]: {} vs {want}",
                         got[i][j]
                     );
+                }
+            }
+        }
+    }
+
+    /// Both paths of [`Bf16Weight`] (AMX tiles where present, the AVX512-BF16 kernel always)
+    /// add the exact products of the bf16-rounded inputs to the destination in f32.
+    #[test]
+    fn bf16_weight_adds_exact_bf16_products_in_f32() {
+        if !PackedBf16Linear::supported() {
+            eprintln!("SKIPPED: this CPU has no AVX512-BF16");
+            return;
+        }
+        let round = |v: f32| bf16::from_f32(v).to_f32();
+        for (m, k, n) in [(13, 64, 32), (25, 77, 45), (45, 64, 70), (150, 128, 33)] {
+            let (x, w, start) = (random(m * k, 4), random(n * k, 5), random(m * n, 6));
+            let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+            let weight = Bf16Weight::new(&wb, n, k);
+            let mut paths = vec![start.clone()];
+            weight.multiply_add_without_tiles(&mut paths[0], &x, m);
+            if weight.on_tiles() {
+                paths.push(start.clone());
+                weight.multiply_add(&mut paths[1], &x, m);
+            }
+            for got in &paths {
+                for i in 0..m {
+                    for j in 0..n {
+                        let (mut want, mut size) = (f64::from(start[i * n + j]), 1.0);
+                        for c in 0..k {
+                            let p = f64::from(round(x[i * k + c])) * f64::from(round(w[j * k + c]));
+                            want += p;
+                            size += p.abs();
+                        }
+                        let diff = (f64::from(got[i * n + j]) - want).abs();
+                        // Twice the worst case of k f32 additions (k 2^-24 of the terms' size).
+                        let bound = 2.0 * (k + 1) as f64 * f64::from(f32::EPSILON) / 2.0 * size;
+                        assert!(diff <= bound, "m{m} k{k} n{n} [{i},{j}]: {diff}");
+                    }
                 }
             }
         }

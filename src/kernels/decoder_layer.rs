@@ -208,9 +208,17 @@ impl CpuDecoderLayer {
         } = work;
 
         // The layer a block of rows at a time (whole texts for attention), so that each step's
-        // output is still in cache when the next reads it. A row's result does not depend on
-        // the blocks.
-        let block_rows = ROWS_PER_THREAD * rayon::current_num_threads().max(2);
+        // output is still in cache when the next reads it. The blocks depend on the thread
+        // count, so they are used only where a row's product does not depend on the rows
+        // beside it; `gemm`'s f32 products take the whole batch at once.
+        let block_rows = if [&self.qkv, &self.out, &self.gate_up, &self.down]
+            .iter()
+            .all(|d| d.rows_independent())
+        {
+            ROWS_PER_THREAD * rayon::current_num_threads().max(2)
+        } else {
+            (x.len() / h).max(1)
+        };
         // Attention a few batch rows (texts) at a time, so Q|K|V stays in cache.
         let texts_per_block = (block_rows / seq).max(1);
         for (block, rows) in x.chunks_mut(texts_per_block * seq * h).enumerate() {

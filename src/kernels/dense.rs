@@ -65,6 +65,13 @@ impl Dense {
         PackedBf16Linear::supported()
     }
 
+    /// Whether a row's product is computed the same way whatever the other rows multiplied with
+    /// it (the AMX and bf16 kernels: fixed-size row blocks, ragged ones padded); `gemm`'s
+    /// blocking may depend on the row count, so the f32 path does not promise it.
+    pub(crate) fn rows_independent(&self) -> bool {
+        !matches!(self.weight, DenseWeight::F32(_))
+    }
+
     /// Whether this weight is bf16 multiplied on AMX tiles.
     pub(crate) fn bf16_on_tiles(&self) -> bool {
         matches!(&self.weight, DenseWeight::Bf16(w) if w.on_tiles())
