@@ -169,62 +169,13 @@ impl AmxWeight {
             let end = at + src.len();
             split_row(src, &mut x_hi[at..end], &mut x_lo[at..end]);
         });
-        let panel_len = kp / 2 * PANEL;
-        let mut sums = [0f32; BLOCK_ROWS * PANEL];
-        let _tiles = TileConfig::load();
-        for panel in 0..n.div_ceil(PANEL) {
-            let w_hi = &self.hi[panel * panel_len..(panel + 1) * panel_len];
-            let w_lo = &self.lo[panel * panel_len..(panel + 1) * panel_len];
-            let first_col = panel * PANEL;
-            let cols = PANEL.min(n - first_col);
-            for block in 0..m_padded / BLOCK_ROWS {
-                let rows = block * BLOCK_ROWS..(block + 1) * BLOCK_ROWS;
-                let a_hi = &x_hi[rows.start * kp..rows.end * kp];
-                let a_lo = &x_lo[rows.start * kp..rows.end * kp];
-                let live = rows.end.min(m) - rows.start;
-                if live == BLOCK_ROWS && cols == PANEL {
-                    // A whole block: the tiles start from `dst` and are stored back into it.
-                    let at = &mut dst
-                        [rows.start * n + first_col..(rows.end - 1) * n + first_col + PANEL];
-                    // SAFETY: the tile configuration is loaded on this thread (`_tiles`);
-                    // `a_hi`, `a_lo` hold 32 rows of `kp` values, `w_hi`, `w_lo` one panel of
-                    // `kp / 2` pairs, and `at` 32 rows of 32 values `n` apart.
-                    unsafe {
-                        block_product::<true, true, true>(
-                            [a_hi, a_lo],
-                            [w_hi, w_lo],
-                            kp,
-                            at.as_ptr(),
-                            at.as_mut_ptr(),
-                            n,
-                        )
-                    };
-                    continue;
-                }
-                // A ragged block goes through `sums` with the same operations, so a row's
-                // result does not depend on where it falls in a batch.
-                sums.fill(0.0);
-                for r in 0..live {
-                    let row = &dst[(rows.start + r) * n + first_col..][..cols];
-                    sums[r * PANEL..r * PANEL + cols].copy_from_slice(row);
-                }
-                // SAFETY: as above, with `sums` 32 rows of 32 values `PANEL` apart.
-                unsafe {
-                    block_product::<true, true, true>(
-                        [a_hi, a_lo],
-                        [w_hi, w_lo],
-                        kp,
-                        sums.as_ptr(),
-                        sums.as_mut_ptr(),
-                        PANEL,
-                    )
-                };
-                for r in 0..live {
-                    let row = &mut dst[(rows.start + r) * n + first_col..][..cols];
-                    row.copy_from_slice(&sums[r * PANEL..r * PANEL + cols]);
-                }
-            }
-        }
+        task_product::<true>(
+            [&x_hi, &x_lo],
+            [&self.hi, &self.lo],
+            (m, n, kp),
+            Start::Dst,
+            dst,
+        );
     }
 }
 
@@ -386,70 +337,84 @@ pub(crate) fn bf16_product(
             for_each_packed_piece(x, k, |src, at| {
                 round_row(src, &mut rows[at..at + src.len()])
             });
-            let init = match start {
-                Start::From(values) => Some(&values[task * task_rows * n..][..m * n]),
-                Start::Dst => None,
-                Start::Zero => None,
+            let start = match start {
+                Start::From(values) => Start::From(&values[task * task_rows * n..][..m * n]),
+                other => other,
             };
-            let mut sums = [0f32; BLOCK_ROWS * PANEL];
-            let _tiles = TileConfig::load();
-            for panel in 0..n.div_ceil(PANEL) {
-                let w = &panels[panel * panel_len..(panel + 1) * panel_len];
-                let first_col = panel * PANEL;
-                let cols = PANEL.min(n - first_col);
-                for block in 0..m_padded / BLOCK_ROWS {
-                    let first = block * BLOCK_ROWS;
-                    let a = &rows[first * k..(first + BLOCK_ROWS) * k];
-                    let live = (m - first).min(BLOCK_ROWS);
-                    let span = first * n + first_col..(first + live - 1) * n + first_col + cols;
-                    if live == BLOCK_ROWS && cols == PANEL {
-                        let at = &mut dst[span.clone()];
-                        let c = at.as_mut_ptr();
-                        // SAFETY: the tile configuration is loaded on this thread (`_tiles`);
-                        // `a` holds 32 rows of `k` values, `w` one panel of `k / 2` pairs,
-                        // `at` (and `init`'s same span) 32 rows of 32 values `n` apart.
-                        unsafe {
-                            match (start, init) {
-                                (Start::Zero, _) => {
-                                    block_product::<false, false, true>([a, a], [w, w], k, c, c, n)
-                                }
-                                (_, Some(init)) => block_product::<false, true, true>(
-                                    [a, a],
-                                    [w, w],
-                                    k,
-                                    init[span].as_ptr(),
-                                    c,
-                                    n,
-                                ),
-                                (_, None) => {
-                                    block_product::<false, true, true>([a, a], [w, w], k, c, c, n)
-                                }
-                            }
-                        };
-                        continue;
-                    }
-                    sums.fill(0.0);
-                    let source: Option<&[f32]> = match start {
-                        Start::Zero => None,
-                        Start::Dst => Some(dst),
-                        Start::From(_) => init,
-                    };
-                    if let Some(source) = source {
-                        for r in 0..live {
-                            let row = &source[(first + r) * n + first_col..][..cols];
-                            sums[r * PANEL..r * PANEL + cols].copy_from_slice(row);
+            task_product::<false>([&rows, &rows], [panels, panels], (m, n, k), start, dst);
+        });
+}
+
+/// One task's rows, packed by [`for_each_packed_piece`] (`m` live rows of `kp` values, zero
+/// padded to whole blocks), times every panel of the weight: `dst[m, n] = start + A W^T`, with
+/// `A = a[0] + a[1]` and `W = w[0] + w[1]` as three products with `SPLIT` (bf16x3), `a[0]` and
+/// `w[0]` alone without. Whole 32 x 32 blocks run on `dst` directly; a ragged block goes
+/// through a padded copy with the same operations, so a row's result does not depend on where
+/// it falls in a batch.
+fn task_product<const SPLIT: bool>(
+    [a_hi, a_lo]: [&[bf16]; 2],
+    [w_hi, w_lo]: [&[u32]; 2],
+    (m, n, kp): (usize, usize, usize),
+    start: Start,
+    dst: &mut [f32],
+) {
+    let panel_len = kp / 2 * PANEL;
+    let m_padded = m.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
+    assert!(a_hi.len() >= m_padded * kp && a_lo.len() >= m_padded * kp && dst.len() == m * n);
+    let panels = n.div_ceil(PANEL);
+    assert!(w_hi.len() >= panels * panel_len && w_lo.len() >= panels * panel_len);
+    let mut sums = [0f32; BLOCK_ROWS * PANEL];
+    let _tiles = TileConfig::load();
+    for panel in 0..panels {
+        let weights = panel * panel_len..(panel + 1) * panel_len;
+        let w = [&w_hi[weights.clone()], &w_lo[weights]];
+        let first_col = panel * PANEL;
+        let cols = PANEL.min(n - first_col);
+        for block in 0..m_padded / BLOCK_ROWS {
+            let first = block * BLOCK_ROWS;
+            let inputs = first * kp..(first + BLOCK_ROWS) * kp;
+            let a = [&a_hi[inputs.clone()], &a_lo[inputs]];
+            let live = (m - first).min(BLOCK_ROWS);
+            let span = first * n + first_col..(first + live - 1) * n + first_col + cols;
+            if live == BLOCK_ROWS && cols == PANEL {
+                let c = dst[span.clone()].as_mut_ptr();
+                // SAFETY: the tile configuration is loaded on this thread (`_tiles`); `a` holds
+                // 32 rows of `kp` values, `w` one panel of `kp / 2` pairs (asserted), and
+                // `dst`'s span (and the start values' same span) 32 rows of 32 values `n`
+                // apart.
+                unsafe {
+                    match start {
+                        Start::Zero => block_product::<SPLIT, false, true>(a, w, kp, c, c, n),
+                        Start::Dst => block_product::<SPLIT, true, true>(a, w, kp, c, c, n),
+                        Start::From(values) => {
+                            let c_in = values[span].as_ptr();
+                            block_product::<SPLIT, true, true>(a, w, kp, c_in, c, n)
                         }
                     }
-                    let c = sums.as_mut_ptr();
-                    // SAFETY: as above, with `sums` 32 rows of 32 values `PANEL` apart.
-                    unsafe { block_product::<false, true, true>([a, a], [w, w], k, c, c, PANEL) };
-                    for r in 0..live {
-                        let row = &mut dst[(first + r) * n + first_col..][..cols];
-                        row.copy_from_slice(&sums[r * PANEL..r * PANEL + cols]);
-                    }
+                };
+                continue;
+            }
+            sums.fill(0.0);
+            let source: Option<&[f32]> = match start {
+                Start::Zero => None,
+                Start::Dst => Some(dst),
+                Start::From(values) => Some(values),
+            };
+            if let Some(source) = source {
+                for r in 0..live {
+                    let row = &source[(first + r) * n + first_col..][..cols];
+                    sums[r * PANEL..r * PANEL + cols].copy_from_slice(row);
                 }
             }
-        });
+            let c = sums.as_mut_ptr();
+            // SAFETY: as above, with `sums` 32 rows of 32 values `PANEL` apart.
+            unsafe { block_product::<SPLIT, true, true>(a, w, kp, c, c, PANEL) };
+            for r in 0..live {
+                let row = &mut dst[(first + r) * n + first_col..][..cols];
+                row.copy_from_slice(&sums[r * PANEL..r * PANEL + cols]);
+            }
+        }
+    }
 }
 
 /// bf16 rows `[rows, k]` (`k` a multiple of 32) cut into the 32-row blocks the AMX kernel reads,
