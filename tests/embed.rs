@@ -25,6 +25,10 @@ struct Reference {
     /// The first texts embedded as queries, for models whose prompts differ by kind.
     #[serde(default)]
     query_vectors: Vec<Vec<f32>>,
+    /// The sha256 of the model file the vectors were made with, where the test makes that
+    /// file itself.
+    #[serde(default)]
+    gguf_sha256: Option<String>,
 }
 
 fn reference() -> Reference {
@@ -924,6 +928,75 @@ fn nomic_gguf_matches_llama_cpp() {
         .embed(queries, TextKind::Query, &NoProgress)
         .unwrap();
     check(&got, &reference.query_vectors, "query");
+}
+
+/// nomic-embed-text-v1.5 quantized by llama.cpp's own `llama-quantize` (Q8_0, and Q4_K_M: Q4_K
+/// with Q6_K matrices) embeds as `llama-embedding` embeds the same file: the layers' matrices
+/// stay quantized and go through the GGUF engine's product. The file must be the one the
+/// reference was made from (its sha256); llama.cpp rounds activations to 8 bits where we round
+/// them to bf16, hence the looser bound than the f16 file's.
+#[test]
+#[cfg_attr(
+    not(has_model_nomic_gguf),
+    ignore = "needs models/nomic-embed-text-v1.5.f16.gguf: scripts/setup.sh --with-encoders"
+)]
+fn nomic_quantized_by_llama_cpp_matches_llama_cpp() {
+    let test = "nomic_quantized_by_llama_cpp_matches_llama_cpp";
+    let Some(bin) = crate::util::llama_cpp("llama-quantize", test) else {
+        return;
+    };
+    let f16 = crate::util::model_path(
+        "nomic-embed-text-v1.5.f16.gguf",
+        "scripts/setup.sh --with-encoders",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (quant, bound) in [("Q8_0", 0.999), ("Q4_K_M", 0.99)] {
+        let reference = reference_of(&format!("nomic_gguf_{}", quant.to_lowercase()));
+        // The file's stem finds nomic-embed's card (its prefixes), as for the f16 file.
+        let path = dir
+            .path()
+            .join(format!("nomic-embed-text-v1.5.{quant}.gguf"));
+        let status = std::process::Command::new(bin.join("llama-quantize"))
+            .arg(&f16)
+            .arg(&path)
+            .arg(quant)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "llama-quantize {quant} failed");
+        let sha = freshstack::dataset::Fingerprint::of_file(&path)
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            Some(sha.as_str()),
+            reference.gguf_sha256.as_deref(),
+            "llama-quantize wrote another {quant} file than the reference's: rerun \
+             scripts/gen_gguf_encoder_reference.py --quant {quant} with this llama.cpp"
+        );
+        let encoder = load(&path, &EncoderOptions::default());
+        assert_eq!(encoder.manifest().id, "nomic-ai/nomic-embed-text-v1.5");
+        let texts: Vec<&str> = reference.texts.iter().map(String::as_str).collect();
+        let check = |got: &Embeddings, want: &[Vec<f32>], kind: &str| {
+            for (i, want) in want.iter().enumerate() {
+                // llama.cpp's WordPiece drops backslashes (see nomic_gguf_matches_llama_cpp).
+                if texts[i].contains('\\') {
+                    continue;
+                }
+                let c = cosine(got.row(i), want);
+                assert!(c >= bound, "{quant} {kind} {i}: cosine {c}");
+            }
+        };
+        let got = encoder
+            .embed(&texts, TextKind::Document, &NoProgress)
+            .unwrap();
+        check(&got, &reference.vectors, "document");
+        let queries = &texts[..reference.query_vectors.len()];
+        let got = encoder
+            .embed(queries, TextKind::Query, &NoProgress)
+            .unwrap();
+        check(&got, &reference.query_vectors, "query");
+    }
 }
 
 /// Stella-style Matryoshka heads on a tiny Qwen2: `modules.json` names `2_Dense_16`, a sibling

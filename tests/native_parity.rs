@@ -21,6 +21,7 @@ use freshstack::source::stackoverflow::{
 use serde_json::{Value, json};
 
 use crate::support::free_port;
+use crate::util::llama_cpp;
 
 const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const QWEN_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
@@ -45,35 +46,6 @@ fn model(file: &str, test: &str) -> Option<PathBuf> {
     }
     eprintln!("SKIPPED {test}: models/{file} is absent (run scripts/setup-llm.sh --with-gemma3)");
     None
-}
-
-/// The directory holding the llama.cpp tool `tool`, or `None` after a SKIPPED line.
-fn llama_cpp(tool: &str, test: &str) -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(dir) = std::env::var_os("FRESHSTACK_LLAMA_CPP_BIN") {
-        candidates.push(dir.into());
-    }
-    let cache = std::env::var_os("FRESHSTACK_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/freshstack")));
-    if let Some(Ok(entries)) = cache.map(|c| std::fs::read_dir(c.join("llama.cpp"))) {
-        let mut versions: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("bin"))
-            .collect();
-        versions.sort();
-        candidates.extend(versions.into_iter().rev());
-    }
-    match candidates.into_iter().find(|d| d.join(tool).is_file()) {
-        Some(dir) => Some(dir),
-        None => {
-            eprintln!(
-                "SKIPPED {test}: no {tool} (set FRESHSTACK_LLAMA_CPP_BIN or run \
-                 scripts/setup-llama-server.sh)"
-            );
-            None
-        }
-    }
 }
 
 /// Every `.rs` file under `dir`, sorted.

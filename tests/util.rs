@@ -115,3 +115,32 @@ pub fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     }
     files
 }
+
+/// The directory holding the llama.cpp tool `tool`, or `None` after a SKIPPED line.
+pub fn llama_cpp(tool: &str, test: &str) -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = std::env::var_os("FRESHSTACK_LLAMA_CPP_BIN") {
+        candidates.push(dir.into());
+    }
+    let cache = std::env::var_os("FRESHSTACK_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/freshstack")));
+    if let Some(Ok(entries)) = cache.map(|c| std::fs::read_dir(c.join("llama.cpp"))) {
+        let mut versions: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .collect();
+        versions.sort();
+        candidates.extend(versions.into_iter().rev());
+    }
+    match candidates.into_iter().find(|d| d.join(tool).is_file()) {
+        Some(dir) => Some(dir),
+        None => {
+            eprintln!(
+                "SKIPPED {test}: no {tool} (set FRESHSTACK_LLAMA_CPP_BIN or run \
+                 scripts/setup-llama-server.sh)"
+            );
+            None
+        }
+    }
+}

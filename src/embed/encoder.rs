@@ -15,7 +15,7 @@ use super::batch::{
 use super::dense_head::DenseHead;
 use super::gguf::GgufEncoder;
 use super::manifest::{Architecture, ModelDType, ModelKind, ModelManifest, Pooling};
-use super::models::{Backbone, build_backbone, model_err};
+use super::models::{Backbone, QuantizedLinears, build_backbone, model_err};
 use super::pooling::{l2_normalize, pool};
 use super::resolve::ModelFiles;
 use crate::dataset::{Embeddings, Encoder, Shard, TextKind};
@@ -186,13 +186,14 @@ impl TextEncoder {
                 // SAFETY: the weight files are memory-mapped read-only; like every mmap user we
                 // rely on them not being truncated while the model is loaded.
                 unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, dtype, device) }
+                    .map(|vb| (vb, QuantizedLinears::default()))
                     .map_err(|e| Error::model(name, format!("cannot read weights: {e}")))
             },
         )
     }
 
     /// Loads a GGUF embedding model: the card by the file's stem (else a manifest from the
-    /// file's metadata), the tokenizer and weights from the file, dequantized to the dtype.
+    /// file's metadata), the tokenizer and weights from the file (see `embed::gguf`).
     fn load_gguf(files: &ModelFiles, path: &Path, options: &EncoderOptions) -> Result<Self> {
         let name = files.name.as_str();
         let card = match &options.manifest {
@@ -235,6 +236,7 @@ impl TextEncoder {
             config: config_text,
             tokenizer,
             tensors,
+            quantized,
             ..
         } = gguf;
         Self::assemble(
@@ -243,7 +245,12 @@ impl TextEncoder {
             manifest,
             (&config, &config_text),
             tokenizer,
-            move |dtype, device| Ok(VarBuilder::from_tensors(tensors, dtype, device)),
+            move |dtype, device| {
+                Ok((
+                    VarBuilder::from_tensors(tensors, dtype, device),
+                    QuantizedLinears::new(quantized),
+                ))
+            },
         )
     }
 
@@ -255,7 +262,7 @@ impl TextEncoder {
         mut manifest: ModelManifest,
         (config, config_text): (&ModelTypeOnly, &str),
         mut tokenizer: Tokenizer,
-        weights: impl FnOnce(DType, &Device) -> Result<VarBuilder<'static>>,
+        weights: impl FnOnce(DType, &Device) -> Result<(VarBuilder<'static>, QuantizedLinears)>,
     ) -> Result<Self> {
         let name = files.name.as_str();
         if let Some(model_type) = config.model_type.as_deref() {
@@ -334,8 +341,8 @@ impl TextEncoder {
             }))
             .map_err(|e| Error::model(name, format!("tokenizer truncation: {e}")))?;
 
-        let vb = weights(candle_dtype(dtype), &device)?;
-        let backbone = build_backbone(manifest.architecture, config_text, vb, name)?;
+        let (vb, quantized) = weights(candle_dtype(dtype), &device)?;
+        let backbone = build_backbone(manifest.architecture, config_text, vb, &quantized, name)?;
         if let Some(hidden) = config.hidden_size
             && hidden != backbone.hidden_size()
         {

@@ -6,19 +6,24 @@
 //! rebuilds the tokenizer from the vocabulary llama.cpp stores (WordPiece for the BERT
 //! families, `crate::gguf`'s byte-level BPE for Qwen3), writes the
 //! `config.json` the architecture's model file expects, and maps the tensors onto the Hugging
-//! Face names that file loads. Quantized weights are dequantized once at load, to the dtype the
-//! encoder computes in.
+//! Face names that file loads. The layers' block-quantized matrices stay as the file stores
+//! them, memory-mapped: the fused CPU layers multiply them with the GGUF engine's product and
+//! candle's layers (another device or dtype) dequantize them at load; every other tensor is
+//! read in the dtype the encoder computes in.
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{DType, Device, Tensor};
+use memmap2::Mmap;
 use serde_json::json;
 use tokenizers::Tokenizer;
 
 use super::manifest::{Architecture, Pooling};
 use crate::error::{Error, Result};
+use crate::kernels::quant::QMatrix;
 
 /// The GGUF architectures we embed with, for messages.
 const SUPPORTED: &str = "bert, nomic-bert, qwen3 (with a pooling_type)";
@@ -34,8 +39,12 @@ pub(crate) struct GgufEncoder {
     pub tokenizer: Tokenizer,
     /// `tokenizer.ggml.add_eos_token`: the model reads an EOS after the text (Qwen3-Embedding).
     pub add_eos: bool,
-    /// The weights under their Hugging Face names.
+    /// The weights under their Hugging Face names, but for the layers' block-quantized
+    /// matrices: those are in `quantized`.
     pub tensors: HashMap<String, Tensor>,
+    /// The layers' block-quantized matrices (Q8_0, Q4_K, ...) under their Hugging Face names,
+    /// as the file stores them (memory-mapped).
+    pub quantized: HashMap<String, QMatrix>,
     /// `ARCH.pooling_type`.
     pub pooling: Pooling,
     /// `ARCH.context_length`.
@@ -116,10 +125,14 @@ impl Meta<'_> {
 
 impl GgufEncoder {
     /// Opens `path`, checks that it is an embedding model we run, and reads its weights as
-    /// `dtype` (on the CPU: the encoder's `VarBuilder` moves them to its device).
+    /// `dtype` (on the CPU: the encoder's `VarBuilder` moves them to its device), the layers'
+    /// block-quantized matrices left as they are.
     pub fn open(path: &Path, dtype: DType) -> Result<Self> {
-        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut reader = std::io::BufReader::new(&mut file);
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: mapped read-only; like every mmap user we rely on the file not being
+        // truncated while the model is loaded.
+        let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
+        let mut reader = std::io::BufReader::new(&file);
         let content = Content::read(&mut reader).map_err(|e| {
             Error::model(path.display().to_string(), format!("not a GGUF file: {e}"))
         })?;
@@ -180,6 +193,7 @@ impl GgufEncoder {
             .and_then(|n| usize::try_from(n).ok());
 
         let mut tensors = HashMap::with_capacity(content.tensor_infos.len());
+        let mut quantized = HashMap::new();
         let mut names: Vec<&String> = content.tensor_infos.keys().collect();
         names.sort();
         for name in names {
@@ -194,6 +208,15 @@ impl GgufEncoder {
                     meta.arch
                 ))
             })?;
+            // A layer's matrix in blocks stays so (the fused CPU layers multiply it as it is);
+            // one the engine cannot map (misaligned) is dequantized like the rest.
+            if name.starts_with("blk.")
+                && let Ok(matrix) = QMatrix::from_gguf(&content, &map, name)
+                && matrix.is_block_quantized()
+            {
+                quantized.insert(hf_name, matrix);
+                continue;
+            }
             let tensor = content
                 .tensor(&mut reader, name, &Device::Cpu)
                 .and_then(|q| q.dequantize(&Device::Cpu))
@@ -207,6 +230,7 @@ impl GgufEncoder {
             tokenizer,
             add_eos,
             tensors,
+            quantized,
             pooling,
             context_length,
         })

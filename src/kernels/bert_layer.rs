@@ -28,11 +28,11 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape};
 use candle_core::{Module, Tensor};
-use candle_nn::{LayerNorm, Linear};
+use candle_nn::LayerNorm;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::dense::{Dense, f32_slice};
+use super::dense::{Dense, DenseSource, f32_slice};
 use super::ops::{GeluKind, gelu_in_place, softmax_row};
 
 /// The feed-forward activation of a layer.
@@ -107,7 +107,11 @@ pub struct CpuBertLayer {
 impl CpuBertLayer {
     /// Packs a layer's linears `[query, key, value, attention output, up, down]` (Q, K and V
     /// stacked into one `[3h, h]` weight).
-    pub fn new(linears: [&Linear; 6], heads: usize, gelu: GeluKind) -> candle_core::Result<Self> {
+    pub fn new(
+        linears: [DenseSource; 6],
+        heads: usize,
+        gelu: GeluKind,
+    ) -> candle_core::Result<Self> {
         let [query, key, value, attn_out, up, down] = linears;
         let qkv = Dense::stacked(&[query, key, value])?;
         let h = qkv.in_features;
@@ -116,9 +120,9 @@ impl CpuBertLayer {
         }
         Ok(Self {
             qkv,
-            attn_out: Dense::from_linear(attn_out)?,
-            up: Dense::from_linear(up)?,
-            down: Dense::from_linear(down)?,
+            attn_out: Dense::from_source(&attn_out)?,
+            up: Dense::from_source(&up)?,
+            down: Dense::from_source(&down)?,
             heads,
             feed_forward: FeedForward::Gelu(gelu),
         })
@@ -127,13 +131,13 @@ impl CpuBertLayer {
     /// Packs a nomic-bert layer: the fused `[3h, h]` Q|K|V projection, the attention output,
     /// and the SwiGLU `gate`, `up` and `down` projections (biases zero where absent).
     pub fn with_swiglu(
-        qkv: &Linear,
-        attn_out: &Linear,
-        [gate, up, down]: [&Linear; 3],
+        qkv: DenseSource,
+        attn_out: DenseSource,
+        [gate, up, down]: [DenseSource; 3],
         heads: usize,
     ) -> candle_core::Result<Self> {
-        let qkv = Dense::from_linear(qkv)?;
-        if gate.weight().dims() != up.weight().dims() {
+        let qkv = Dense::from_source(&qkv)?;
+        if gate.dims()? != up.dims()? {
             candle_core::bail!("gate and up projections differ in shape");
         }
         let h = qkv.in_features;
@@ -142,9 +146,9 @@ impl CpuBertLayer {
         }
         Ok(Self {
             qkv,
-            attn_out: Dense::from_linear(attn_out)?,
+            attn_out: Dense::from_source(&attn_out)?,
             up: Dense::stacked(&[gate, up])?,
-            down: Dense::from_linear(down)?,
+            down: Dense::from_source(&down)?,
             heads,
             feed_forward: FeedForward::SwiGlu,
         })

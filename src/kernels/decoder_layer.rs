@@ -23,13 +23,12 @@
 //! on a row's batch neighbours; rows past a batch row's length are computed but never read.
 
 use candle_core::{DType, Tensor};
-use candle_nn::Linear;
 use rayon::prelude::*;
 
 use super::amx;
 use super::bert_layer::{HeadGeometry, RotaryTable, attend};
 use super::bf16::{pack_panels, round_row};
-use super::dense::Dense;
+use super::dense::{Dense, DenseSource};
 use super::ops::{AttnMask, GeluKind, exp_fast, gelu_in_place, softmax_row};
 
 /// The activation of a gated MLP, `down(act(gate(x)) * up(x))`.
@@ -56,11 +55,11 @@ pub(crate) struct DecoderShape {
 
 /// One layer's weights as the model file holds them; the norm weights are the factors the
 /// normalised values are multiplied by (a Gemma `w` already as `1 + w`).
-pub(crate) struct DecoderLayerWeights<'a> {
+pub(crate) struct DecoderLayerWeights {
     /// Q, K, V and output projections.
-    pub(crate) attention: [&'a Linear; 4],
+    pub(crate) attention: [DenseSource; 4],
     /// Gate, up and down projections.
-    pub(crate) mlp: [&'a Linear; 3],
+    pub(crate) mlp: [DenseSource; 3],
     /// Before attention.
     pub(crate) input_norm: Tensor,
     /// Before the MLP (Mistral, Qwen) or on the attention output (Gemma).
@@ -113,27 +112,25 @@ impl CpuDecoderLayer {
         } = shape;
         let [q, k, v, o] = weights.attention;
         let [gate, up, down] = weights.mlp;
-        let h = q.weight().dim(1)?;
+        let h = q.dims()?.1;
         if kv_heads == 0 || !heads.is_multiple_of(kv_heads) || !head_dim.is_multiple_of(2) {
             candle_core::bail!("inconsistent head counts or odd head size");
         }
-        let want = |linear: &Linear, dims: (usize, usize), what: &str| {
-            if linear.weight().dims2()? != dims {
-                candle_core::bail!(
-                    "{what}: weight {:?}, expected {dims:?}",
-                    linear.weight().dims()
-                );
+        let want = |source: &DenseSource, dims: (usize, usize), what: &str| {
+            let found = source.dims()?;
+            if found != dims {
+                candle_core::bail!("{what}: weight {found:?}, expected {dims:?}");
             }
             Ok(())
         };
-        want(q, (heads * head_dim, h), "q_proj")?;
-        want(k, (kv_heads * head_dim, h), "k_proj")?;
-        want(v, (kv_heads * head_dim, h), "v_proj")?;
-        want(o, (h, heads * head_dim), "o_proj")?;
-        let inner = gate.weight().dim(0)?;
-        want(gate, (inner, h), "gate_proj")?;
-        want(up, (inner, h), "up_proj")?;
-        want(down, (h, inner), "down_proj")?;
+        want(&q, (heads * head_dim, h), "q_proj")?;
+        want(&k, (kv_heads * head_dim, h), "k_proj")?;
+        want(&v, (kv_heads * head_dim, h), "v_proj")?;
+        want(&o, (h, heads * head_dim), "o_proj")?;
+        let inner = gate.dims()?.0;
+        want(&gate, (inner, h), "gate_proj")?;
+        want(&up, (inner, h), "up_proj")?;
+        want(&down, (h, inner), "down_proj")?;
         let vector = |t: &Tensor, len: usize, what: &str| -> candle_core::Result<Vec<f32>> {
             let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
             if values.len() != len {
@@ -157,9 +154,9 @@ impl CpuDecoderLayer {
             feed_forward_norms: pair(&weights.feed_forward_norms, h, "feed-forward norm")?,
             qk_norms: pair(&weights.qk_norms, head_dim, "q/k norm")?,
             qkv,
-            out: Dense::from_linear(o)?,
+            out: Dense::from_source(&o)?,
             gate_up: Dense::stacked(&[gate, up])?,
-            down: Dense::from_linear(down)?,
+            down: Dense::from_source(&down)?,
             shape,
             activation,
             attention_on_tiles,
@@ -556,6 +553,7 @@ mod tests {
     use super::*;
     use crate::kernels::bf16::tests::random;
     use candle_core::Device;
+    use candle_nn::Linear;
 
     fn linear(n: usize, k: usize, seed: u64, dtype: DType) -> Linear {
         let values: Vec<f32> = random(n * k, seed).iter().map(|v| v * 0.5).collect();
@@ -565,10 +563,12 @@ mod tests {
         Linear::new(weight, None)
     }
 
-    /// One layer with weights in `dtype` (the same values, rounded to bf16 in both cases).
-    fn layer(dtype: DType) -> CpuDecoderLayer {
-        let (h, heads, kv_heads, head_dim, inner) = (64, 2, 1, 32, 96);
-        let weights = [
+    const SHAPE: (usize, usize, usize, usize, usize) = (64, 2, 1, 32, 96);
+
+    /// The seven projections' weights, bf16-rounded (q, k, v, o, gate, up, down).
+    fn projections() -> [Linear; 7] {
+        let (h, heads, kv_heads, head_dim, inner) = SHAPE;
+        [
             linear(heads * head_dim, h, 1, DType::BF16),
             linear(kv_heads * head_dim, h, 2, DType::BF16),
             linear(kv_heads * head_dim, h, 3, DType::BF16),
@@ -577,8 +577,21 @@ mod tests {
             linear(inner, h, 6, DType::BF16),
             linear(h, inner, 7, DType::BF16),
         ]
-        .map(|l| Linear::new(l.weight().to_dtype(dtype).unwrap(), None));
-        let [q, k, v, o, gate, up, down] = &weights;
+    }
+
+    /// One layer with weights in `dtype` (the same values, rounded to bf16 in both cases).
+    fn layer(dtype: DType) -> CpuDecoderLayer {
+        layer_of(
+            projections().map(|l| {
+                DenseSource::Linear(Linear::new(l.weight().to_dtype(dtype).unwrap(), None))
+            }),
+        )
+    }
+
+    /// One layer of `weights` (q, k, v, o, gate, up, down).
+    fn layer_of(weights: [DenseSource; 7]) -> CpuDecoderLayer {
+        let (h, heads, kv_heads, head_dim, _) = SHAPE;
+        let [q, k, v, o, gate, up, down] = weights;
         let ones = |n: usize| Tensor::ones(n, DType::F32, &Device::Cpu).unwrap();
         CpuDecoderLayer::new(
             DecoderLayerWeights {
@@ -648,6 +661,70 @@ mod tests {
         // The second text alone (its 33 tokens, no padding) gives the same bits.
         let alone = run(&bf16_layer, &x[seq * h..(seq + 33) * h], &[33], 33);
         let batched = &got[seq * h..(seq + 33) * h];
+        assert!(
+            alone
+                .iter()
+                .zip(batched)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+    }
+
+    /// Q8_0 weights kept quantized (the GGUF engine's product) track the float layer of the
+    /// same dequantized values within bf16 rounding, and a row ignores its batch neighbours.
+    #[test]
+    fn quantized_layer_tracks_its_dequantized_layer() {
+        use crate::kernels::quant::tests::quantized;
+        use candle_core::quantized::GgmlDType;
+        let (seq, h) = (40, SHAPE.0);
+        let lengths = [40, 29];
+        let files: Vec<_> = projections()
+            .iter()
+            .map(|l| {
+                let (rows, cols) = l.weight().dims2().unwrap();
+                let values = l
+                    .weight()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap();
+                quantized(
+                    &values.to_vec1::<f32>().unwrap(),
+                    rows,
+                    cols,
+                    GgmlDType::Q8_0,
+                )
+            })
+            .collect();
+        let source = |i: usize| DenseSource::Quantized {
+            weight: files[i].0.clone(),
+            bias: vec![0.0; files[i].0.rows],
+        };
+        let float = |i: usize| {
+            let m = &files[i].0;
+            let w = Tensor::from_vec(m.dequantize(), (m.rows, m.cols), &Device::Cpu).unwrap();
+            DenseSource::Linear(Linear::new(w, None))
+        };
+        let quantized_layer = layer_of(std::array::from_fn(source));
+        let float_layer = layer_of(std::array::from_fn(float));
+        let x = random(2 * seq * h, 4);
+        let want = run(&float_layer, &x, &lengths, seq);
+        let got = run(&quantized_layer, &x, &lengths, seq);
+        for (b, &len) in lengths.iter().enumerate() {
+            for row in 0..len {
+                let at = (b * seq + row) * h;
+                let (g, w) = (&got[at..at + h], &want[at..at + h]);
+                let dot: f32 = g.iter().zip(w).map(|(a, b)| a * b).sum();
+                let norms: f32 = g.iter().map(|v| v * v).sum::<f32>().sqrt()
+                    * w.iter().map(|v| v * v).sum::<f32>().sqrt();
+                assert!(
+                    dot / norms >= 0.999,
+                    "row {b}/{row}: cosine {}",
+                    dot / norms
+                );
+            }
+        }
+        let alone = run(&quantized_layer, &x[seq * h..(seq + 29) * h], &[29], 29);
+        let batched = &got[seq * h..(seq + 29) * h];
         assert!(
             alone
                 .iter()

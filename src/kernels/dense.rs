@@ -1,6 +1,8 @@
 //! A dense layer's weight laid out for the CPU fast paths (`bert_layer`, `decoder_layer`):
 //! f32 through `gemm`, split for AMX tiles (`kernels::amx`, f32-grade), or, for a bf16 weight,
-//! packed for the AVX512-BF16 / AMX bf16 kernels (`kernels::bf16`, one product per pair). Every
+//! packed for the AVX512-BF16 / AMX bf16 kernels (`kernels::bf16`, one product per pair); a
+//! GGUF file's quantized matrices stay as the file stores them and go through the GGUF
+//! engine's prompt product (`kernels::quant::matmul_stacked`). Every
 //! product accumulates into an f32 destination that starts from the bias (and a residual),
 //! and no sum is split across threads, so results do not depend on the thread count.
 
@@ -11,6 +13,45 @@ use half::bf16;
 
 use super::amx::{self, AmxWeight};
 use super::bf16::{Bf16Weight, PackedBf16Linear, bias_f32};
+use super::quant::{QMatrix, matmul_stacked};
+
+/// Where a dense layer's weight comes from: a candle linear layer, or a matrix of a GGUF file
+/// (block-quantized, kept so) with its bias in f32 (zeros where it has none).
+#[derive(Clone)]
+pub(crate) enum DenseSource {
+    Linear(Linear),
+    Quantized { weight: QMatrix, bias: Vec<f32> },
+}
+
+impl DenseSource {
+    /// `(out, in)` features.
+    pub(crate) fn dims(&self) -> candle_core::Result<(usize, usize)> {
+        match self {
+            DenseSource::Linear(linear) => linear.weight().dims2(),
+            DenseSource::Quantized { weight, .. } => Ok((weight.rows, weight.cols)),
+        }
+    }
+
+    /// The weight as a candle linear layer (a quantized matrix dequantized to f32).
+    fn into_linear(self) -> candle_core::Result<Linear> {
+        match self {
+            DenseSource::Linear(linear) => Ok(linear),
+            DenseSource::Quantized { weight, bias } => {
+                let device = candle_core::Device::Cpu;
+                let values =
+                    Tensor::from_vec(weight.dequantize(), (weight.rows, weight.cols), &device)?;
+                let bias = Tensor::from_vec(bias, weight.rows, &device)?;
+                Ok(Linear::new(values, Some(bias)))
+            }
+        }
+    }
+}
+
+impl From<&Linear> for DenseSource {
+    fn from(linear: &Linear) -> Self {
+        DenseSource::Linear(linear.clone())
+    }
+}
 
 /// A dense layer's weight `[out, in]` and bias, laid out for the CPU.
 pub(crate) struct Dense {
@@ -22,11 +63,14 @@ pub(crate) struct Dense {
 
 /// How a [`Dense`] weight is multiplied: f32 through `gemm`, split and packed for the AMX
 /// kernel where [`amx::available`] (the same sums to f32 grade; `kernels::amx` says how), or
-/// kept in bf16 and packed for the bf16 kernels (inputs rounded to bf16).
+/// kept in bf16 and packed for the bf16 kernels (inputs rounded to bf16), or quantized GGUF
+/// matrices whose outputs lie side by side (inputs rounded to bf16 where the CPU has
+/// AVX512-BF16, as the GGUF engine's prompts are).
 enum DenseWeight {
     F32(Vec<f32>),
     Amx(AmxWeight),
     Bf16(Bf16Weight),
+    Quantized(Vec<QMatrix>),
 }
 
 impl Dense {
@@ -77,19 +121,54 @@ impl Dense {
         matches!(&self.weight, DenseWeight::Bf16(w) if w.on_tiles())
     }
 
-    /// A linear layer's weight and bias (zeros where it has none).
-    pub(crate) fn from_linear(linear: &Linear) -> candle_core::Result<Self> {
-        let (weight, bias) = linear_parts(linear)?;
-        Self::from_parts(weight, bias)
+    /// One layer from `source`.
+    pub(crate) fn from_source(source: &DenseSource) -> candle_core::Result<Self> {
+        Self::stacked(std::slice::from_ref(source))
     }
 
-    /// Stacks the outputs of `linears` (same input width) into one layer.
-    pub(crate) fn stacked(linears: &[&Linear]) -> candle_core::Result<Self> {
+    /// Stacks the outputs of `sources` (same input width) into one layer. Quantized matrices
+    /// stay quantized when every source is one; mixed with float weights, they are dequantized.
+    pub(crate) fn stacked(sources: &[DenseSource]) -> candle_core::Result<Self> {
+        let in_features = match sources.first() {
+            Some(first) => first.dims()?.1,
+            None => candle_core::bail!("a dense layer of no weights"),
+        };
+        let mut quantized = Vec::new();
+        let mut bias = Vec::new();
+        for source in sources {
+            if let DenseSource::Quantized { weight, bias: b } = source
+                && weight.cols == in_features
+                && b.len() == weight.rows
+            {
+                quantized.push(weight.clone());
+                bias.extend_from_slice(b);
+            }
+        }
+        if quantized.len() == sources.len() {
+            let out_features = quantized.iter().map(|m| m.rows).sum();
+            return Ok(Self {
+                weight: DenseWeight::Quantized(quantized),
+                bias,
+                out_features,
+                in_features,
+            });
+        }
+        let linears = sources
+            .iter()
+            .map(|s| s.clone().into_linear())
+            .collect::<candle_core::Result<Vec<_>>>()?;
         let parts = linears
             .iter()
-            .map(|l| linear_parts(l))
+            .map(linear_parts)
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let weights: Vec<&Tensor> = parts.iter().map(|(w, _)| w).collect();
+        let mut weights: Vec<Tensor> = parts.iter().map(|(w, _)| w.clone()).collect();
+        // A dequantized matrix is f32: stacked with bf16 weights, all are multiplied in f32.
+        if weights.iter().any(|w| w.dtype() != weights[0].dtype()) {
+            weights = weights
+                .iter()
+                .map(|w| w.to_dtype(DType::F32))
+                .collect::<candle_core::Result<_>>()?;
+        }
         let bias = parts.iter().flat_map(|(_, b)| b.iter().copied()).collect();
         Self::from_parts(Tensor::cat(&weights, 0)?, bias)
     }
@@ -102,6 +181,10 @@ impl Dense {
             }
             DenseWeight::Amx(packed) => packed.multiply_add(dst, x, m),
             DenseWeight::Bf16(packed) => packed.multiply_add(dst, x, m),
+            DenseWeight::Quantized(parts) => {
+                let parts: Vec<&QMatrix> = parts.iter().collect();
+                matmul_stacked(&parts, x, m, dst, true);
+            }
         }
     }
 

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use super::Backbone;
+use super::{Backbone, QuantizedLinears};
 use crate::kernels::bert_layer::CpuBertLayer;
 use crate::kernels::ops::{AttnMask, GeluKind, attention_probs, gelu_erf};
 
@@ -156,7 +156,12 @@ struct Layer {
 }
 
 impl Layer {
-    fn new(cfg: &BertConfig, vb: VarBuilder, flavor: BertFlavor) -> candle_core::Result<Self> {
+    fn new(
+        cfg: &BertConfig,
+        vb: VarBuilder,
+        flavor: BertFlavor,
+        quantized: &QuantizedLinears,
+    ) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let attn = vb.pp("attention");
         let on_cpu_f32 = matches!(vb.device(), Device::Cpu) && vb.dtype() == DType::F32;
@@ -177,14 +182,19 @@ impl Layer {
             ),
         };
         let [query, key, value, attn_out] = names;
+        let (up, down) = (
+            vb.pp("intermediate").pp("dense"),
+            vb.pp("output").pp("dense"),
+        );
+        let linear = |i, o, vb: &VarBuilder| quantized.linear(i, o, true, vb.clone());
         let mut layer = Self {
-            query: candle_nn::linear(h, h, query)?,
-            key: candle_nn::linear(h, h, key)?,
-            value: candle_nn::linear(h, h, value)?,
-            attn_out: candle_nn::linear(h, h, attn_out)?,
+            query: linear(h, h, &query)?,
+            key: linear(h, h, &key)?,
+            value: linear(h, h, &value)?,
+            attn_out: linear(h, h, &attn_out)?,
             attn_norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, attn_norm)?,
-            up: candle_nn::linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
-            down: candle_nn::linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?,
+            up: linear(h, cfg.intermediate_size, &up)?,
+            down: linear(cfg.intermediate_size, h, &down)?,
             out_norm: candle_nn::layer_norm(
                 h,
                 cfg.layer_norm_eps,
@@ -201,14 +211,15 @@ impl Layer {
             } else {
                 GeluKind::Erf
             };
+            let source = |vb: &VarBuilder, linear: &Linear| quantized.source_of(vb, linear);
             layer.cpu = Some(CpuBertLayer::new(
                 [
-                    &layer.query,
-                    &layer.key,
-                    &layer.value,
-                    &layer.attn_out,
-                    &layer.up,
-                    &layer.down,
+                    source(&query, &layer.query)?,
+                    source(&key, &layer.key)?,
+                    source(&value, &layer.value)?,
+                    source(&attn_out, &layer.attn_out)?,
+                    source(&up, &layer.up)?,
+                    source(&down, &layer.down)?,
                 ],
                 layer.heads,
                 gelu,
@@ -381,6 +392,16 @@ pub struct BertModel {
 impl BertModel {
     /// Builds a model of `flavor` from `vb` (weights at the root or under the flavor's prefix).
     pub fn load(cfg: &BertConfig, vb: VarBuilder, flavor: BertFlavor) -> candle_core::Result<Self> {
+        Self::load_with(cfg, vb, flavor, &QuantizedLinears::default())
+    }
+
+    /// [`BertModel::load`] with the layers' weights that a GGUF file keeps quantized.
+    pub(crate) fn load_with(
+        cfg: &BertConfig,
+        vb: VarBuilder,
+        flavor: BertFlavor,
+        quantized: &QuantizedLinears,
+    ) -> candle_core::Result<Self> {
         if cfg.position_embedding_type != "absolute" {
             candle_core::bail!(
                 "position_embedding_type '{}' is not supported (only absolute)",
@@ -407,7 +428,7 @@ impl BertModel {
         let segments = flavor != BertFlavor::MpNet;
         let embeddings = Embeddings::new(cfg, vb.pp("embeddings"), position_offset, segments)?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i), flavor))
+            .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i), flavor, quantized))
             .collect::<candle_core::Result<Vec<_>>>()?;
         let relative_bias = if flavor == BertFlavor::MpNet {
             let buckets = cfg.relative_attention_num_buckets;

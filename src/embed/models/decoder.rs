@@ -14,7 +14,7 @@ use crate::kernels::decoder_layer::{
     self, CpuDecoderLayer, DecoderLayerWeights, DecoderShape, DecoderWorkspace, GatedActivation,
 };
 
-use super::Backbone;
+use super::{Backbone, QuantizedLinears};
 use crate::kernels::ops::{AttnMask, attention_probs, silu_mul};
 
 /// Feed-forward activation of the gated MLP.
@@ -118,16 +118,40 @@ struct Attention {
     head_dim: usize,
 }
 
+/// A layer's projections loaded by `load(in, out, bias, vb)`: `[q, k, v, o]` and
+/// `[gate, up, down]`, as every decoder here names them (under `self_attn` and `mlp`).
+type LayerLinears<T> = ([T; 4], [T; 3]);
+
+fn layer_linears<T>(
+    spec: &DecoderSpec,
+    vb: &VarBuilder,
+    load: impl Fn(usize, usize, bool, VarBuilder) -> candle_core::Result<T>,
+) -> candle_core::Result<LayerLinears<T>> {
+    let (h, hd, inner) = (spec.hidden_size, spec.head_dim, spec.intermediate_size);
+    let (attn, mlp) = (vb.pp("self_attn"), vb.pp("mlp"));
+    let (q_out, kv_out) = (spec.num_heads * hd, spec.num_kv_heads * hd);
+    Ok((
+        [
+            load(h, q_out, spec.qkv_bias, attn.pp("q_proj"))?,
+            load(h, kv_out, spec.qkv_bias, attn.pp("k_proj"))?,
+            load(h, kv_out, spec.qkv_bias, attn.pp("v_proj"))?,
+            load(q_out, h, false, attn.pp("o_proj"))?,
+        ],
+        [
+            load(h, inner, false, mlp.pp("gate_proj"))?,
+            load(h, inner, false, mlp.pp("up_proj"))?,
+            load(inner, h, false, mlp.pp("down_proj"))?,
+        ],
+    ))
+}
+
 impl Attention {
-    fn new(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
-        let (h, hd) = (spec.hidden_size, spec.head_dim);
-        let proj = |out, name: &str| {
-            DecoderLinear::new(if spec.qkv_bias {
-                candle_nn::linear(h, out, vb.pp(name))?
-            } else {
-                candle_nn::linear_no_bias(h, out, vb.pp(name))?
-            })
-        };
+    fn new(
+        spec: &DecoderSpec,
+        vb: VarBuilder,
+        [q, k, v, o]: [DecoderLinear; 4],
+    ) -> candle_core::Result<Self> {
+        let hd = spec.head_dim;
         let (q_norm, k_norm) = if spec.qk_norm {
             (
                 Some(RmsNorm::new(
@@ -147,14 +171,10 @@ impl Attention {
             (None, None)
         };
         Ok(Self {
-            q: proj(spec.num_heads * hd, "q_proj")?,
-            k: proj(spec.num_kv_heads * hd, "k_proj")?,
-            v: proj(spec.num_kv_heads * hd, "v_proj")?,
-            o: DecoderLinear::new(candle_nn::linear_no_bias(
-                spec.num_heads * hd,
-                h,
-                vb.pp("o_proj"),
-            )?)?,
+            q,
+            k,
+            v,
+            o,
             q_norm,
             k_norm,
             num_heads: spec.num_heads,
@@ -217,14 +237,13 @@ struct Mlp {
 }
 
 impl Mlp {
-    fn new(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
-        let (h, i) = (spec.hidden_size, spec.intermediate_size);
-        Ok(Self {
-            gate: DecoderLinear::new(candle_nn::linear_no_bias(h, i, vb.pp("gate_proj"))?)?,
-            up: DecoderLinear::new(candle_nn::linear_no_bias(h, i, vb.pp("up_proj"))?)?,
-            down: DecoderLinear::new(candle_nn::linear_no_bias(i, h, vb.pp("down_proj"))?)?,
+    fn new(spec: &DecoderSpec, [gate, up, down]: [DecoderLinear; 3]) -> Self {
+        Self {
+            gate,
+            up,
+            down,
             activation: spec.activation,
-        })
+        }
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -249,7 +268,15 @@ struct Layer {
 }
 
 impl Layer {
-    fn new(spec: &DecoderSpec, index: usize, vb: VarBuilder) -> candle_core::Result<Self> {
+    fn new(
+        spec: &DecoderSpec,
+        index: usize,
+        vb: VarBuilder,
+        quantized: &QuantizedLinears,
+    ) -> candle_core::Result<Self> {
+        let (attention, mlp) = layer_linears(spec, &vb, |i, o, bias, vb| {
+            DecoderLinear::new(quantized.linear(i, o, bias, vb)?)
+        })?;
         let norm =
             |name: &str| RmsNorm::new(spec.hidden_size, spec.rms_norm_eps, spec.gemma, vb.pp(name));
         let (pre_ff_norm, post_ff_norm) = if spec.gemma {
@@ -261,8 +288,8 @@ impl Layer {
             (None, None)
         };
         Ok(Self {
-            attn: Attention::new(spec, vb.pp("self_attn"))?,
-            mlp: Mlp::new(spec, vb.pp("mlp"))?,
+            attn: Attention::new(spec, vb.pp("self_attn"), attention)?,
+            mlp: Mlp::new(spec, mlp),
             input_norm: norm("input_layernorm")?,
             post_attn_norm: norm("post_attention_layernorm")?,
             pre_ff_norm,
@@ -369,28 +396,19 @@ fn norm_factors(size: usize, gemma: bool, vb: VarBuilder) -> candle_core::Result
 }
 
 /// Layer `vb` packed for the fused CPU path.
-fn cpu_layer(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<CpuDecoderLayer> {
-    let (h, hd, inner) = (spec.hidden_size, spec.head_dim, spec.intermediate_size);
+fn cpu_layer(
+    spec: &DecoderSpec,
+    vb: VarBuilder,
+    quantized: &QuantizedLinears,
+) -> candle_core::Result<CpuDecoderLayer> {
+    let (h, hd) = (spec.hidden_size, spec.head_dim);
     let attn = vb.pp("self_attn");
-    let proj = |out, name: &str| {
-        if spec.qkv_bias {
-            candle_nn::linear(h, out, attn.pp(name))
-        } else {
-            candle_nn::linear_no_bias(h, out, attn.pp(name))
-        }
-    };
-    let q = proj(spec.num_heads * hd, "q_proj")?;
-    let k = proj(spec.num_kv_heads * hd, "k_proj")?;
-    let v = proj(spec.num_kv_heads * hd, "v_proj")?;
-    let o = candle_nn::linear_no_bias(spec.num_heads * hd, h, attn.pp("o_proj"))?;
-    let mlp = vb.pp("mlp");
-    let gate = candle_nn::linear_no_bias(h, inner, mlp.pp("gate_proj"))?;
-    let up = candle_nn::linear_no_bias(h, inner, mlp.pp("up_proj"))?;
-    let down = candle_nn::linear_no_bias(inner, h, mlp.pp("down_proj"))?;
+    let (attention, mlp) =
+        layer_linears(spec, &vb, |i, o, bias, vb| quantized.source(i, o, bias, vb))?;
     let norm = |size, name: &str, vb: &VarBuilder| norm_factors(size, spec.gemma, vb.pp(name));
     let weights = DecoderLayerWeights {
-        attention: [&q, &k, &v, &o],
-        mlp: [&gate, &up, &down],
+        attention,
+        mlp,
         input_norm: norm(h, "input_layernorm", &vb)?,
         post_attention_norm: norm(h, "post_attention_layernorm", &vb)?,
         feed_forward_norms: if spec.gemma {
@@ -423,6 +441,15 @@ fn cpu_layer(spec: &DecoderSpec, vb: VarBuilder) -> candle_core::Result<CpuDecod
 impl DecoderModel {
     /// Builds the stack from `vb` (weights at the root or under `model.`).
     pub fn new(spec: DecoderSpec, vb: VarBuilder) -> candle_core::Result<Self> {
+        Self::load_with(spec, vb, &QuantizedLinears::default())
+    }
+
+    /// [`DecoderModel::new`] with the layers' weights that a GGUF file keeps quantized.
+    pub(crate) fn load_with(
+        spec: DecoderSpec,
+        vb: VarBuilder,
+        quantized: &QuantizedLinears,
+    ) -> candle_core::Result<Self> {
         if spec.num_kv_heads == 0
             || !spec.num_heads.is_multiple_of(spec.num_kv_heads)
             || !spec.head_dim.is_multiple_of(2)
@@ -438,13 +465,13 @@ impl DecoderModel {
         let embed = candle_nn::embedding(spec.vocab_size, spec.hidden_size, vb.pp("embed_tokens"))?;
         let layers = if matches!(vb.device(), Device::Cpu) && decoder_layer::supports(dtype) {
             let layers = (0..spec.num_layers)
-                .map(|i| cpu_layer(&spec, vb.pp("layers").pp(i)))
+                .map(|i| cpu_layer(&spec, vb.pp("layers").pp(i), quantized))
                 .collect::<candle_core::Result<Vec<_>>>()?;
             let norm = norm_factors(spec.hidden_size, spec.gemma, vb.pp("norm"))?;
             Layers::Cpu(layers, norm.to_vec1::<f32>()?)
         } else {
             let layers = (0..spec.num_layers)
-                .map(|i| Layer::new(&spec, i, vb.pp("layers").pp(i)))
+                .map(|i| Layer::new(&spec, i, vb.pp("layers").pp(i), quantized))
                 .collect::<candle_core::Result<Vec<_>>>()?;
             let norm = RmsNorm::new(
                 spec.hidden_size,

@@ -16,8 +16,10 @@ mod modernbert;
 mod nomic_bert;
 mod qwen;
 
-use candle_core::Tensor;
-use candle_nn::VarBuilder;
+use std::collections::HashMap;
+
+use candle_core::{DType, Tensor};
+use candle_nn::{Linear, VarBuilder};
 
 pub(crate) use bert::{BertConfig, BertFlavor, BertModel};
 use eurobert::EuroBertConfig;
@@ -30,6 +32,108 @@ use qwen::{QwenConfig, QwenVersion};
 
 use super::manifest::Architecture;
 use crate::error::{Error, Result, candle_message};
+use crate::kernels::dense::DenseSource;
+use crate::kernels::quant::QMatrix;
+
+/// The block-quantized matrices of a GGUF file by Hugging Face weight name (`<path>.weight`),
+/// kept as the file stores them: the fused CPU layers multiply them so (the GGUF engine's
+/// product), candle's layers get them dequantized. Empty for every other model.
+#[derive(Default)]
+pub(crate) struct QuantizedLinears(HashMap<String, QMatrix>);
+
+impl QuantizedLinears {
+    /// The matrices by Hugging Face weight name.
+    pub(crate) fn new(matrices: HashMap<String, QMatrix>) -> Self {
+        Self(matrices)
+    }
+
+    /// The quantized weight of the linear layer at `vb`, checked against its shape.
+    fn matrix(
+        &self,
+        in_dim: usize,
+        out_dim: usize,
+        vb: &VarBuilder,
+    ) -> candle_core::Result<Option<&QMatrix>> {
+        let name = format!("{}.weight", vb.prefix());
+        let Some(matrix) = self.0.get(&name) else {
+            return Ok(None);
+        };
+        if (matrix.rows, matrix.cols) != (out_dim, in_dim) {
+            candle_core::bail!(
+                "{name}: {} x {} values, expected {out_dim} x {in_dim}",
+                matrix.rows,
+                matrix.cols
+            );
+        }
+        Ok(Some(matrix))
+    }
+
+    /// The linear layer at `vb` (`in_dim -> out_dim`, with a bias where `bias`) as candle's:
+    /// a quantized weight dequantized to `vb`'s dtype and device.
+    pub(crate) fn linear(
+        &self,
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+        vb: VarBuilder,
+    ) -> candle_core::Result<Linear> {
+        let Some(matrix) = self.matrix(in_dim, out_dim, &vb)? else {
+            return if bias {
+                candle_nn::linear(in_dim, out_dim, vb)
+            } else {
+                candle_nn::linear_no_bias(in_dim, out_dim, vb)
+            };
+        };
+        let weight = Tensor::from_vec(matrix.dequantize(), (out_dim, in_dim), vb.device())?
+            .to_dtype(vb.dtype())?;
+        let bias = bias.then(|| vb.get(out_dim, "bias")).transpose()?;
+        Ok(Linear::new(weight, bias))
+    }
+
+    /// The linear layer at `vb` for the fused CPU layers: a quantized weight as the file holds
+    /// it (its bias in f32), anything else as candle's layer.
+    pub(crate) fn source(
+        &self,
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+        vb: VarBuilder,
+    ) -> candle_core::Result<DenseSource> {
+        match self.matrix(in_dim, out_dim, &vb)? {
+            Some(matrix) => Ok(DenseSource::Quantized {
+                weight: matrix.clone(),
+                bias: if bias {
+                    vb.get(out_dim, "bias")?.to_dtype(DType::F32)?.to_vec1()?
+                } else {
+                    vec![0.0; out_dim]
+                },
+            }),
+            None => self
+                .linear(in_dim, out_dim, bias, vb)
+                .map(DenseSource::Linear),
+        }
+    }
+
+    /// [`QuantizedLinears::source`] for a layer already loaded as `linear` from `vb`: its
+    /// quantized weight where the file keeps one, else `linear` itself.
+    pub(crate) fn source_of(
+        &self,
+        vb: &VarBuilder,
+        linear: &Linear,
+    ) -> candle_core::Result<DenseSource> {
+        let (out_dim, in_dim) = linear.weight().dims2()?;
+        match self.matrix(in_dim, out_dim, vb)? {
+            Some(matrix) => Ok(DenseSource::Quantized {
+                weight: matrix.clone(),
+                bias: match linear.bias() {
+                    Some(b) => b.to_dtype(DType::F32)?.to_vec1()?,
+                    None => vec![0.0; out_dim],
+                },
+            }),
+            None => Ok(DenseSource::Linear(linear.clone())),
+        }
+    }
+}
 
 /// The forward pass of one architecture: all final hidden states `[batch, seq, hidden]` for
 /// right-padded `input_ids` `[batch, seq]` (u32) whose rows hold `lengths` real tokens.
@@ -44,11 +148,13 @@ pub(crate) fn model_err(name: &str) -> impl Fn(candle_core::Error) -> Error + '_
 }
 
 /// Loads the backbone of `arch` from `config` (the text of `config.json`) and the weights in
-/// `vb`; errors name the model `name`.
+/// `vb` and `quantized` (a GGUF file's; the architectures GGUF encoders use read it); errors
+/// name the model `name`.
 pub(crate) fn build_backbone(
     arch: Architecture,
     config: &str,
     vb: VarBuilder,
+    quantized: &QuantizedLinears,
     name: &str,
 ) -> Result<Box<dyn Backbone>> {
     let parse_err = |e: serde_json::Error| Error::model(name, format!("config.json: {e}"));
@@ -60,7 +166,7 @@ pub(crate) fn build_backbone(
                 Architecture::MpNet => BertFlavor::MpNet,
                 _ => BertFlavor::Bert,
             };
-            Box::new(BertModel::load(&cfg, vb, flavor).map_err(model_err(name))?)
+            Box::new(BertModel::load_with(&cfg, vb, flavor, quantized).map_err(model_err(name))?)
         }
         Architecture::ModernBert => {
             let cfg: ModernBertConfig = serde_json::from_str(config).map_err(parse_err)?;
@@ -68,7 +174,7 @@ pub(crate) fn build_backbone(
         }
         Architecture::NomicBert => {
             let cfg: NomicBertConfig = serde_json::from_str(config).map_err(parse_err)?;
-            Box::new(NomicBertModel::load(&cfg, vb).map_err(model_err(name))?)
+            Box::new(NomicBertModel::load(&cfg, vb, quantized).map_err(model_err(name))?)
         }
         Architecture::Mistral => {
             let cfg: MistralConfig = serde_json::from_str(config).map_err(parse_err)?;
@@ -81,7 +187,7 @@ pub(crate) fn build_backbone(
             } else {
                 QwenVersion::Qwen3
             };
-            Box::new(qwen::load(&cfg, version, vb).map_err(model_err(name))?)
+            Box::new(qwen::load(&cfg, version, vb, quantized).map_err(model_err(name))?)
         }
         Architecture::EuroBert => {
             let cfg: EuroBertConfig = serde_json::from_str(config).map_err(parse_err)?;

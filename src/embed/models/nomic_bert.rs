@@ -10,8 +10,8 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use super::Backbone;
 use super::decoder::{Rope, fused_rotary_attention};
+use super::{Backbone, QuantizedLinears};
 use crate::kernels::bert_layer::{CpuBertLayer, RotaryTable};
 use crate::kernels::ops::{AttnMask, silu_mul};
 
@@ -76,19 +76,6 @@ fn swiglu() -> String {
     "swiglu".to_string()
 }
 
-fn linear(
-    inputs: usize,
-    outputs: usize,
-    bias: bool,
-    vb: VarBuilder,
-) -> candle_core::Result<Linear> {
-    if bias {
-        candle_nn::linear(inputs, outputs, vb)
-    } else {
-        candle_nn::linear_no_bias(inputs, outputs, vb)
-    }
-}
-
 struct Layer {
     qkv: Linear,
     out: Linear,
@@ -117,7 +104,12 @@ pub struct NomicBertModel {
 impl NomicBertModel {
     /// Builds the model from `vb`; configurations outside what the checkpoints use (pre-norm,
     /// partial or interleaved rotation, another activation) are refused.
-    pub fn load(cfg: &NomicBertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+    /// Weights a GGUF file keeps quantized come from `quantized`.
+    pub fn load(
+        cfg: &NomicBertConfig,
+        vb: VarBuilder,
+        quantized: &QuantizedLinears,
+    ) -> candle_core::Result<Self> {
         let (h, heads) = (cfg.n_embd, cfg.n_head);
         if heads == 0 || !h.is_multiple_of(heads) || !(h / heads).is_multiple_of(2) {
             candle_core::bail!("n_embd is not a multiple of an even head size");
@@ -140,21 +132,35 @@ impl NomicBertModel {
         let layers = (0..cfg.n_layer)
             .map(|n| {
                 let vb = vb.pp("encoder").pp("layers").pp(n);
+                let (attn, mlp) = (vb.pp("attn"), vb.pp("mlp"));
+                let [qkv, out, up, gate, down] = [
+                    attn.pp("Wqkv"),
+                    attn.pp("out_proj"),
+                    mlp.pp("fc11"),
+                    mlp.pp("fc12"),
+                    mlp.pp("fc2"),
+                ];
+                let linear = |i, o, bias, vb: &VarBuilder| quantized.linear(i, o, bias, vb.clone());
                 let mut layer = Layer {
-                    qkv: linear(h, 3 * h, cfg.qkv_proj_bias, vb.pp("attn").pp("Wqkv"))?,
-                    out: linear(h, h, cfg.qkv_proj_bias, vb.pp("attn").pp("out_proj"))?,
+                    qkv: linear(h, 3 * h, cfg.qkv_proj_bias, &qkv)?,
+                    out: linear(h, h, cfg.qkv_proj_bias, &out)?,
                     norm1: norm(vb.pp("norm1"))?,
-                    up: linear(h, i, cfg.mlp_fc1_bias, vb.pp("mlp").pp("fc11"))?,
-                    gate: linear(h, i, cfg.mlp_fc1_bias, vb.pp("mlp").pp("fc12"))?,
-                    down: linear(i, h, cfg.mlp_fc2_bias, vb.pp("mlp").pp("fc2"))?,
+                    up: linear(h, i, cfg.mlp_fc1_bias, &up)?,
+                    gate: linear(h, i, cfg.mlp_fc1_bias, &gate)?,
+                    down: linear(i, h, cfg.mlp_fc2_bias, &down)?,
                     norm2: norm(vb.pp("norm2"))?,
                     cpu: None,
                 };
                 if on_cpu_f32 {
+                    let source = |vb: &VarBuilder, linear: &Linear| quantized.source_of(vb, linear);
                     layer.cpu = Some(CpuBertLayer::with_swiglu(
-                        &layer.qkv,
-                        &layer.out,
-                        [&layer.gate, &layer.up, &layer.down],
+                        source(&qkv, &layer.qkv)?,
+                        source(&out, &layer.out)?,
+                        [
+                            source(&gate, &layer.gate)?,
+                            source(&up, &layer.up)?,
+                            source(&down, &layer.down)?,
+                        ],
                         heads,
                     )?);
                 }
@@ -274,8 +280,8 @@ mod tests {
             }
         }
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-        let fast = NomicBertModel::load(cfg, vb.clone()).unwrap();
-        let mut plain = NomicBertModel::load(cfg, vb).unwrap();
+        let fast = NomicBertModel::load(cfg, vb.clone(), &QuantizedLinears::default()).unwrap();
+        let mut plain = NomicBertModel::load(cfg, vb, &QuantizedLinears::default()).unwrap();
         for layer in &mut plain.layers {
             layer.cpu = None;
         }
@@ -330,7 +336,10 @@ mod tests {
             config[field] = value;
             let cfg: NomicBertConfig = serde_json::from_value(config).unwrap();
             let vb = VarBuilder::zeros(DType::F32, &Device::Cpu);
-            assert!(NomicBertModel::load(&cfg, vb).is_err(), "{field}");
+            assert!(
+                NomicBertModel::load(&cfg, vb, &QuantizedLinears::default()).is_err(),
+                "{field}"
+            );
         }
     }
 }

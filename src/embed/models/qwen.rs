@@ -9,6 +9,7 @@
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
+use super::QuantizedLinears;
 use super::decoder::{
     Activation, DecoderModel, DecoderSpec, RopeParameters, layer_windows, rope_theta,
 };
@@ -130,11 +131,13 @@ impl QwenConfig {
     }
 }
 
-/// Builds a Qwen2 or Qwen3 embedder from its config and weights.
+/// Builds a Qwen2 or Qwen3 embedder from its config and weights (those a GGUF file keeps
+/// quantized from `quantized`).
 pub fn load(
     cfg: &QwenConfig,
     version: QwenVersion,
     vb: VarBuilder,
+    quantized: &QuantizedLinears,
 ) -> candle_core::Result<DecoderModel> {
-    DecoderModel::new(cfg.spec(version)?, vb)
+    DecoderModel::load_with(cfg.spec(version)?, vb, quantized)
 }

@@ -20,10 +20,10 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ8_0, GgmlType,
 };
+use candle_core::quantized::{GgmlDType, gguf_file};
 use half::{bf16, f16};
 use memmap2::Mmap;
 use rayon::prelude::*;
@@ -131,7 +131,9 @@ impl QType {
     }
 }
 
-/// A `[rows, cols]` weight matrix (rows = output features) whose bytes live in the mapped file.
+/// A `[rows, cols]` weight matrix (rows = output features) whose bytes live in the mapped file
+/// (a clone shares the mapping).
+#[derive(Clone)]
 pub struct QMatrix {
     map: Arc<Mmap>,
     offset: usize,
@@ -167,6 +169,58 @@ impl QMatrix {
             rows,
             cols,
         })
+    }
+
+    /// The 2-D tensor `name` of a GGUF file mapped at `map`; the error names the tensor and what
+    /// is wrong with it.
+    pub fn from_gguf(
+        content: &gguf_file::Content,
+        map: &Arc<Mmap>,
+        name: &str,
+    ) -> Result<Self, String> {
+        let info = content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| format!("tensor {name} missing"))?;
+        let qtype = QType::of_ggml(info.ggml_dtype).ok_or_else(|| {
+            format!(
+                "tensor {name} has type {:?}, which the native backend cannot multiply (supported: \
+                 F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
+                info.ggml_dtype
+            )
+        })?;
+        let dims = info.shape.dims();
+        // GGUF shapes read back as (rows, cols) for a 2-D weight.
+        let (rows, cols) = match dims {
+            [rows, cols] => (*rows, *cols),
+            _ => {
+                return Err(format!(
+                    "tensor {name}: expected 2 dimensions, found {dims:?}"
+                ));
+            }
+        };
+        let offset = usize::try_from(content.tensor_data_offset + info.offset)
+            .map_err(|_| format!("tensor {name}: offset past the address space"))?;
+        QMatrix::new(map.clone(), offset, qtype, rows, cols).ok_or_else(|| {
+            format!(
+                "tensor {name}: {rows} x {cols} {qtype:?} values do not fit the file at byte \
+                 {offset} (or a row is not a whole number of blocks)"
+            )
+        })
+    }
+
+    /// Whether the values are stored in blocks with scales (not as plain floats).
+    pub fn is_block_quantized(&self) -> bool {
+        !self.qtype.is_float()
+    }
+
+    /// Every row as f32 values, `[rows, cols]` row-major.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        for (r, row) in out.chunks_exact_mut(self.cols).enumerate() {
+            self.dequantize_row(r, row);
+        }
+        out
     }
 
     /// Bytes of one row.
@@ -636,85 +690,109 @@ thread_local! {
 
 /// `out[t][r] = x[t] . row(r)` for the `n` rows of `x` (`[n, cols]`), `out` `[n, rows]`.
 pub fn matmul(m: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
-    assert!(x.len() == n * m.cols && out.len() == n * m.rows);
+    matmul_stacked(&[m], x, n, out, false);
+}
+
+/// The products of several matrices with one input, side by side: for the `n` rows of `x`
+/// (`[n, cols]`, every part `cols` wide), `out[t][offset_i + r] = x[t] . parts[i].row(r)`,
+/// where `offset_i` is the rows of the parts before `i` and `out` is `[n, total rows]`. With
+/// `accumulate` the products are added to `out` instead (a bias or residual already there).
+///
+/// Panels of 32 weight rows, over all parts, are the parallel tasks: each is dequantized once
+/// per call and multiplied with every input row, so a product's cost of dequantizing falls as
+/// `n` grows. Every output is one sum in a fixed order (see the module's note).
+pub fn matmul_stacked(parts: &[&QMatrix], x: &[f32], n: usize, out: &mut [f32], accumulate: bool) {
+    let Some(first_part) = parts.first() else {
+        return;
+    };
+    let k = first_part.cols;
+    let width: usize = parts.iter().map(|m| m.rows).sum();
+    assert!(
+        parts.iter().all(|m| m.cols == k),
+        "stacked parts of different widths"
+    );
+    assert!(x.len() == n * k && out.len() == n * width);
     let bf16_path =
-        !m.qtype.is_float() && m.cols.is_multiple_of(2) && PackedBf16Linear::supported();
-    let xb: Vec<bf16> = if bf16_path {
+        |m: &QMatrix| !m.qtype.is_float() && k.is_multiple_of(2) && PackedBf16Linear::supported();
+    let xb: Vec<bf16> = if parts.iter().any(|m| bf16_path(m)) {
         x.iter().map(|&v| bf16::from_f32(v)).collect()
     } else {
         Vec::new()
     };
     // AMX tiles take the packed panels as they are, 32 rows at a time.
-    let tiles = (bf16_path && m.cols > 0 && m.cols.is_multiple_of(32) && amx::available())
-        .then(|| amx::Bf16Rows::new(&xb, m.cols));
-    let panels = m.rows.div_ceil(PANEL);
+    let tiles = (!xb.is_empty() && k.is_multiple_of(32) && n > 0 && amx::available())
+        .then(|| amx::Bf16Rows::new(&xb, k));
+    // (part, its first output column, the panel's first row in the part)
+    let mut tasks = Vec::new();
+    let mut offset = 0;
+    for m in parts {
+        tasks.extend((0..m.rows.div_ceil(PANEL)).map(|p| (*m, offset, p * PANEL)));
+        offset += m.rows;
+    }
     let shared = SharedOut(out.as_mut_ptr());
-    (0..panels).into_par_iter().for_each(|panel| {
+    tasks.into_par_iter().for_each(|(m, column, first)| {
         let shared = &shared;
-        let first = panel * PANEL;
         let cols = PANEL.min(m.rows - first);
+        let column = column + first;
+        // Writes (or adds) `values` at row `t`, columns column..column + values.len().
+        let put = |t: usize, values: &[f32]| {
+            assert!(t < n && column + values.len() <= width);
+            // SAFETY: row t < n and the columns are inside a row of `out` (asserted); only
+            // this task writes this panel's columns.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(shared.0.add(t * width + column), values.len())
+            };
+            if accumulate {
+                dst.iter_mut().zip(values).for_each(|(d, v)| *d += v);
+            } else {
+                dst.copy_from_slice(values);
+            }
+        };
         PANEL_F32.with(|buf| {
             let mut rows = buf.borrow_mut();
-            rows.resize(PANEL * m.cols, 0.0);
+            rows.resize(PANEL * k, 0.0);
             for c in 0..cols {
-                m.dequantize_row(first + c, &mut rows[c * m.cols..(c + 1) * m.cols]);
+                m.dequantize_row(first + c, &mut rows[c * k..(c + 1) * k]);
             }
-            rows[cols * m.cols..].fill(0.0);
-            if bf16_path {
-                PANEL_BF16.with(|packed| {
-                    let mut packed = packed.borrow_mut();
-                    pack_bf16_panel(&rows, m.cols, &mut packed);
-                    // Rows first..first + live of the panel's sums (`PANEL` apart) into `out`.
-                    let store = |first_row: usize, live: usize, sums: &[f32]| {
-                        assert!(first_row + live <= n && sums.len() >= live * PANEL);
-                        for r in 0..live {
-                            // SAFETY: row first_row + r < n (asserted) and columns
-                            // first..first + cols < m.rows are inside `out`; only this task
-                            // writes this panel's columns.
-                            unsafe {
-                                let dst = shared.0.add((first_row + r) * m.rows + first);
-                                std::ptr::copy_nonoverlapping(
-                                    sums.as_ptr().add(r * PANEL),
-                                    dst,
-                                    cols,
-                                );
-                            }
-                        }
-                    };
-                    if let Some(tiles) = &tiles {
-                        tiles.times_panel(&packed, store);
-                        return;
-                    }
-                    let pairs = m.cols / 2;
-                    let mut sums = [0f32; TILE_ROWS * PANEL];
-                    let mut t = 0;
-                    while t < n {
-                        let tile = TILE_ROWS.min(n - t);
-                        // SAFETY: the CPU has AVX512-BF16 (PackedBf16Linear::supported); the
-                        // rows slice holds `tile` rows of `pairs` pairs, `packed` one panel.
-                        unsafe {
-                            dot_tile(
-                                tile,
-                                pairs,
-                                &xb[t * m.cols..(t + tile) * m.cols],
-                                &packed,
-                                &mut sums,
-                            )
-                        };
-                        store(t, tile, &sums);
-                        t += tile;
-                    }
-                });
-            } else {
+            rows[cols * k..].fill(0.0);
+            if !bf16_path(m) {
+                let mut sums = [0f32; PANEL];
                 for t in 0..n {
-                    let xt = &x[t * m.cols..(t + 1) * m.cols];
-                    for c in 0..cols {
-                        let v = dot(&rows[c * m.cols..(c + 1) * m.cols], xt);
-                        // SAFETY: as above: a cell of this panel's columns in row t < n.
-                        unsafe { *shared.0.add(t * m.rows + first + c) = v };
+                    let xt = &x[t * k..(t + 1) * k];
+                    for (c, sum) in sums[..cols].iter_mut().enumerate() {
+                        *sum = dot(&rows[c * k..(c + 1) * k], xt);
                     }
+                    put(t, &sums[..cols]);
                 }
+                return;
             }
+            PANEL_BF16.with(|packed| {
+                let mut packed = packed.borrow_mut();
+                pack_bf16_panel(&rows, k, &mut packed);
+                // Rows first_row..first_row + live of the panel's sums (`PANEL` apart).
+                let store = |first_row: usize, live: usize, sums: &[f32]| {
+                    for r in 0..live {
+                        put(first_row + r, &sums[r * PANEL..r * PANEL + cols]);
+                    }
+                };
+                if let Some(tiles) = &tiles {
+                    tiles.times_panel(&packed, store);
+                    return;
+                }
+                let pairs = k / 2;
+                let mut sums = [0f32; TILE_ROWS * PANEL];
+                let mut t = 0;
+                while t < n {
+                    let tile = TILE_ROWS.min(n - t);
+                    // SAFETY: the CPU has AVX512-BF16 (PackedBf16Linear::supported); the rows
+                    // slice holds `tile` rows of `pairs` pairs, `packed` one panel.
+                    unsafe {
+                        dot_tile(tile, pairs, &xb[t * k..(t + tile) * k], &packed, &mut sums)
+                    };
+                    store(t, tile, &sums);
+                    t += tile;
+                }
+            });
         });
     });
 }
@@ -817,20 +895,31 @@ unsafe fn pack_bf16_panel_avx512(rows: &[f32], k: usize, packed: &mut [u32]) {
 mod x86;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::kernels::bf16::tests::random;
     use candle_core::quantized::QTensor;
     use candle_core::{Device, Tensor};
 
-    /// A `[rows, cols]` matrix of `dtype` (quantized by candle) in a mapped temp file.
+    /// A `[rows, cols]` matrix of `dtype` with random values, in a mapped temp file.
     fn matrix(
         dtype: GgmlDType,
         rows: usize,
         cols: usize,
         seed: u64,
     ) -> (QMatrix, tempfile::NamedTempFile) {
-        let w = Tensor::from_vec(random(rows * cols, seed), (rows, cols), &Device::Cpu).unwrap();
+        quantized(&random(rows * cols, seed), rows, cols, dtype)
+    }
+
+    /// `values` as a `[rows, cols]` matrix of `dtype` (quantized by candle), in a mapped temp
+    /// file (kept while the matrix is used).
+    pub(crate) fn quantized(
+        values: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: GgmlDType,
+    ) -> (QMatrix, tempfile::NamedTempFile) {
+        let w = Tensor::from_vec(values.to_vec(), (rows, cols), &Device::Cpu).unwrap();
         let q = QTensor::quantize(&w, dtype).unwrap();
         let bytes = q.data().unwrap();
         let mut file = tempfile::NamedTempFile::new().unwrap();
@@ -1060,6 +1149,42 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Stacked parts (of different types, one a float) write each part's products in its
+    /// columns, bit for bit those of the part alone, and `accumulate` adds them to what is there.
+    #[test]
+    fn stacked_products_are_each_parts_product_side_by_side() {
+        let (cols, n) = (256, 37);
+        let x = random(n * cols, 5);
+        let parts = [
+            matrix(GgmlDType::Q8_0, 40, cols, 1),
+            matrix(GgmlDType::Q4K, 33, cols, 2),
+            matrix(GgmlDType::F16, 7, cols, 3),
+        ];
+        let refs: Vec<&QMatrix> = parts.iter().map(|(m, _)| m).collect();
+        let width: usize = refs.iter().map(|m| m.rows).sum();
+        let start = random(n * width, 8);
+        let mut stacked = start.clone();
+        matmul_stacked(&refs, &x, n, &mut stacked, true);
+        let mut column = 0;
+        for m in &refs {
+            let mut alone = vec![0f32; n * m.rows];
+            matmul(m, &x, n, &mut alone);
+            for t in 0..n {
+                for r in 0..m.rows {
+                    let at = t * width + column + r;
+                    let want = start[at] + alone[t * m.rows + r];
+                    assert_eq!(
+                        stacked[at].to_bits(),
+                        want.to_bits(),
+                        "[{t}, {}]",
+                        column + r
+                    );
+                }
+            }
+            column += m.rows;
         }
     }
 

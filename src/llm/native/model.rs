@@ -182,34 +182,7 @@ pub struct Model {
 pub type LoadError = String;
 
 fn matrix(content: &gguf_file::Content, map: &Arc<Mmap>, name: &str) -> Result<QMatrix, LoadError> {
-    let info = content
-        .tensor_infos
-        .get(name)
-        .ok_or_else(|| format!("tensor {name} missing"))?;
-    let qtype = QType::of_ggml(info.ggml_dtype).ok_or_else(|| {
-        format!(
-            "tensor {name} has type {:?}, which the native backend cannot multiply (supported: \
-             F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
-            info.ggml_dtype
-        )
-    })?;
-    let dims = info.shape.dims();
-    // GGUF shapes read back as (rows, cols) for a 2-D weight.
-    let (rows, cols) = match dims {
-        [rows, cols] => (*rows, *cols),
-        _ => {
-            return Err(format!(
-                "tensor {name}: expected 2 dimensions, found {dims:?}"
-            ));
-        }
-    };
-    let offset = (content.tensor_data_offset + info.offset) as usize;
-    QMatrix::new(map.clone(), offset, qtype, rows, cols).ok_or_else(|| {
-        format!(
-            "tensor {name}: {rows} x {cols} {qtype:?} values do not fit the file at byte {offset} \
-             (or a row is not a whole number of blocks)"
-        )
-    })
+    QMatrix::from_gguf(content, map, name)
 }
 
 impl Model {
