@@ -241,10 +241,7 @@ impl CpuDecoderLayer {
                 });
             self.attention(qkv, first_text..first_text + cm / seq, mask, ctx);
             match &self.feed_forward_norms {
-                None => {
-                    self.out.forward_into(ctx, cm, Some(rows), next);
-                    rows.copy_from_slice(next);
-                }
+                None => self.out.add_product(rows, ctx, cm),
                 Some(_) => {
                     self.out.forward_into(ctx, cm, None, next);
                     add_normed(rows, next, &self.post_attention_norm, eps);
@@ -283,10 +280,7 @@ impl CpuDecoderLayer {
                     }
                 });
             match &self.feed_forward_norms {
-                None => {
-                    self.down.forward_into(hidden, cm, Some(rows), next);
-                    rows.copy_from_slice(next);
-                }
+                None => self.down.add_product(rows, hidden, cm),
                 Some([_, post]) => {
                     self.down.forward_into(hidden, cm, None, next);
                     add_normed(rows, next, post, eps);
@@ -467,10 +461,13 @@ pub(crate) fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
 
 /// [`rms_norm`] into `out` (its memory reused).
 fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
-    out.clear();
-    out.extend_from_slice(x);
+    if out.len() != x.len() {
+        out.clear();
+        out.resize(x.len(), 0.0);
+    }
     out.par_chunks_mut(weight.len())
-        .for_each(|row| rms_norm_row(row, weight, eps));
+        .zip(x.par_chunks(weight.len()))
+        .for_each(|(dst, row)| rms_norm_row_to(row, dst, weight, eps));
 }
 
 /// `row * rsqrt(mean(row^2) + eps) * weight` in place (upstream's RMSNorm), with an AVX-512
@@ -483,18 +480,41 @@ fn rms_norm_row(row: &mut [f32], weight: &[f32], eps: f32) {
             return unsafe { rms_norm_row_avx512(row, weight, eps) };
         }
     }
-    rms_norm_row_portable(row, weight, eps);
+    let scale = inverse_rms(row, eps);
+    scale_row(row, scale, weight);
+}
+
+/// [`rms_norm_row`] of `row` written to `dst` (the same bits).
+fn rms_norm_row_to(row: &[f32], dst: &mut [f32], weight: &[f32], eps: f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX512F (checked just above).
+            return unsafe { rms_norm_row_to_avx512(row, dst, weight, eps) };
+        }
+    }
+    let scale = inverse_rms(row, eps);
+    scale_row_to(row, dst, scale, weight);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn rms_norm_row_avx512(row: &mut [f32], weight: &[f32], eps: f32) {
-    rms_norm_row_portable(row, weight, eps);
+    let scale = inverse_rms(row, eps);
+    scale_row(row, scale, weight);
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn rms_norm_row_to_avx512(row: &[f32], dst: &mut [f32], weight: &[f32], eps: f32) {
+    let scale = inverse_rms(row, eps);
+    scale_row_to(row, dst, scale, weight);
+}
+
+/// `rsqrt(mean(row^2) + eps)`, the squares summed in sixteen running sums (so that they
+/// vectorise), then in a fixed order.
 #[inline(always)]
-fn rms_norm_row_portable(row: &mut [f32], weight: &[f32], eps: f32) {
-    // Sixteen running sums, so the squares vectorise; summed in a fixed order.
+fn inverse_rms(row: &[f32], eps: f32) -> f32 {
     let mut lanes = [0f32; 16];
     let chunks = row.chunks_exact(16);
     let tail: f32 = chunks.remainder().iter().map(|v| v * v).sum();
@@ -504,9 +524,20 @@ fn rms_norm_row_portable(row: &mut [f32], weight: &[f32], eps: f32) {
         }
     }
     let mean_square = (lanes.iter().sum::<f32>() + tail) / row.len() as f32;
-    let inverse_root = 1.0 / (mean_square + eps).sqrt();
+    1.0 / (mean_square + eps).sqrt()
+}
+
+#[inline(always)]
+fn scale_row(row: &mut [f32], scale: f32, weight: &[f32]) {
     for (v, w) in row.iter_mut().zip(weight) {
-        *v = *v * inverse_root * w;
+        *v = *v * scale * w;
+    }
+}
+
+#[inline(always)]
+fn scale_row_to(row: &[f32], dst: &mut [f32], scale: f32, weight: &[f32]) {
+    for ((d, v), w) in dst.iter_mut().zip(row).zip(weight) {
+        *d = v * scale * w;
     }
 }
 

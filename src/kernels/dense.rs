@@ -188,6 +188,23 @@ impl Dense {
         }
     }
 
+    /// `dst[m, out] += x[m, in] W^T + bias` in place: the sums of [`Dense::forward`] with `dst`
+    /// as its residual, without the copy.
+    pub(crate) fn add_product(&self, dst: &mut [f32], x: &[f32], m: usize) {
+        assert_eq!(
+            dst.len(),
+            m * self.out_features,
+            "destination of {} for {m} rows",
+            dst.len()
+        );
+        if self.bias.iter().any(|&b| b != 0.0) {
+            for row in dst.chunks_exact_mut(self.out_features) {
+                row.iter_mut().zip(&self.bias).for_each(|(d, b)| *d += b);
+            }
+        }
+        self.multiply_add(dst, x, m);
+    }
+
     /// `x W^T + bias` for `m` rows, plus `residual` (`[m, out]`) where given.
     pub(crate) fn forward(&self, x: &[f32], m: usize, residual: Option<&[f32]>) -> Vec<f32> {
         let mut dst = Vec::new();
