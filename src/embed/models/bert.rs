@@ -140,31 +140,39 @@ impl Embeddings {
 }
 
 struct Layer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    attn_out: Linear,
+    projections: Projections,
     attn_norm: LayerNorm,
-    up: Linear,
-    down: Linear,
     out_norm: LayerNorm,
     heads: usize,
     head_dim: usize,
     tanh_gelu: bool,
-    /// The same weights packed for the CPU f32 fast path (when they live there).
-    cpu: Option<CpuBertLayer>,
+}
+
+/// A layer's projections: candle's layers, or (on the CPU in f32) only the fused layer's
+/// packing of them, so that the model holds one copy of its weights.
+enum Projections {
+    Candle {
+        query: Linear,
+        key: Linear,
+        value: Linear,
+        attn_out: Linear,
+        up: Linear,
+        down: Linear,
+    },
+    Fused(Box<CpuBertLayer>),
 }
 
 impl Layer {
+    /// With `fused`, the projections are packed for the CPU fast path only.
     fn new(
         cfg: &BertConfig,
         vb: VarBuilder,
         flavor: BertFlavor,
         quantized: &QuantizedLinears,
+        fused: bool,
     ) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let attn = vb.pp("attention");
-        let on_cpu_f32 = matches!(vb.device(), Device::Cpu) && vb.dtype() == DType::F32;
         // [query, key, value, output] and the attention LayerNorm, as each checkpoint names them.
         let (names, attn_norm) = match flavor {
             BertFlavor::Bert | BertFlavor::Roberta => (
@@ -186,46 +194,51 @@ impl Layer {
             vb.pp("intermediate").pp("dense"),
             vb.pp("output").pp("dense"),
         );
-        let linear = |i, o, vb: &VarBuilder| quantized.linear(i, o, true, vb.clone());
-        let mut layer = Self {
-            query: linear(h, h, &query)?,
-            key: linear(h, h, &key)?,
-            value: linear(h, h, &value)?,
-            attn_out: linear(h, h, &attn_out)?,
+        let inner = cfg.intermediate_size;
+        let tanh_gelu = cfg.hidden_act != "gelu";
+        let heads = cfg.num_attention_heads;
+        let projections = if fused {
+            let gelu = if tanh_gelu {
+                GeluKind::Tanh
+            } else {
+                GeluKind::Erf
+            };
+            let source = |i, o, vb: VarBuilder| quantized.source(i, o, true, vb);
+            Projections::Fused(Box::new(CpuBertLayer::new(
+                [
+                    source(h, h, query)?,
+                    source(h, h, key)?,
+                    source(h, h, value)?,
+                    source(h, h, attn_out)?,
+                    source(h, inner, up)?,
+                    source(inner, h, down)?,
+                ],
+                heads,
+                gelu,
+            )?))
+        } else {
+            let linear = |i, o, vb: VarBuilder| quantized.linear(i, o, true, vb);
+            Projections::Candle {
+                query: linear(h, h, query)?,
+                key: linear(h, h, key)?,
+                value: linear(h, h, value)?,
+                attn_out: linear(h, h, attn_out)?,
+                up: linear(h, inner, up)?,
+                down: linear(inner, h, down)?,
+            }
+        };
+        Ok(Self {
+            projections,
             attn_norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, attn_norm)?,
-            up: linear(h, cfg.intermediate_size, &up)?,
-            down: linear(cfg.intermediate_size, h, &down)?,
             out_norm: candle_nn::layer_norm(
                 h,
                 cfg.layer_norm_eps,
                 vb.pp("output").pp("LayerNorm"),
             )?,
-            heads: cfg.num_attention_heads,
-            head_dim: h / cfg.num_attention_heads,
-            tanh_gelu: cfg.hidden_act != "gelu",
-            cpu: None,
-        };
-        if on_cpu_f32 {
-            let gelu = if layer.tanh_gelu {
-                GeluKind::Tanh
-            } else {
-                GeluKind::Erf
-            };
-            let source = |vb: &VarBuilder, linear: &Linear| quantized.source_of(vb, linear);
-            layer.cpu = Some(CpuBertLayer::new(
-                [
-                    source(&query, &layer.query)?,
-                    source(&key, &layer.key)?,
-                    source(&value, &layer.value)?,
-                    source(&attn_out, &layer.attn_out)?,
-                    source(&up, &layer.up)?,
-                    source(&down, &layer.down)?,
-                ],
-                layer.heads,
-                gelu,
-            )?);
-        }
-        Ok(layer)
+            heads,
+            head_dim: h / heads,
+            tanh_gelu,
+        })
     }
 
     fn split_heads(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -243,20 +256,33 @@ impl Layer {
         lengths: &[usize],
         bias: Option<&BatchBias>,
     ) -> candle_core::Result<Tensor> {
-        if let Some(cpu) = self.cpu.as_ref().filter(|_| CpuBertLayer::accepts(x)) {
-            let by_offset = bias.map(|b| b.by_offset.as_slice());
-            return cpu.forward(
-                x,
-                lengths,
-                by_offset,
-                None,
-                [&self.attn_norm, &self.out_norm],
-            );
-        }
+        let (query, key, value, attn_out, up, down) = match &self.projections {
+            Projections::Fused(cpu) => {
+                if !CpuBertLayer::accepts(x) {
+                    candle_core::bail!("a layer packed for the CPU in f32 got other input");
+                }
+                let by_offset = bias.map(|b| b.by_offset.as_slice());
+                return cpu.forward(
+                    x,
+                    lengths,
+                    by_offset,
+                    None,
+                    [&self.attn_norm, &self.out_norm],
+                );
+            }
+            Projections::Candle {
+                query,
+                key,
+                value,
+                attn_out,
+                up,
+                down,
+            } => (query, key, value, attn_out, up, down),
+        };
         let (b, t, h) = x.dims3()?;
-        let q = self.split_heads(&self.query.forward(x)?)?;
-        let k = self.split_heads(&self.key.forward(x)?)?;
-        let v = self.split_heads(&self.value.forward(x)?)?;
+        let q = self.split_heads(&query.forward(x)?)?;
+        let k = self.split_heads(&key.forward(x)?)?;
+        let v = self.split_heads(&value.forward(x)?)?;
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         let mut logits = q.matmul(&k.t()?)?;
         if let Some(bias) = bias {
@@ -274,16 +300,14 @@ impl Layer {
         };
         let probs = attention_probs(&logits, &mask)?.to_dtype(v.dtype())?;
         let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
-        let x = self
-            .attn_norm
-            .forward(&(self.attn_out.forward(&ctx)? + x)?)?;
-        let up = self.up.forward(&x)?;
+        let x = self.attn_norm.forward(&(attn_out.forward(&ctx)? + x)?)?;
+        let up = up.forward(&x)?;
         let up = if self.tanh_gelu {
             up.gelu()?
         } else {
             gelu_erf(&up)?
         };
-        self.out_norm.forward(&(self.down.forward(&up)? + x)?)
+        self.out_norm.forward(&(down.forward(&up)? + x)?)
     }
 }
 
@@ -402,6 +426,18 @@ impl BertModel {
         flavor: BertFlavor,
         quantized: &QuantizedLinears,
     ) -> candle_core::Result<Self> {
+        let fused = matches!(vb.device(), Device::Cpu) && vb.dtype() == DType::F32;
+        Self::build(cfg, vb, flavor, quantized, fused)
+    }
+
+    /// The model, its layers fused for the CPU where `fused`.
+    fn build(
+        cfg: &BertConfig,
+        vb: VarBuilder,
+        flavor: BertFlavor,
+        quantized: &QuantizedLinears,
+        fused: bool,
+    ) -> candle_core::Result<Self> {
         if cfg.position_embedding_type != "absolute" {
             candle_core::bail!(
                 "position_embedding_type '{}' is not supported (only absolute)",
@@ -428,7 +464,10 @@ impl BertModel {
         let segments = flavor != BertFlavor::MpNet;
         let embeddings = Embeddings::new(cfg, vb.pp("embeddings"), position_offset, segments)?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::new(cfg, vb.pp("encoder").pp("layer").pp(i), flavor, quantized))
+            .map(|i| {
+                let vb = vb.pp("encoder").pp("layer").pp(i);
+                Layer::new(cfg, vb, flavor, quantized, fused)
+            })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let relative_bias = if flavor == BertFlavor::MpNet {
             let buckets = cfg.relative_attention_num_buckets;
@@ -571,12 +610,11 @@ mod tests {
     /// switched off (plain candle ops).
     fn fast_and_plain(cfg: &BertConfig, flavor: BertFlavor) -> (BertModel, BertModel) {
         let vb = VarBuilder::from_tensors(random_weights_of(cfg, flavor), DType::F32, &Device::Cpu);
+        let none = QuantizedLinears::default();
         let fast = BertModel::load(cfg, vb.clone(), flavor).unwrap();
-        let mut plain = BertModel::load(cfg, vb, flavor).unwrap();
-        for layer in &mut plain.layers {
-            layer.cpu = None;
-        }
-        assert!(fast.layers.iter().all(|l| l.cpu.is_some()));
+        let plain = BertModel::build(cfg, vb, flavor, &none, false).unwrap();
+        let fused = |l: &Layer| matches!(l.projections, Projections::Fused(_));
+        assert!(fast.layers.iter().all(fused) && !plain.layers.iter().any(fused));
         (fast, plain)
     }
 

@@ -113,26 +113,6 @@ impl QuantizedLinears {
                 .map(DenseSource::Linear),
         }
     }
-
-    /// [`QuantizedLinears::source`] for a layer already loaded as `linear` from `vb`: its
-    /// quantized weight where the file keeps one, else `linear` itself.
-    pub(crate) fn source_of(
-        &self,
-        vb: &VarBuilder,
-        linear: &Linear,
-    ) -> candle_core::Result<DenseSource> {
-        let (out_dim, in_dim) = linear.weight().dims2()?;
-        match self.matrix(in_dim, out_dim, vb)? {
-            Some(matrix) => Ok(DenseSource::Quantized {
-                weight: matrix.clone(),
-                bias: match linear.bias() {
-                    Some(b) => b.to_dtype(DType::F32)?.to_vec1()?,
-                    None => vec![0.0; out_dim],
-                },
-            }),
-            None => Ok(DenseSource::Linear(linear.clone())),
-        }
-    }
 }
 
 /// The forward pass of one architecture: all final hidden states `[batch, seq, hidden]` for

@@ -77,15 +77,22 @@ fn swiglu() -> String {
 }
 
 struct Layer {
-    qkv: Linear,
-    out: Linear,
+    projections: Projections,
     norm1: LayerNorm,
-    up: Linear,
-    gate: Linear,
-    down: Linear,
     norm2: LayerNorm,
-    /// The same weights packed for the CPU f32 fast path (when they live there).
-    cpu: Option<CpuBertLayer>,
+}
+
+/// A layer's projections: candle's layers, or (on the CPU in f32) only the fused layer's
+/// packing of them, so that the model holds one copy of its weights.
+enum Projections {
+    Candle {
+        qkv: Linear,
+        out: Linear,
+        up: Linear,
+        gate: Linear,
+        down: Linear,
+    },
+    Fused(Box<CpuBertLayer>),
 }
 
 /// A nomic-bert encoder.
@@ -110,6 +117,17 @@ impl NomicBertModel {
         vb: VarBuilder,
         quantized: &QuantizedLinears,
     ) -> candle_core::Result<Self> {
+        let fused = matches!(vb.device(), Device::Cpu) && vb.dtype() == DType::F32;
+        Self::build(cfg, vb, quantized, fused)
+    }
+
+    /// The model, its layers fused for the CPU where `fused`.
+    fn build(
+        cfg: &NomicBertConfig,
+        vb: VarBuilder,
+        quantized: &QuantizedLinears,
+        fused: bool,
+    ) -> candle_core::Result<Self> {
         let (h, heads) = (cfg.n_embd, cfg.n_head);
         if heads == 0 || !h.is_multiple_of(heads) || !(h / heads).is_multiple_of(2) {
             candle_core::bail!("n_embd is not a multiple of an even head size");
@@ -127,7 +145,6 @@ impl NomicBertModel {
             );
         }
         let i = cfg.n_inner;
-        let on_cpu_f32 = matches!(vb.device(), Device::Cpu) && vb.dtype() == DType::F32;
         let norm = |vb: VarBuilder| candle_nn::layer_norm(h, cfg.layer_norm_epsilon, vb);
         let layers = (0..cfg.n_layer)
             .map(|n| {
@@ -140,31 +157,34 @@ impl NomicBertModel {
                     mlp.pp("fc12"),
                     mlp.pp("fc2"),
                 ];
-                let linear = |i, o, bias, vb: &VarBuilder| quantized.linear(i, o, bias, vb.clone());
-                let mut layer = Layer {
-                    qkv: linear(h, 3 * h, cfg.qkv_proj_bias, &qkv)?,
-                    out: linear(h, h, cfg.qkv_proj_bias, &out)?,
-                    norm1: norm(vb.pp("norm1"))?,
-                    up: linear(h, i, cfg.mlp_fc1_bias, &up)?,
-                    gate: linear(h, i, cfg.mlp_fc1_bias, &gate)?,
-                    down: linear(i, h, cfg.mlp_fc2_bias, &down)?,
-                    norm2: norm(vb.pp("norm2"))?,
-                    cpu: None,
-                };
-                if on_cpu_f32 {
-                    let source = |vb: &VarBuilder, linear: &Linear| quantized.source_of(vb, linear);
-                    layer.cpu = Some(CpuBertLayer::with_swiglu(
-                        source(&qkv, &layer.qkv)?,
-                        source(&out, &layer.out)?,
+                let (qkv_bias, fc1_bias) = (cfg.qkv_proj_bias, cfg.mlp_fc1_bias);
+                let projections = if fused {
+                    let source = |i, o, bias, vb| quantized.source(i, o, bias, vb);
+                    Projections::Fused(Box::new(CpuBertLayer::with_swiglu(
+                        source(h, 3 * h, qkv_bias, qkv)?,
+                        source(h, h, qkv_bias, out)?,
                         [
-                            source(&gate, &layer.gate)?,
-                            source(&up, &layer.up)?,
-                            source(&down, &layer.down)?,
+                            source(h, i, fc1_bias, gate)?,
+                            source(h, i, fc1_bias, up)?,
+                            source(i, h, cfg.mlp_fc2_bias, down)?,
                         ],
                         heads,
-                    )?);
-                }
-                Ok(layer)
+                    )?))
+                } else {
+                    let linear = |i, o, bias, vb| quantized.linear(i, o, bias, vb);
+                    Projections::Candle {
+                        qkv: linear(h, 3 * h, qkv_bias, qkv)?,
+                        out: linear(h, h, qkv_bias, out)?,
+                        up: linear(h, i, fc1_bias, up)?,
+                        gate: linear(h, i, fc1_bias, gate)?,
+                        down: linear(i, h, cfg.mlp_fc2_bias, down)?,
+                    }
+                };
+                Ok(Layer {
+                    projections,
+                    norm1: norm(vb.pp("norm1"))?,
+                    norm2: norm(vb.pp("norm2"))?,
+                })
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let embeddings = vb.pp("embeddings");
@@ -191,18 +211,23 @@ impl Backbone for NomicBertModel {
         let mut x = self
             .embed_norm
             .forward(&words.broadcast_add(&self.segment)?)?;
-        if CpuBertLayer::accepts(&x) && self.layers.iter().all(|l| l.cpu.is_some()) {
+        let fused = |l: &Layer| matches!(l.projections, Projections::Fused(_));
+        if self.layers.iter().any(fused) {
+            if !CpuBertLayer::accepts(&x) {
+                candle_core::bail!("layers packed for the CPU in f32 got other input");
+            }
             let table = RotaryTable::new(self.head_dim, self.theta, t);
             for layer in &self.layers {
-                if let Some(cpu) = &layer.cpu {
-                    x = cpu.forward(
-                        &x,
-                        lengths,
-                        None,
-                        Some(&table),
-                        [&layer.norm1, &layer.norm2],
-                    )?;
-                }
+                let Projections::Fused(cpu) = &layer.projections else {
+                    candle_core::bail!("a model with fused and candle layers");
+                };
+                x = cpu.forward(
+                    &x,
+                    lengths,
+                    None,
+                    Some(&table),
+                    [&layer.norm1, &layer.norm2],
+                )?;
             }
             return Ok(x);
         }
@@ -216,18 +241,20 @@ impl Backbone for NomicBertModel {
             softcap: None,
         };
         for layer in &self.layers {
-            let attended = fused_rotary_attention(
-                &layer.qkv,
-                &layer.out,
-                &x,
-                (self.heads, self.head_dim),
-                &rope,
-                &mask,
-            )?;
+            let Projections::Candle {
+                qkv,
+                out,
+                up,
+                gate,
+                down,
+            } = &layer.projections
+            else {
+                candle_core::bail!("a model with fused and candle layers");
+            };
+            let attended =
+                fused_rotary_attention(qkv, out, &x, (self.heads, self.head_dim), &rope, &mask)?;
             x = layer.norm1.forward(&(&x + attended)?)?;
-            let mlp = layer
-                .down
-                .forward(&silu_mul(&layer.gate.forward(&x)?, &layer.up.forward(&x)?)?)?;
+            let mlp = down.forward(&silu_mul(&gate.forward(&x)?, &up.forward(&x)?)?)?;
             x = layer.norm2.forward(&(&x + mlp)?)?;
         }
         Ok(x)
@@ -280,12 +307,11 @@ mod tests {
             }
         }
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-        let fast = NomicBertModel::load(cfg, vb.clone(), &QuantizedLinears::default()).unwrap();
-        let mut plain = NomicBertModel::load(cfg, vb, &QuantizedLinears::default()).unwrap();
-        for layer in &mut plain.layers {
-            layer.cpu = None;
-        }
-        assert!(fast.layers.iter().all(|l| l.cpu.is_some()));
+        let none = QuantizedLinears::default();
+        let fast = NomicBertModel::load(cfg, vb.clone(), &none).unwrap();
+        let plain = NomicBertModel::build(cfg, vb, &none, false).unwrap();
+        let fused = |l: &Layer| matches!(l.projections, Projections::Fused(_));
+        assert!(fast.layers.iter().all(fused) && !plain.layers.iter().any(fused));
         (fast, plain)
     }
 
