@@ -8,10 +8,15 @@ no post-processor to append the EOS the model pools. F32 tensors, so that the Ru
 compare its vectors with that directory's `reference.json` (computed by `transformers`).
 
     /work/venv-enc/bin/pip install gguf
-    /work/venv-enc/bin/python scripts/gen_tiny_qwen3_embedding_gguf.py
+    /work/venv-enc/bin/python scripts/gen_tiny_qwen3_embedding_gguf.py [SRC_DIR OUT_FILE]
+
+With SRC_DIR and OUT_FILE it converts another Qwen3 directory of the same layout, such as the
+real-shaped random model `benches/compare/decoder_vs_torch.py` writes (bf16 weights are read
+through torch), e.g. for `llama-quantize` to quantize as it would a real Qwen3-Embedding.
 """
 import json
 import pathlib
+import sys
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
@@ -25,17 +30,32 @@ SRC = ROOT / "tests" / "fixtures" / "embed" / "tiny-qwen3"
 OUT = ROOT / "tests" / "fixtures" / "embed" / "tiny-qwen3-embedding.gguf"
 
 
+def read_weights(path: pathlib.Path) -> dict:
+    try:
+        return load_file(str(path))
+    except TypeError:
+        # numpy has no bfloat16: read such files through torch, widened to f32.
+        from safetensors.torch import load_file as load_torch
+
+        return {k: v.float().numpy() for k, v in load_torch(str(path)).items()}
+
+
 def main() -> None:
-    config = json.loads((SRC / "config.json").read_text())
-    weights = load_file(str(SRC / "model.safetensors"))
+    src, out = SRC, OUT
+    if len(sys.argv) == 3:
+        src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    elif len(sys.argv) != 1:
+        sys.exit("usage: gen_tiny_qwen3_embedding_gguf.py [SRC_DIR OUT_FILE]")
+    config = json.loads((src / "config.json").read_text())
+    weights = read_weights(src / "model.safetensors")
     prefix = "model." if "model.embed_tokens.weight" in weights else ""
-    tok = Tokenizer.from_file(str(SRC / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
     vocab = tok.get_vocab(with_added_tokens=True)
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     specials = {t.content for t in tok.get_added_tokens_decoder().values()}
     merges = json.loads(tok.to_str())["model"]["merges"]
 
-    w = GGUFWriter(str(OUT), "qwen3")
+    w = GGUFWriter(str(out), "qwen3")
     w.add_string("general.name", "tiny-qwen3-embedding")
     w.add_uint32("qwen3.context_length", config["max_position_embeddings"])
     w.add_uint32("qwen3.embedding_length", config["hidden_size"])
@@ -71,7 +91,7 @@ def main() -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"{OUT.name}: {OUT.stat().st_size} bytes, {len(tokens)} tokens")
+    print(f"{out.name}: {out.stat().st_size} bytes, {len(tokens)} tokens")
 
 
 if __name__ == "__main__":

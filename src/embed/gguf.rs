@@ -7,7 +7,7 @@
 //! families, `crate::gguf`'s byte-level BPE for Qwen3), writes the
 //! `config.json` the architecture's model file expects, and maps the tensors onto the Hugging
 //! Face names that file loads. The layers' block-quantized matrices stay as the file stores
-//! them, memory-mapped: the fused CPU layers multiply them with the GGUF engine's product and
+//! them, memory-mapped: the fused CPU layers dequantize them per product (`kernels::dense`) and
 //! candle's layers (another device or dtype) dequantize them at load; every other tensor is
 //! read in the dtype the encoder computes in.
 

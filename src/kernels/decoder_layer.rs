@@ -207,10 +207,11 @@ impl CpuDecoderLayer {
         // The layer a block of rows at a time (whole texts for attention), so that each step's
         // output is still in cache when the next reads it. The blocks depend on the thread
         // count, so they are used only where a row's product does not depend on the rows
-        // beside it; `gemm`'s f32 products take the whole batch at once.
-        let block_rows = if [&self.qkv, &self.out, &self.gate_up, &self.down]
-            .iter()
-            .all(|d| d.rows_independent())
+        // beside it; `gemm`'s f32 products take the whole batch at once, and so do quantized
+        // weights, which every product dequantizes again.
+        let dense = [&self.qkv, &self.out, &self.gate_up, &self.down];
+        let block_rows = if dense.iter().all(|d| d.rows_independent())
+            && !dense.iter().any(|d| d.dequantizes_per_product())
         {
             ROWS_PER_THREAD * rayon::current_num_threads().max(2)
         } else {

@@ -1,8 +1,9 @@
 //! A dense layer's weight laid out for the CPU fast paths (`bert_layer`, `decoder_layer`):
 //! f32 through `gemm`, split for AMX tiles (`kernels::amx`, f32-grade), or, for a bf16 weight,
 //! packed for the AVX512-BF16 / AMX bf16 kernels (`kernels::bf16`, one product per pair); a
-//! GGUF file's quantized matrices stay as the file stores them and go through the GGUF
-//! engine's prompt product (`kernels::quant::matmul_stacked`). Every
+//! GGUF file's quantized matrices stay as the file stores them, and each product dequantizes
+//! them into bf16 panels for the AMX kernel (the GGUF engine's `kernels::quant::matmul_stacked`
+//! without AMX). Every
 //! product accumulates into an f32 destination that starts from the bias (and a residual),
 //! and no sum is split across threads, so results do not depend on the thread count.
 
@@ -13,7 +14,12 @@ use half::bf16;
 
 use super::amx::{self, AmxWeight};
 use super::bf16::{Bf16Weight, PackedBf16Linear, bias_f32};
-use super::quant::{QMatrix, matmul_stacked};
+use super::quant::{QMatrix, matmul_stacked, pack_stacked_bf16};
+
+thread_local! {
+    /// A quantized weight's bf16 panels for the product under way (memory reused).
+    static QUANTIZED_PANELS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Where a dense layer's weight comes from: a candle linear layer, or a matrix of a GGUF file
 /// (block-quantized, kept so) with its bias in f32 (zeros where it has none).
@@ -64,8 +70,8 @@ pub(crate) struct Dense {
 /// How a [`Dense`] weight is multiplied: f32 through `gemm`, split and packed for the AMX
 /// kernel where [`amx::available`] (the same sums to f32 grade; `kernels::amx` says how), or
 /// kept in bf16 and packed for the bf16 kernels (inputs rounded to bf16), or quantized GGUF
-/// matrices whose outputs lie side by side (inputs rounded to bf16 where the CPU has
-/// AVX512-BF16, as the GGUF engine's prompts are).
+/// matrices whose outputs lie side by side (dequantized to bf16 per product; inputs rounded
+/// to bf16 where the CPU has AVX512-BF16, as the GGUF engine's prompts are).
 enum DenseWeight {
     F32(Vec<f32>),
     Amx(AmxWeight),
@@ -114,6 +120,12 @@ impl Dense {
     /// blocking may depend on the row count, so the f32 path does not promise it.
     pub(crate) fn rows_independent(&self) -> bool {
         !matches!(self.weight, DenseWeight::F32(_))
+    }
+
+    /// Whether each product dequantizes the weight anew (a quantized GGUF matrix): such a
+    /// product is cheapest over as many rows as possible at once.
+    pub(crate) fn dequantizes_per_product(&self) -> bool {
+        matches!(self.weight, DenseWeight::Quantized(_))
     }
 
     /// Whether this weight is bf16 multiplied on AMX tiles.
@@ -183,7 +195,19 @@ impl Dense {
             DenseWeight::Bf16(packed) => packed.multiply_add(dst, x, m),
             DenseWeight::Quantized(parts) => {
                 let parts: Vec<&QMatrix> = parts.iter().collect();
-                matmul_stacked(&parts, x, m, dst, true);
+                let k = self.in_features;
+                if k.is_multiple_of(32) && amx::available() {
+                    // Once per product, the whole weight as bf16 panels; then the tile kernel
+                    // of the bf16 weights, which keeps a block of rows in cache across panels.
+                    QUANTIZED_PANELS.with(|panels| {
+                        let mut panels = panels.borrow_mut();
+                        pack_stacked_bf16(&parts, &mut panels);
+                        let shape = (m, self.out_features, k);
+                        amx::bf16_product(&panels, x, shape, amx::Start::Dst, dst);
+                    });
+                } else {
+                    matmul_stacked(&parts, x, m, dst, true);
+                }
             }
         }
     }

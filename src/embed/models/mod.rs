@@ -36,8 +36,9 @@ use crate::kernels::dense::DenseSource;
 use crate::kernels::quant::QMatrix;
 
 /// The block-quantized matrices of a GGUF file by Hugging Face weight name (`<path>.weight`),
-/// kept as the file stores them: the fused CPU layers multiply them so (the GGUF engine's
-/// product), candle's layers get them dequantized. Empty for every other model.
+/// kept as the file stores them: the fused CPU layers dequantize them per product
+/// (`kernels::dense`), candle's layers get them dequantized at load. Empty for every other
+/// model.
 #[derive(Default)]
 pub(crate) struct QuantizedLinears(HashMap<String, QMatrix>);
 

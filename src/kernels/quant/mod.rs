@@ -797,6 +797,54 @@ pub fn matmul_stacked(parts: &[&QMatrix], x: &[f32], n: usize, out: &mut [f32], 
     });
 }
 
+/// The rows of `parts` (stacked: part 0's rows first; every part `cols` wide, `cols` even)
+/// dequantized and rounded to bf16, packed as 32-row panels of `cols / 2` pairs (the layout of
+/// `amx::bf16_product` and `bf16::dot_tile`; rows past the last zero) into `packed`, its memory
+/// reused. Parallel over panels.
+pub fn pack_stacked_bf16(parts: &[&QMatrix], packed: &mut Vec<u32>) {
+    let Some(first_part) = parts.first() else {
+        packed.clear();
+        return;
+    };
+    let k = first_part.cols;
+    assert!(parts.iter().all(|m| m.cols == k) && k.is_multiple_of(2));
+    let width: usize = parts.iter().map(|m| m.rows).sum();
+    let pairs = k / 2;
+    packed.resize(width.div_ceil(PANEL) * pairs * PANEL, 0);
+    // The part and its row for each stacked row.
+    let locate = |row: usize| {
+        let mut row = row;
+        for m in parts {
+            if row < m.rows {
+                return (*m, row);
+            }
+            row -= m.rows;
+        }
+        unreachable!("row past the stacked parts")
+    };
+    packed
+        .par_chunks_mut(pairs * PANEL)
+        .enumerate()
+        .for_each(|(panel, out)| {
+            PANEL_F32.with(|buf| {
+                let mut rows = buf.borrow_mut();
+                rows.resize(PANEL * k, 0.0);
+                let first = panel * PANEL;
+                let live = PANEL.min(width - first);
+                for c in 0..live {
+                    let (m, r) = locate(first + c);
+                    m.dequantize_row(r, &mut rows[c * k..(c + 1) * k]);
+                }
+                rows[live * k..].fill(0.0);
+                PANEL_BF16.with(|tmp| {
+                    let mut tmp = tmp.borrow_mut();
+                    pack_bf16_panel(&rows, k, &mut tmp);
+                    out.copy_from_slice(&tmp[..pairs * PANEL]);
+                });
+            });
+        });
+}
+
 /// Packs `PANEL` rows of `k` f32 weights into `[k / 2][PANEL]` pairs of bf16 (the layout of
 /// [`dot_tile`]), rounding to nearest even.
 fn pack_bf16_panel(rows: &[f32], k: usize, packed: &mut Vec<u32>) {
