@@ -662,20 +662,8 @@ mod tests {
         x
     }
 
-    /// The bf16 path (AMX projections and attention where the CPU has them) stays within bf16
-    /// rounding of the f32 one, and a row does not depend on its batch neighbours.
-    #[test]
-    fn bf16_layer_tracks_the_f32_layer_and_ignores_padding() {
-        if !supports(DType::BF16) {
-            eprintln!("SKIPPED: this CPU multiplies bf16 weights in f32 (no AVX512-BF16)");
-            return;
-        }
-        let (seq, h) = (45, 64);
-        let lengths = [45, 33];
-        let x = random(2 * seq * h, 9);
-        let (f32_layer, bf16_layer) = (layer(DType::F32), layer(DType::BF16));
-        let want = run(&f32_layer, &x, &lengths, seq);
-        let got = run(&bf16_layer, &x, &lengths, seq);
+    /// Every real row of `got` within cosine 0.999 of `want`'s (rows `[batch, seq, h]`).
+    fn assert_real_rows_track(got: &[f32], want: &[f32], lengths: &[usize], seq: usize, h: usize) {
         for (b, &len) in lengths.iter().enumerate() {
             for row in 0..len {
                 let at = (b * seq + row) * h;
@@ -690,9 +678,11 @@ mod tests {
                 );
             }
         }
-        // The second text alone (its 33 tokens, no padding) gives the same bits.
-        let alone = run(&bf16_layer, &x[seq * h..(seq + 33) * h], &[33], 33);
-        let batched = &got[seq * h..(seq + 33) * h];
+    }
+
+    /// A text run alone gives the bits it got inside its batch.
+    fn assert_same_bits(alone: &[f32], batched: &[f32]) {
+        assert_eq!(alone.len(), batched.len());
         assert!(
             alone
                 .iter()
@@ -701,8 +691,30 @@ mod tests {
         );
     }
 
-    /// Q8_0 weights kept quantized (the GGUF engine's product) track the float layer of the
-    /// same dequantized values within bf16 rounding, and a row ignores its batch neighbours.
+    /// The bf16 path (AMX projections and attention where the CPU has them) stays within bf16
+    /// rounding of the f32 one, and a row does not depend on its batch neighbours.
+    #[test]
+    fn bf16_layer_tracks_the_f32_layer_and_ignores_padding() {
+        if !supports(DType::BF16) {
+            eprintln!("SKIPPED: this CPU multiplies bf16 weights in f32 (no AVX512-BF16)");
+            return;
+        }
+        let (seq, h) = (45, 64);
+        let lengths = [45, 33];
+        let x = random(2 * seq * h, 9);
+        let (f32_layer, bf16_layer) = (layer(DType::F32), layer(DType::BF16));
+        let want = run(&f32_layer, &x, &lengths, seq);
+        let got = run(&bf16_layer, &x, &lengths, seq);
+        assert_real_rows_track(&got, &want, &lengths, seq, h);
+        // The second text alone (its 33 tokens, no padding) gives the same bits.
+        assert_same_bits(
+            &run(&bf16_layer, &x[seq * h..(seq + 33) * h], &[33], 33),
+            &got[seq * h..(seq + 33) * h],
+        );
+    }
+
+    /// Q8_0 weights kept quantized (dequantized per product) track the float layer of the same
+    /// dequantized values within bf16 rounding, and a row ignores its batch neighbours.
     #[test]
     fn quantized_layer_tracks_its_dequantized_layer() {
         use crate::kernels::quant::tests::quantized;
@@ -741,27 +753,10 @@ mod tests {
         let x = random(2 * seq * h, 4);
         let want = run(&float_layer, &x, &lengths, seq);
         let got = run(&quantized_layer, &x, &lengths, seq);
-        for (b, &len) in lengths.iter().enumerate() {
-            for row in 0..len {
-                let at = (b * seq + row) * h;
-                let (g, w) = (&got[at..at + h], &want[at..at + h]);
-                let dot: f32 = g.iter().zip(w).map(|(a, b)| a * b).sum();
-                let norms: f32 = g.iter().map(|v| v * v).sum::<f32>().sqrt()
-                    * w.iter().map(|v| v * v).sum::<f32>().sqrt();
-                assert!(
-                    dot / norms >= 0.999,
-                    "row {b}/{row}: cosine {}",
-                    dot / norms
-                );
-            }
-        }
-        let alone = run(&quantized_layer, &x[seq * h..(seq + 29) * h], &[29], 29);
-        let batched = &got[seq * h..(seq + 29) * h];
-        assert!(
-            alone
-                .iter()
-                .zip(batched)
-                .all(|(a, b)| a.to_bits() == b.to_bits())
+        assert_real_rows_track(&got, &want, &lengths, seq, h);
+        assert_same_bits(
+            &run(&quantized_layer, &x[seq * h..(seq + 29) * h], &[29], 29),
+            &got[seq * h..(seq + 29) * h],
         );
     }
 }

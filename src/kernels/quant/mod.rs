@@ -768,6 +768,7 @@ pub fn matmul_stacked(parts: &[&QMatrix], x: &[f32], n: usize, out: &mut [f32], 
             }
             PANEL_BF16.with(|packed| {
                 let mut packed = packed.borrow_mut();
+                packed.resize(k / 2 * PANEL, 0);
                 pack_bf16_panel(&rows, k, &mut packed);
                 // Rows first_row..first_row + live of the panel's sums (`PANEL` apart).
                 let store = |first_row: usize, live: usize, sums: &[f32]| {
@@ -836,20 +837,20 @@ pub fn pack_stacked_bf16(parts: &[&QMatrix], packed: &mut Vec<u32>) {
                     m.dequantize_row(r, &mut rows[c * k..(c + 1) * k]);
                 }
                 rows[live * k..].fill(0.0);
-                PANEL_BF16.with(|tmp| {
-                    let mut tmp = tmp.borrow_mut();
-                    pack_bf16_panel(&rows, k, &mut tmp);
-                    out.copy_from_slice(&tmp[..pairs * PANEL]);
-                });
+                pack_bf16_panel(&rows, k, out);
             });
         });
 }
 
 /// Packs `PANEL` rows of `k` f32 weights into `[k / 2][PANEL]` pairs of bf16 (the layout of
 /// [`dot_tile`]), rounding to nearest even.
-fn pack_bf16_panel(rows: &[f32], k: usize, packed: &mut Vec<u32>) {
-    let pairs = k / 2;
-    packed.resize(pairs * PANEL, 0);
+fn pack_bf16_panel(rows: &[f32], k: usize, packed: &mut [u32]) {
+    assert_eq!(
+        packed.len(),
+        k / 2 * PANEL,
+        "a panel of {} pairs",
+        packed.len()
+    );
     #[cfg(target_arch = "x86_64")]
     if k.is_multiple_of(32) {
         // SAFETY: only reached from `matmul`'s bf16 path, taken when the CPU has AVX512-BF16;
@@ -1075,7 +1076,7 @@ pub(crate) mod tests {
                     scalar[pair * PANEL + lane] = lo | (hi << 16);
                 }
             }
-            let mut vector = Vec::new();
+            let mut vector = vec![0u32; k / 2 * PANEL];
             pack_bf16_panel(&rows, k, &mut vector);
             assert_eq!(vector, scalar);
         }
