@@ -25,6 +25,7 @@ use std::sync::OnceLock;
 use half::bf16;
 use rayon::prelude::*;
 
+use super::aligned::LineVec;
 use super::bf16::{round_row, store_bf16_rows};
 
 /// Output columns per packed panel (two `B` tiles of 16).
@@ -83,8 +84,8 @@ fn request_tile_state() -> bool {
 
 /// A weight `[n, k]` split into bf16 `hi` and `lo` parts and packed for the AMX kernel.
 pub struct AmxWeight {
-    hi: Vec<u32>,
-    lo: Vec<u32>,
+    hi: LineVec<u32>,
+    lo: LineVec<u32>,
     n: usize,
     k: usize,
     /// `k` rounded up to a multiple of [`STEP`].
@@ -103,8 +104,8 @@ impl AmxWeight {
         let k_padded = k.div_ceil(STEP) * STEP;
         let pairs = k_padded / 2;
         let panel_len = pairs * PANEL;
-        let mut hi = vec![0u32; n.div_ceil(PANEL) * panel_len];
-        let mut lo = vec![0u32; hi.len()];
+        let mut hi = LineVec::<u32>::zeroed(n.div_ceil(PANEL) * panel_len);
+        let mut lo = LineVec::<u32>::zeroed(hi.len());
         hi.par_chunks_mut(panel_len)
             .zip(lo.par_chunks_mut(panel_len))
             .enumerate()
@@ -163,12 +164,15 @@ impl AmxWeight {
         let (n, k, kp) = (self.n, self.k, self.k_padded);
         let m = x.len() / k;
         let m_padded = m.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
-        let mut x_hi = vec![bf16::ZERO; m_padded * kp];
-        let mut x_lo = vec![bf16::ZERO; m_padded * kp];
-        for_each_packed_piece(x, k, |src, at| {
-            let end = at + src.len();
-            split_row(src, &mut x_hi[at..end], &mut x_lo[at..end]);
-        });
+        let mut x_hi = LineVec::<bf16>::zeroed(m_padded * kp);
+        let mut x_lo = LineVec::<bf16>::zeroed(m_padded * kp);
+        // One row at a time, zero padded to `kp`.
+        let (mut row_hi, mut row_lo) = (vec![bf16::ZERO; kp], vec![bf16::ZERO; kp]);
+        for (r, src) in x.chunks_exact(k).enumerate() {
+            split_row(src, &mut row_hi[..k], &mut row_lo[..k]);
+            scatter_row(&row_hi, r, &mut x_hi);
+            scatter_row(&row_lo, r, &mut x_lo);
+        }
         task_product::<true>(
             [&x_hi, &x_lo],
             [&self.hi, &self.lo],
@@ -333,10 +337,12 @@ pub(crate) fn bf16_product(
         .for_each(|(task, (dst, x))| {
             let m = x.len() / k;
             let m_padded = m.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
-            let mut rows = vec![bf16::ZERO; m_padded * k];
-            for_each_packed_piece(x, k, |src, at| {
-                round_row(src, &mut rows[at..at + src.len()])
-            });
+            let mut rows = LineVec::<bf16>::zeroed(m_padded * k);
+            let mut row = vec![bf16::ZERO; k];
+            for (r, src) in x.chunks_exact(k).enumerate() {
+                round_row(src, &mut row);
+                scatter_row(&row, r, &mut rows);
+            }
             let start = match start {
                 Start::From(values) => Start::From(&values[task * task_rows * n..][..m * n]),
                 other => other,
@@ -345,12 +351,12 @@ pub(crate) fn bf16_product(
         });
 }
 
-/// One task's rows, packed by [`for_each_packed_piece`] (`m` live rows of `kp` values, zero
-/// padded to whole blocks), times every panel of the weight: `dst[m, n] = start + A W^T`, with
+/// One task's rows, packed by [`scatter_row`] (`m` live rows of `kp` values, zero padded to
+/// whole blocks), times every panel of the weight: `dst[m, n] = start + A W^T`, with
 /// `A = a[0] + a[1]` and `W = w[0] + w[1]` as three products with `SPLIT` (bf16x3), `a[0]` and
-/// `w[0]` alone without. Whole 32 x 32 blocks run on `dst` directly; a ragged block goes
-/// through a padded copy with the same operations, so a row's result does not depend on where
-/// it falls in a batch.
+/// `w[0]` alone without. Whole 32 x 32 blocks whose rows start cache lines run on `dst`
+/// directly; the others go through an aligned copy with the same operations, so a row's
+/// result depends neither on where it falls in a batch nor on `dst`'s address.
 fn task_product<const SPLIT: bool>(
     [a_hi, a_lo]: [&[bf16]; 2],
     [w_hi, w_lo]: [&[u32]; 2],
@@ -363,7 +369,9 @@ fn task_product<const SPLIT: bool>(
     assert!(a_hi.len() >= m_padded * kp && a_lo.len() >= m_padded * kp && dst.len() == m * n);
     let panels = n.div_ceil(PANEL);
     assert!(w_hi.len() >= panels * panel_len && w_lo.len() >= panels * panel_len);
-    let mut sums = [0f32; BLOCK_ROWS * PANEL];
+    let mut sums = SumsBlock::default();
+    // A tile load or store across cache lines runs several times slower than the copy.
+    let rows_on_lines = (n * 4).is_multiple_of(64);
     let _tiles = TileConfig::load();
     for panel in 0..panels {
         let weights = panel * panel_len..(panel + 1) * panel_len;
@@ -376,7 +384,15 @@ fn task_product<const SPLIT: bool>(
             let a = [&a_hi[inputs.clone()], &a_lo[inputs]];
             let live = (m - first).min(BLOCK_ROWS);
             let span = first * n + first_col..(first + live - 1) * n + first_col + cols;
-            if live == BLOCK_ROWS && cols == PANEL {
+            let direct = live == BLOCK_ROWS
+                && cols == PANEL
+                && rows_on_lines
+                && starts_line(dst[span.clone()].as_ptr())
+                && match start {
+                    Start::From(values) => starts_line(values[span.clone()].as_ptr()),
+                    _ => true,
+                };
+            if direct {
                 let c = dst[span.clone()].as_mut_ptr();
                 // SAFETY: the tile configuration is loaded on this thread (`_tiles`); `a` holds
                 // 32 rows of `kp` values, `w` one panel of `kp / 2` pairs (asserted), and
@@ -394,6 +410,7 @@ fn task_product<const SPLIT: bool>(
                 };
                 continue;
             }
+            let sums = &mut sums.0;
             sums.fill(0.0);
             let source: Option<&[f32]> = match start {
                 Start::Zero => None,
@@ -417,11 +434,12 @@ fn task_product<const SPLIT: bool>(
     }
 }
 
-/// bf16 rows `[rows, k]` (`k` a multiple of 32) cut into the 32-row blocks the AMX kernel reads,
-/// the last one zero padded.
+/// bf16 rows `[rows, k]` (`k` a multiple of 32) in the 32-row blocks the AMX kernel reads, each
+/// starting a cache line: the caller's rows where they do (a ragged last block copied and zero
+/// padded), a padded copy of all of them where they do not.
 pub(crate) struct Bf16Rows<'a> {
-    x: &'a [bf16],
-    tail: Vec<bf16>,
+    whole: &'a [bf16],
+    copy: LineVec<bf16>,
     rows: usize,
     k: usize,
 }
@@ -432,13 +450,21 @@ impl<'a> Bf16Rows<'a> {
         assert!(k.is_multiple_of(STEP) && k > 0 && x.len().is_multiple_of(k));
         assert!(available(), "AMX kernel called where AMX is unavailable");
         let rows = x.len() / k;
-        let whole = rows / BLOCK_ROWS * BLOCK_ROWS;
-        let mut tail = Vec::new();
-        if whole < rows {
-            tail = vec![bf16::ZERO; BLOCK_ROWS * k];
-            tail[..(rows - whole) * k].copy_from_slice(&x[whole * k..]);
+        // Rows are `2k` bytes apart, a multiple of 64: the first row's address decides.
+        let borrowed = if (x.as_ptr() as usize).is_multiple_of(64) {
+            rows / BLOCK_ROWS * BLOCK_ROWS
+        } else {
+            0
+        };
+        let rest = &x[borrowed * k..];
+        let mut copy = LineVec::zeroed(rest.len().div_ceil(BLOCK_ROWS * k) * BLOCK_ROWS * k);
+        copy[..rest.len()].copy_from_slice(rest);
+        Self {
+            whole: &x[..borrowed * k],
+            copy,
+            rows,
+            k,
         }
-        Self { x, tail, rows, k }
     }
 
     /// The rows times one weight panel (`k / 2` pairs x 32 columns, as
@@ -447,14 +473,14 @@ impl<'a> Bf16Rows<'a> {
     pub(crate) fn times_panel(&self, panel: &[u32], mut emit: impl FnMut(usize, usize, &[f32])) {
         let k = self.k;
         assert!(panel.len() >= k / 2 * PANEL);
-        let whole = self.rows / BLOCK_ROWS * BLOCK_ROWS;
-        let mut sums = [0f32; BLOCK_ROWS * PANEL];
+        let borrowed = self.whole.len() / k;
+        let mut sums = SumsBlock::default();
         let _tiles = TileConfig::load();
         for start in (0..self.rows).step_by(BLOCK_ROWS) {
-            let a = if start < whole {
-                &self.x[start * k..(start + BLOCK_ROWS) * k]
+            let a = if start < borrowed {
+                &self.whole[start * k..(start + BLOCK_ROWS) * k]
             } else {
-                &self.tail[..]
+                &self.copy[(start - borrowed) * k..(start - borrowed + BLOCK_ROWS) * k]
             };
             // SAFETY: the tile configuration is loaded on this thread (`_tiles`); `a` holds 32
             // rows of k values, `panel` k / 2 pairs x 32, `sums` 32 x 32.
@@ -463,30 +489,42 @@ impl<'a> Bf16Rows<'a> {
                     [a, a],
                     [panel, panel],
                     k,
-                    sums.as_ptr(),
-                    sums.as_mut_ptr(),
+                    sums.0.as_ptr(),
+                    sums.0.as_mut_ptr(),
                     PANEL,
                 )
             };
-            emit(start, (self.rows - start).min(BLOCK_ROWS), &sums);
+            emit(start, (self.rows - start).min(BLOCK_ROWS), &sums.0);
         }
     }
 }
 
-/// Visits rows `x` (`[m, k]`) 32 values at a time with the offset each piece has in the layout
-/// the tile loads read fastest: per block of 32 rows, per step of 32 inner values, the
-/// block's 32 rows x 32 values contiguous (`k` padded to a multiple of 32, the padding left
-/// to the caller's zeros).
-fn for_each_packed_piece(x: &[f32], k: usize, mut visit: impl FnMut(&[f32], usize)) {
-    let steps = k.div_ceil(STEP);
-    for (r, row) in x.chunks_exact(k).enumerate() {
-        let (block, within) = (r / BLOCK_ROWS, r % BLOCK_ROWS);
-        for (step, values) in row.chunks(STEP).enumerate() {
-            visit(
-                values,
-                ((block * steps + step) * BLOCK_ROWS + within) * STEP,
-            );
-        }
+/// One block's 32 x 32 f32 sums, starting a cache line (tile loads and stores read and write
+/// it whole).
+#[repr(C, align(64))]
+struct SumsBlock([f32; BLOCK_ROWS * PANEL]);
+
+impl Default for SumsBlock {
+    fn default() -> Self {
+        Self([0.0; BLOCK_ROWS * PANEL])
+    }
+}
+
+/// Whether a tile load or store at `at` reads whole cache lines.
+fn starts_line(at: *const f32) -> bool {
+    (at as usize).is_multiple_of(64)
+}
+
+/// Places `row` (row `r` of a task, `kp` values, `kp` a multiple of 32) in the layout the tile
+/// loads read fastest: per block of 32 rows, per step of 32 inner values, the block's 32 rows x
+/// 32 values contiguous.
+fn scatter_row(row: &[bf16], r: usize, packed: &mut [bf16]) {
+    let kp = row.len();
+    let (block, within) = (r / BLOCK_ROWS, r % BLOCK_ROWS);
+    let first = block * BLOCK_ROWS * kp + within * STEP;
+    for (step, piece) in row.chunks_exact(STEP).enumerate() {
+        let at = first + step * BLOCK_ROWS * STEP;
+        packed[at..at + STEP].copy_from_slice(piece);
     }
 }
 
@@ -598,7 +636,7 @@ unsafe fn block_product<const SPLIT: bool, const LOAD_C: bool, const PACKED_A: b
     debug_assert!(a_hi.len() >= BLOCK_ROWS * kp && a_lo.len() >= BLOCK_ROWS * kp);
     debug_assert!(w_hi.len() >= kp / 2 * PANEL && w_lo.len() >= kp / 2 * PANEL);
     // Bytes between A rows, bf16 values to the second A tile (row 16) and to the next step:
-    // packed, each step's 32 rows x 32 values are contiguous ([`pack_block_rows`]).
+    // packed, each step's 32 rows x 32 values are contiguous ([`scatter_row`]).
     let (a_stride, a_half, a_step) = if PACKED_A {
         (STEP * 2, 16 * STEP, BLOCK_ROWS * STEP)
     } else {
@@ -808,7 +846,7 @@ mod tests {
     }
 
     /// `panels` as `bf16::PackedBf16Linear` packs a `[n, k]` weight of already-bf16 values.
-    fn packed_bf16(w: &[f32], n: usize, k: usize) -> Vec<u32> {
+    fn packed_bf16(w: &[f32], n: usize, k: usize) -> LineVec<u32> {
         let w: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
         crate::kernels::bf16::pack_panels(&w, n, k)
     }
@@ -863,6 +901,36 @@ mod tests {
                 .zip(&batch[40 * n..])
                 .all(|(a, b)| a.to_bits() == b.to_bits())
         );
+    }
+
+    #[test]
+    fn the_same_bits_whether_or_not_the_destination_starts_a_cache_line() {
+        if !available() {
+            eprintln!("SKIPPED: this CPU or kernel has no AMX-BF16");
+            return;
+        }
+        // 64 columns: whole blocks run on a line-aligned destination in place, and through the
+        // copy on one shifted by a value.
+        let (m, n, k) = (70, 64, 96);
+        let (x, w, init) = (values(m * k, 41), values(n * k, 42), values(m * n, 43));
+        let panels = packed_bf16(&w, n, k);
+        let weight = AmxWeight::new(&w, n, k);
+        let mut on_line = LineVec::<f32>::zeroed(m * n);
+        let mut shifted_buffer = LineVec::<f32>::zeroed(m * n + 1);
+        let shifted = &mut shifted_buffer[1..];
+        let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+        for start in [Start::Zero, Start::From(&init), Start::Dst] {
+            on_line.copy_from_slice(&init);
+            shifted.copy_from_slice(&init);
+            bf16_product(&panels, &x, (m, n, k), start, &mut on_line);
+            bf16_product(&panels, &x, (m, n, k), start, shifted);
+            assert!(same(&on_line, shifted));
+        }
+        on_line.copy_from_slice(&init);
+        shifted.copy_from_slice(&init);
+        weight.multiply_add(&mut on_line, &x, m);
+        weight.multiply_add(shifted, &x, m);
+        assert!(same(&on_line, shifted));
     }
 
     #[test]

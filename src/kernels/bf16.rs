@@ -17,6 +17,7 @@ use candle_nn::Linear;
 use half::bf16;
 use rayon::prelude::*;
 
+use super::aligned::LineVec;
 use super::amx;
 
 /// Output columns per panel: two 16-lane f32 accumulators per row.
@@ -61,7 +62,7 @@ impl DecoderLinear {
 /// build it for every projection when [`PackedBf16Linear::supported`]; public for benches.
 pub struct PackedBf16Linear {
     /// Panels of `PANEL` columns, each `[pairs][PANEL]` u32 (two bf16, the lower input first).
-    panels: Vec<u32>,
+    panels: LineVec<u32>,
     bias: Option<Vec<f32>>,
     out_features: usize,
     in_features: usize,
@@ -207,7 +208,7 @@ unsafe fn panel_tiles(
 /// are added to an f32 destination unrounded (the fused decoder layer's projections). Build and
 /// use it only where [`PackedBf16Linear::supported`].
 pub(crate) struct Bf16Weight {
-    panels: Vec<u32>,
+    panels: LineVec<u32>,
     n: usize,
     k: usize,
 }
@@ -396,9 +397,9 @@ unsafe impl<T> Sync for SharedOut<T> {}
 
 /// Repacks `w` `[n, k]` into panels of `PANEL` columns of `[k / 2][PANEL]` bf16 pairs, zero
 /// padded in both directions.
-pub(crate) fn pack_panels(w: &[bf16], n: usize, k: usize) -> Vec<u32> {
+pub(crate) fn pack_panels(w: &[bf16], n: usize, k: usize) -> LineVec<u32> {
     let pairs = k.div_ceil(2);
-    let mut out = vec![0u32; n.div_ceil(PANEL) * pairs * PANEL];
+    let mut out = LineVec::<u32>::zeroed(n.div_ceil(PANEL) * pairs * PANEL);
     out.par_chunks_mut(pairs * PANEL)
         .enumerate()
         .for_each(|(panel, packed)| {

@@ -25,6 +25,7 @@
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
+use super::aligned::LineVec;
 use super::amx;
 use super::bert_layer::{HeadGeometry, RotaryTable, attend};
 use super::bf16::{pack_panels, round_row};
@@ -260,10 +261,7 @@ impl CpuDecoderLayer {
             let cm = rows.len() / h;
             rms_norm_into(rows, mlp_norm, eps, normed);
             self.gate_up.forward_into(normed, cm, None, gate_up);
-            if hidden.len() != cm * inner {
-                hidden.clear();
-                hidden.resize(cm * inner, 0.0);
-            }
+            hidden.resize_zeroed(cm * inner);
             hidden
                 .par_chunks_mut(inner)
                 .zip(gate_up.par_chunks(2 * inner))
@@ -298,7 +296,7 @@ impl CpuDecoderLayer {
         qkv: &[f32],
         texts: std::ops::Range<usize>,
         mask: &AttnMask,
-        ctx: &mut Vec<f32>,
+        ctx: &mut LineVec<f32>,
     ) {
         let batch = texts.len();
         let DecoderShape {
@@ -352,8 +350,8 @@ impl CpuDecoderLayer {
                 (b, head, out)
             })
             .collect();
-        ctx.clear();
-        ctx.resize(batch * seq * qw, 0.0);
+        ctx.resize_zeroed(0);
+        ctx.resize_zeroed(batch * seq * qw);
         for (b, head, out) in parts {
             for (r, values) in out.chunks_exact(head_dim).enumerate() {
                 let at = (b * seq + r) * qw + head * head_dim;
@@ -421,7 +419,7 @@ fn attend_on_tiles(
     }
     // V as the weight of `probs x V`: panels of 32 value columns, pairs of keys.
     let pairs = padded / 2;
-    let mut values = vec![0u32; head_dim.div_ceil(32) * pairs * 32];
+    let mut values = LineVec::<u32>::zeroed(head_dim.div_ceil(32) * pairs * 32);
     for (panel, packed) in values.chunks_exact_mut(pairs * 32).enumerate() {
         for key in 0..len {
             let at = &row[key * width + v_col + panel * 32..][..32];
@@ -445,27 +443,29 @@ fn attend_on_tiles(
 /// touches fresh memory once rather than once per layer.
 #[derive(Default)]
 pub(crate) struct DecoderWorkspace {
-    normed: Vec<f32>,
-    qkv: Vec<f32>,
-    ctx: Vec<f32>,
-    gate_up: Vec<f32>,
-    hidden: Vec<f32>,
-    next: Vec<f32>,
+    normed: LineVec<f32>,
+    qkv: LineVec<f32>,
+    ctx: LineVec<f32>,
+    gate_up: LineVec<f32>,
+    hidden: LineVec<f32>,
+    next: LineVec<f32>,
 }
 
 /// RMSNorm of every `weight.len()`-wide row of `x`.
 pub(crate) fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
-    let mut out = Vec::new();
-    rms_norm_into(x, weight, eps, &mut out);
+    let mut out = vec![0f32; x.len()];
+    rms_norm_to(x, weight, eps, &mut out);
     out
 }
 
 /// [`rms_norm`] into `out` (its memory reused).
-fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
-    if out.len() != x.len() {
-        out.clear();
-        out.resize(x.len(), 0.0);
-    }
+fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut LineVec<f32>) {
+    out.resize_zeroed(x.len());
+    rms_norm_to(x, weight, eps, out);
+}
+
+/// [`rms_norm`] into `out`, of `x`'s length.
+fn rms_norm_to(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     out.par_chunks_mut(weight.len())
         .zip(x.par_chunks(weight.len()))
         .for_each(|(dst, row)| rms_norm_row_to(row, dst, weight, eps));

@@ -12,13 +12,14 @@ use candle_nn::Linear;
 use gemm::Parallelism;
 use half::bf16;
 
+use super::aligned::LineVec;
 use super::amx::{self, AmxWeight};
 use super::bf16::{Bf16Weight, PackedBf16Linear, bias_f32};
 use super::quant::{QMatrix, matmul_stacked, pack_stacked_bf16};
 
 thread_local! {
     /// A quantized weight's bf16 panels for the product under way (memory reused).
-    static QUANTIZED_PANELS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static QUANTIZED_PANELS: std::cell::RefCell<LineVec<u32>> = const { std::cell::RefCell::new(LineVec::new()) };
 }
 
 /// Where a dense layer's weight comes from: a candle linear layer, or a matrix of a GGUF file
@@ -231,48 +232,60 @@ impl Dense {
 
     /// `x W^T + bias` for `m` rows, plus `residual` (`[m, out]`) where given.
     pub(crate) fn forward(&self, x: &[f32], m: usize, residual: Option<&[f32]>) -> Vec<f32> {
-        let mut dst = Vec::new();
-        self.forward_into(x, m, residual, &mut dst);
+        let mut dst = vec![0f32; m * self.out_features];
+        self.start_rows(&mut dst, residual);
+        self.multiply_add(&mut dst, x, m);
         dst
     }
 
-    /// [`Dense::forward`] into `dst` (its old contents replaced, its memory reused).
+    /// [`Dense::forward`] into `dst` (its old contents replaced, its memory reused; its rows
+    /// start cache lines, which lets the tile kernel work on it in place).
     pub(crate) fn forward_into(
         &self,
         x: &[f32],
         m: usize,
         residual: Option<&[f32]>,
-        dst: &mut Vec<f32>,
+        dst: &mut LineVec<f32>,
     ) {
         let n = self.out_features;
+        dst.resize_zeroed(m * n);
         if let DenseWeight::Bf16(w) = &self.weight
             && w.on_tiles()
             && self.bias.iter().all(|&b| b == 0.0)
         {
             // The tiles start from zero or from the residual: `dst` is only written.
-            if dst.len() != m * n {
-                dst.clear();
-                dst.resize(m * n, 0.0);
-            }
             let start = residual.map_or(amx::Start::Zero, amx::Start::From);
             w.product_on_tiles(dst, x, m, start);
             return;
         }
-        dst.clear();
+        self.start_rows(dst, residual);
+        self.multiply_add(dst, x, m);
+    }
+
+    /// Sets every row of `dst` to the bias, plus the residual's row where given.
+    fn start_rows(&self, dst: &mut [f32], residual: Option<&[f32]>) {
+        let n = self.out_features;
         match residual {
             Some(r) => {
-                assert_eq!(r.len(), m * n, "residual of {} for {m}x{n}", r.len());
-                for row in r.chunks_exact(n) {
-                    dst.extend(row.iter().zip(&self.bias).map(|(r, b)| r + b));
+                assert_eq!(
+                    r.len(),
+                    dst.len(),
+                    "residual of {} for {}",
+                    r.len(),
+                    dst.len()
+                );
+                for (row, r) in dst.chunks_exact_mut(n).zip(r.chunks_exact(n)) {
+                    for ((d, r), b) in row.iter_mut().zip(r).zip(&self.bias) {
+                        *d = r + b;
+                    }
                 }
             }
             None => {
-                for _ in 0..m {
-                    dst.extend_from_slice(&self.bias);
+                for row in dst.chunks_exact_mut(n) {
+                    row.copy_from_slice(&self.bias);
                 }
             }
         }
-        self.multiply_add(dst, x, m);
     }
 }
 

@@ -7,6 +7,7 @@
 //!   bits on every CPU;
 //! - `ops`: fused element-wise steps (softmax rows, masked attention probabilities, GELU, SiLU
 //!   gating) and the fast `exp` / `erf` they share;
+//! - [`aligned`]: buffers that start a cache line, as tile loads need;
 //! - [`amx`]: f32 matrix products on AMX tiles at f32-grade accuracy (three bf16 products per
 //!   f32 one), where the CPU and the OS allow;
 //! - `bert_layer`: the f32 fast path of a whole encoder layer (BERT, nomic-bert);
@@ -19,6 +20,7 @@
 //!   vector kernels (`quant/x86.rs`: AVX2 and AVX512-VNNI);
 //! - [`attention`]: the GGUF engine's KV cache and causal attention over it.
 
+pub mod aligned;
 pub mod amx;
 pub mod attention;
 pub(crate) mod bert_layer;

@@ -8,6 +8,7 @@
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
 
+use crate::kernels::aligned::LineVec;
 use crate::kernels::bert_layer::RotaryTable;
 use crate::kernels::bf16::DecoderLinear;
 use crate::kernels::decoder_layer::{
@@ -519,7 +520,10 @@ impl DecoderModel {
             .spec
             .local_rope_theta
             .map(|theta| RotaryTable::new(head_dim, theta, t));
-        let mut values = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        // Cache-line aligned, so that the tile kernel adds the out and down products onto the
+        // rows in place.
+        let mut values =
+            LineVec::from_slice(&x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
         let mut work = DecoderWorkspace::default();
         for (i, layer) in layers.iter().enumerate() {
             let window = self.spec.sliding_window.get(i).copied().flatten();

@@ -28,6 +28,7 @@ use half::{bf16, f16};
 use memmap2::Mmap;
 use rayon::prelude::*;
 
+use crate::kernels::aligned::LineVec;
 use crate::kernels::amx;
 use crate::kernels::bf16::{PANEL, PackedBf16Linear, TILE_ROWS, dot_tile};
 use crate::kernels::dot::dot;
@@ -685,7 +686,7 @@ unsafe impl Send for SharedOut {}
 
 thread_local! {
     static PANEL_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    static PANEL_BF16: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    static PANEL_BF16: RefCell<LineVec<u32>> = const { RefCell::new(LineVec::new()) };
 }
 
 /// `out[t][r] = x[t] . row(r)` for the `n` rows of `x` (`[n, cols]`), `out` `[n, rows]`.
@@ -714,11 +715,14 @@ pub fn matmul_stacked(parts: &[&QMatrix], x: &[f32], n: usize, out: &mut [f32], 
     assert!(x.len() == n * k && out.len() == n * width);
     let bf16_path =
         |m: &QMatrix| !m.qtype.is_float() && k.is_multiple_of(2) && PackedBf16Linear::supported();
-    let xb: Vec<bf16> = if parts.iter().any(|m| bf16_path(m)) {
-        x.iter().map(|&v| bf16::from_f32(v)).collect()
-    } else {
-        Vec::new()
-    };
+    // Starting a cache line, so that the tile kernel reads the rows where they are.
+    let mut xb = LineVec::<bf16>::new();
+    if parts.iter().any(|m| bf16_path(m)) {
+        xb.resize_zeroed(x.len());
+        for (b, &v) in xb.iter_mut().zip(x) {
+            *b = bf16::from_f32(v);
+        }
+    }
     // AMX tiles take the packed panels as they are, 32 rows at a time.
     let tiles = (!xb.is_empty() && k.is_multiple_of(32) && n > 0 && amx::available())
         .then(|| amx::Bf16Rows::new(&xb, k));
@@ -768,7 +772,7 @@ pub fn matmul_stacked(parts: &[&QMatrix], x: &[f32], n: usize, out: &mut [f32], 
             }
             PANEL_BF16.with(|packed| {
                 let mut packed = packed.borrow_mut();
-                packed.resize(k / 2 * PANEL, 0);
+                packed.resize_zeroed(k / 2 * PANEL);
                 pack_bf16_panel(&rows, k, &mut packed);
                 // Rows first_row..first_row + live of the panel's sums (`PANEL` apart).
                 let store = |first_row: usize, live: usize, sums: &[f32]| {
@@ -802,16 +806,16 @@ pub fn matmul_stacked(parts: &[&QMatrix], x: &[f32], n: usize, out: &mut [f32], 
 /// dequantized and rounded to bf16, packed as 32-row panels of `cols / 2` pairs (the layout of
 /// `amx::bf16_product` and `bf16::dot_tile`; rows past the last zero) into `packed`, its memory
 /// reused. Parallel over panels.
-pub fn pack_stacked_bf16(parts: &[&QMatrix], packed: &mut Vec<u32>) {
+pub fn pack_stacked_bf16(parts: &[&QMatrix], packed: &mut LineVec<u32>) {
     let Some(first_part) = parts.first() else {
-        packed.clear();
+        packed.resize_zeroed(0);
         return;
     };
     let k = first_part.cols;
     assert!(parts.iter().all(|m| m.cols == k) && k.is_multiple_of(2));
     let width: usize = parts.iter().map(|m| m.rows).sum();
     let pairs = k / 2;
-    packed.resize(width.div_ceil(PANEL) * pairs * PANEL, 0);
+    packed.resize_zeroed(width.div_ceil(PANEL) * pairs * PANEL);
     // The part and its row for each stacked row.
     let locate = |row: usize| {
         let mut row = row;
