@@ -86,6 +86,21 @@ impl<T: Plain> LineVec<T> {
     }
 }
 
+impl<T: Plain> LineVec<T> {
+    /// Sets the length to `len` without zeroing: values past the old length hold zeros or what
+    /// an earlier, longer use left. For callers that overwrite every value.
+    pub fn resize_for_overwrite(&mut self, len: usize) {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .expect("buffer length overflows");
+        let lines = bytes.div_ceil(64);
+        if lines > self.lines.len() {
+            self.lines.resize(lines, ZERO_LINE);
+        }
+        self.len = len;
+    }
+}
+
 impl<T: Plain> Default for LineVec<T> {
     fn default() -> Self {
         Self::new()
@@ -141,6 +156,10 @@ mod tests {
         assert_eq!(buffer.as_ptr() as usize % 64, 0);
         assert_eq!(&buffer[..3], &[1, 2, 0]);
         assert!(buffer[2..].iter().all(|&v| v == 0));
+        buffer.resize_for_overwrite(1);
+        buffer[0] = 7;
+        buffer.resize_for_overwrite(3);
+        assert_eq!(&buffer[..], &[7, 2, 0]);
         let empty = LineVec::<half::bf16>::new();
         assert!(empty.is_empty());
     }

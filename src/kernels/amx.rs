@@ -297,6 +297,12 @@ pub(crate) fn bf16_linear(
         });
 }
 
+thread_local! {
+    /// A task's packed bf16 rows in [`bf16_product`] (memory reused from product to product).
+    static TASK_ROWS: std::cell::RefCell<LineVec<bf16>> =
+        const { std::cell::RefCell::new(LineVec::new()) };
+}
+
 /// What the sums of [`bf16_product`] start from.
 #[derive(Clone, Copy)]
 pub(crate) enum Start<'a> {
@@ -337,17 +343,25 @@ pub(crate) fn bf16_product(
         .for_each(|(task, (dst, x))| {
             let m = x.len() / k;
             let m_padded = m.div_ceil(BLOCK_ROWS) * BLOCK_ROWS;
-            let mut rows = LineVec::<bf16>::zeroed(m_padded * k);
-            let mut row = vec![bf16::ZERO; k];
-            for (r, src) in x.chunks_exact(k).enumerate() {
-                round_row(src, &mut row);
-                scatter_row(&row, r, &mut rows);
-            }
-            let start = match start {
-                Start::From(values) => Start::From(&values[task * task_rows * n..][..m * n]),
-                other => other,
-            };
-            task_product::<false>([&rows, &rows], [panels, panels], (m, n, k), start, dst);
+            TASK_ROWS.with(|rows| {
+                let mut rows = rows.borrow_mut();
+                rows.resize_for_overwrite(m_padded * k);
+                let mut row = vec![bf16::ZERO; k];
+                for (r, src) in x.chunks_exact(k).enumerate() {
+                    round_row(src, &mut row);
+                    scatter_row(&row, r, &mut rows);
+                }
+                row.fill(bf16::ZERO);
+                for r in m..m_padded {
+                    scatter_row(&row, r, &mut rows);
+                }
+                let start = match start {
+                    Start::From(values) => Start::From(&values[task * task_rows * n..][..m * n]),
+                    other => other,
+                };
+                let rows: &[bf16] = &rows;
+                task_product::<false>([rows, rows], [panels, panels], (m, n, k), start, dst);
+            });
         });
 }
 

@@ -99,11 +99,14 @@ pub(crate) struct CpuDecoderLayer {
 }
 
 impl CpuDecoderLayer {
-    /// Packs a layer; fails if the weights' shapes do not fit `shape`.
+    /// Packs a layer; fails if the weights' shapes do not fit `shape`. `bf16_model`: the model
+    /// runs in bf16, so that quantized projections (dequantized to bf16 for the tiles) take
+    /// their attention there too, as bf16 weights do.
     pub(crate) fn new(
         weights: DecoderLayerWeights,
         shape: DecoderShape,
         activation: GatedActivation,
+        bf16_model: bool,
     ) -> candle_core::Result<Self> {
         let DecoderShape {
             heads,
@@ -148,7 +151,8 @@ impl CpuDecoderLayer {
                 .transpose()
         };
         let qkv = Dense::stacked(&[q, k, v])?;
-        let attention_on_tiles = qkv.bf16_on_tiles() && head_dim.is_multiple_of(32);
+        let attention_on_tiles = (qkv.bf16_on_tiles() || bf16_model && qkv.quantized_on_tiles())
+            && head_dim.is_multiple_of(32);
         Ok(Self {
             input_norm: vector(&weights.input_norm, h, "input norm")?,
             post_attention_norm: vector(&weights.post_attention_norm, h, "post-attention norm")?,
@@ -617,11 +621,12 @@ mod tests {
             projections().map(|l| {
                 DenseSource::Linear(Linear::new(l.weight().to_dtype(dtype).unwrap(), None))
             }),
+            dtype == DType::BF16,
         )
     }
 
-    /// One layer of `weights` (q, k, v, o, gate, up, down).
-    fn layer_of(weights: [DenseSource; 7]) -> CpuDecoderLayer {
+    /// One layer of `weights` (q, k, v, o, gate, up, down), of an f32 model or a bf16 one.
+    fn layer_of(weights: [DenseSource; 7], bf16_model: bool) -> CpuDecoderLayer {
         let (h, heads, kv_heads, head_dim, _) = SHAPE;
         let [q, k, v, o, gate, up, down] = weights;
         let ones = |n: usize| Tensor::ones(n, DType::F32, &Device::Cpu).unwrap();
@@ -641,6 +646,7 @@ mod tests {
                 eps: 1e-6,
             },
             GatedActivation::Silu,
+            bf16_model,
         )
         .unwrap()
     }
@@ -748,15 +754,19 @@ mod tests {
             let w = Tensor::from_vec(m.dequantize(), (m.rows, m.cols), &Device::Cpu).unwrap();
             DenseSource::Linear(Linear::new(w, None))
         };
-        let quantized_layer = layer_of(std::array::from_fn(source));
-        let float_layer = layer_of(std::array::from_fn(float));
+        let float_layer = layer_of(std::array::from_fn(float), false);
         let x = random(2 * seq * h, 4);
         let want = run(&float_layer, &x, &lengths, seq);
-        let got = run(&quantized_layer, &x, &lengths, seq);
-        assert_real_rows_track(&got, &want, &lengths, seq, h);
-        assert_same_bits(
-            &run(&quantized_layer, &x[seq * h..(seq + 29) * h], &[29], 29),
-            &got[seq * h..(seq + 29) * h],
-        );
+        // Of an f32 model (attention in f32), and of a bf16 one (attention on tiles where AMX
+        // runs).
+        for bf16_model in [false, true] {
+            let quantized_layer = layer_of(std::array::from_fn(source), bf16_model);
+            let got = run(&quantized_layer, &x, &lengths, seq);
+            assert_real_rows_track(&got, &want, &lengths, seq, h);
+            assert_same_bits(
+                &run(&quantized_layer, &x[seq * h..(seq + 29) * h], &[29], 29),
+                &got[seq * h..(seq + 29) * h],
+            );
+        }
     }
 }

@@ -134,6 +134,11 @@ impl Dense {
         matches!(&self.weight, DenseWeight::Bf16(w) if w.on_tiles())
     }
 
+    /// Whether this weight is quantized and dequantized to bf16 for AMX tiles per product.
+    pub(crate) fn quantized_on_tiles(&self) -> bool {
+        self.dequantizes_per_product() && self.in_features.is_multiple_of(32) && amx::available()
+    }
+
     /// One layer from `source`.
     pub(crate) fn from_source(source: &DenseSource) -> candle_core::Result<Self> {
         Self::stacked(std::slice::from_ref(source))

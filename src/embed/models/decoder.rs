@@ -436,7 +436,7 @@ fn cpu_layer(
         Activation::Silu => GatedActivation::Silu,
         Activation::GeluTanh => GatedActivation::GeluTanh,
     };
-    CpuDecoderLayer::new(weights, shape, activation)
+    CpuDecoderLayer::new(weights, shape, activation, vb.dtype() == DType::BF16)
 }
 
 impl DecoderModel {

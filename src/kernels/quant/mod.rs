@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use candle_core::quantized::k_quants::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ8_0, GgmlType,
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ5K, GgmlType,
 };
 use candle_core::quantized::{GgmlDType, gguf_file};
 use half::{bf16, f16};
@@ -274,12 +274,51 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
         QType::Q4_1 => BlockQ4_1::to_float(blocks(row), out),
         QType::Q5_0 => BlockQ5_0::to_float(blocks(row), out),
         QType::Q5_1 => BlockQ5_1::to_float(blocks(row), out),
-        QType::Q8_0 => BlockQ8_0::to_float(blocks(row), out),
+        QType::Q8_0 => dequantize_q8_0(row, out),
         QType::Q2K => BlockQ2K::to_float(blocks(row), out),
         QType::Q3K => BlockQ3K::to_float(blocks(row), out),
         QType::Q4K => dequantize_q4k(row, out),
         QType::Q5K => BlockQ5K::to_float(blocks(row), out),
         QType::Q6K => dequantize_q6k(row, out),
+    }
+}
+
+/// Bytes of one Q8_0 block of 32 values: the f16 scale, then 32 signed bytes.
+const Q8_0_BLOCK_BYTES: usize = 34;
+
+/// Q8_0 to f32: candle's `BlockQ8_0::to_float` (`q * d`, one multiply, so the same bits),
+/// compiled for AVX2 where the CPU has it, as [`dequantize_q4k`]: the quantized encoders
+/// dequantize every weight for every product.
+fn dequantize_q8_0(row: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was just detected on this CPU.
+        unsafe { dequantize_q8_0_avx2(row, out) };
+        return;
+    }
+    dequantize_q8_0_body(row, out);
+}
+
+/// [`dequantize_q8_0_body`] with 256-bit vectors allowed.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dequantize_q8_0_avx2(row: &[u8], out: &mut [f32]) {
+    dequantize_q8_0_body(row, out);
+}
+
+#[inline(always)]
+fn dequantize_q8_0_body(row: &[u8], out: &mut [f32]) {
+    for (block, y) in row
+        .chunks_exact(Q8_0_BLOCK_BYTES)
+        .zip(out.chunks_exact_mut(32))
+    {
+        let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
+        for (o, &q) in y.iter_mut().zip(&block[2..]) {
+            *o = f32::from(q as i8) * d;
+        }
     }
 }
 
@@ -815,7 +854,8 @@ pub fn pack_stacked_bf16(parts: &[&QMatrix], packed: &mut LineVec<u32>) {
     assert!(parts.iter().all(|m| m.cols == k) && k.is_multiple_of(2));
     let width: usize = parts.iter().map(|m| m.rows).sum();
     let pairs = k / 2;
-    packed.resize_zeroed(width.div_ceil(PANEL) * pairs * PANEL);
+    // Every panel is written whole below.
+    packed.resize_for_overwrite(width.div_ceil(PANEL) * pairs * PANEL);
     // The part and its row for each stacked row.
     let locate = |row: usize| {
         let mut row = row;
@@ -952,6 +992,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::kernels::bf16::tests::random;
     use candle_core::quantized::QTensor;
+    use candle_core::quantized::k_quants::BlockQ8_0;
     use candle_core::{Device, Tensor};
 
     /// A `[rows, cols]` matrix of `dtype` with random values, in a mapped temp file.
@@ -998,16 +1039,11 @@ pub(crate) mod tests {
         GgmlDType::Q6K,
     ];
 
-    /// Every kernel against the dequantized row dotted in f64: the only differences allowed
-    /// are the activation's 8-bit rounding (integer kernels) and f32 sums.
-    /// The vector packing writes the scalar packing's bytes (round to nearest even included).
-    /// Our Q4_K dequantization gives candle's bits, on blocks of every byte pattern mix.
-    /// Our Q6_K dequantization gives candle's bits.
-    #[test]
-    fn q6k_dequantization_equals_candles() {
-        let count = 64;
-        let mut state = 0x8765_4321u32;
-        let mut row: Vec<u8> = (0..count * Q6K_BLOCK_BYTES)
+    /// `count` blocks of `block_bytes` seeded random bytes, with the f16 scales whose high bytes
+    /// sit at `scale_high` in each block kept finite (random bits would make NaNs too).
+    fn random_blocks(count: usize, block_bytes: usize, seed: u32, scale_high: &[usize]) -> Vec<u8> {
+        let mut state = seed;
+        let mut row: Vec<u8> = (0..count * block_bytes)
             .map(|_| {
                 state ^= state << 13;
                 state ^= state >> 17;
@@ -1015,44 +1051,49 @@ pub(crate) mod tests {
                 state as u8
             })
             .collect();
-        for b in 0..count {
-            // A finite f16 scale.
-            row[b * Q6K_BLOCK_BYTES + 209] &= 0x3b;
+        for block in row.chunks_exact_mut(block_bytes) {
+            for &at in scale_high {
+                block[at] &= 0x3b;
+            }
         }
-        let mut ours = vec![0f32; count * 256];
-        let mut theirs = vec![0f32; count * 256];
+        row
+    }
+
+    fn assert_same_bits(ours: &[f32], theirs: &[f32]) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(ours), bits(theirs));
+    }
+
+    /// Our Q6_K, Q4_K and Q8_0 dequantizations give candle's bits, on blocks of every byte
+    /// pattern mix.
+    #[test]
+    fn q6k_dequantization_equals_candles() {
+        let row = random_blocks(64, Q6K_BLOCK_BYTES, 0x8765_4321, &[209]);
+        let (mut ours, mut theirs) = (vec![0f32; 64 * 256], vec![0f32; 64 * 256]);
         dequantize_q6k(&row, &mut ours);
         candle_core::quantized::k_quants::BlockQ6K::to_float(blocks(&row), &mut theirs);
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&ours), bits(&theirs));
+        assert_same_bits(&ours, &theirs);
     }
 
     #[test]
     fn q4k_dequantization_equals_candles() {
-        let count = 64;
-        let mut state = 0x1234_5678u32;
-        let mut row: Vec<u8> = (0..count * Q4K_BLOCK_BYTES)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                state as u8
-            })
-            .collect();
-        // Finite halves for d and dmin (random bits would make NaNs and infinities too).
-        for b in 0..count {
-            let at = b * Q4K_BLOCK_BYTES;
-            row[at + 1] &= 0x3b;
-            row[at + 3] &= 0x3b;
-        }
-        let mut ours = vec![0f32; count * 256];
-        let mut theirs = vec![0f32; count * 256];
+        let row = random_blocks(64, Q4K_BLOCK_BYTES, 0x1234_5678, &[1, 3]);
+        let (mut ours, mut theirs) = (vec![0f32; 64 * 256], vec![0f32; 64 * 256]);
         dequantize_q4k(&row, &mut ours);
         candle_core::quantized::k_quants::BlockQ4K::to_float(blocks(&row), &mut theirs);
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&ours), bits(&theirs));
+        assert_same_bits(&ours, &theirs);
     }
 
+    #[test]
+    fn q8_0_dequantization_equals_candles() {
+        let row = random_blocks(64, Q8_0_BLOCK_BYTES, 0x0bad_cafe, &[1]);
+        let (mut ours, mut theirs) = (vec![0f32; 64 * 32], vec![0f32; 64 * 32]);
+        dequantize_q8_0(&row, &mut ours);
+        BlockQ8_0::to_float(blocks(&row), &mut theirs);
+        assert_same_bits(&ours, &theirs);
+    }
+
+    /// The vector packing writes the scalar packing's bytes (round to nearest even included).
     #[test]
     fn the_vector_bf16_packing_equals_the_scalar_one() {
         #[cfg(target_arch = "x86_64")]
@@ -1112,6 +1153,8 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every kernel against the dequantized row dotted in f64: the only differences allowed
+    /// are the activation's 8-bit rounding (integer kernels) and f32 sums.
     #[test]
     fn kernels_match_dequantized_dot_products() {
         let (rows, cols) = (70, 512);
