@@ -67,26 +67,18 @@ impl<T: Plain> LineVec<T> {
     /// Sets the length to `len`: values below both lengths are kept and new ones are zero, as
     /// `Vec::resize(len, 0)` does. Memory is reused when it suffices.
     pub fn resize_zeroed(&mut self, len: usize) {
-        let bytes = len
-            .checked_mul(std::mem::size_of::<T>())
-            .expect("buffer length overflows");
-        let lines = bytes.div_ceil(64);
-        if lines > self.lines.len() {
-            self.lines.resize(lines, ZERO_LINE);
-        }
-        if len > self.len {
-            let old = self.len;
-            self.len = len;
-            // Values past the old length may hold what a longer use left: zero them.
-            // SAFETY: zero bits are zero for every `Plain` type.
-            unsafe { std::ptr::write_bytes(self.as_mut_ptr().add(old), 0, len - old) };
-        } else {
-            self.len = len;
+        let (old, old_lines) = (self.len, self.lines.len());
+        self.resize_for_overwrite(len);
+        // Lines added just now are zero; values in the old lines past the old length may hold
+        // what a longer use left.
+        let reused = (old_lines * 64 / std::mem::size_of::<T>()).min(len);
+        if reused > old {
+            // SAFETY: `old..reused` lies within the new length; zero bits are zero for every
+            // `Plain` type.
+            unsafe { std::ptr::write_bytes(self.as_mut_ptr().add(old), 0, reused - old) };
         }
     }
-}
 
-impl<T: Plain> LineVec<T> {
     /// Sets the length to `len` without zeroing: values past the old length hold zeros or what
     /// an earlier, longer use left. For callers that overwrite every value.
     pub fn resize_for_overwrite(&mut self, len: usize) {
