@@ -219,10 +219,10 @@ impl Bf16Weight {
         self.k.is_multiple_of(32) && amx::available()
     }
 
-    /// `dst = start + bf16(x) W^T` on AMX tiles ([`amx::bf16_product`]); only where
+    /// The packed panels, as [`amx::bf16_product`] takes them where
     /// [`Bf16Weight::on_tiles`].
-    pub(crate) fn product_on_tiles(&self, dst: &mut [f32], x: &[f32], m: usize, start: amx::Start) {
-        amx::bf16_product(&self.panels, x, (m, self.n, self.k), start, dst);
+    pub(crate) fn panels(&self) -> &[u32] {
+        &self.panels
     }
 }
 

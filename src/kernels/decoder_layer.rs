@@ -207,14 +207,20 @@ impl CpuDecoderLayer {
             gate_up,
             hidden,
             next,
+            panels: [qkv_panels, out_panels, gate_up_panels, down_panels],
         } = work;
+        // Quantized weights on tiles dequantized once for the whole batch.
+        let qkv_weight = self.qkv.stage(qkv_panels);
+        let out_weight = self.out.stage(out_panels);
+        let gate_up_weight = self.gate_up.stage(gate_up_panels);
+        let down_weight = self.down.stage(down_panels);
 
         // The layer a block of rows at a time (whole texts for attention), so that each step's
         // output is still in cache when the next reads it. The blocks depend on the thread
         // count, so they are used only where a row's product does not depend on the rows
         // beside it; `gemm`'s f32 products take the whole batch at once, and so do quantized
-        // weights, which every product dequantizes again.
-        let dense = [&self.qkv, &self.out, &self.gate_up, &self.down];
+        // weights off the tiles, which every product dequantizes again.
+        let dense = [&qkv_weight, &out_weight, &gate_up_weight, &down_weight];
         let block_rows = if dense.iter().all(|d| d.rows_independent())
             && !dense.iter().any(|d| d.dequantizes_per_product())
         {
@@ -228,7 +234,7 @@ impl CpuDecoderLayer {
             let cm = rows.len() / h;
             let first_text = block * texts_per_block;
             rms_norm_into(rows, &self.input_norm, eps, normed);
-            self.qkv.forward_into(normed, cm, None, qkv);
+            qkv_weight.forward_into(normed, cm, None, qkv);
             qkv.par_chunks_mut(qw + 2 * kvw)
                 .enumerate()
                 .for_each(|(r, row)| {
@@ -247,9 +253,9 @@ impl CpuDecoderLayer {
                 });
             self.attention(qkv, first_text..first_text + cm / seq, mask, ctx);
             match &self.feed_forward_norms {
-                None => self.out.add_product(rows, ctx, cm),
+                None => out_weight.add_product(rows, ctx, cm),
                 Some(_) => {
-                    self.out.forward_into(ctx, cm, None, next);
+                    out_weight.forward_into(ctx, cm, None, next);
                     add_normed(rows, next, &self.post_attention_norm, eps);
                 }
             }
@@ -264,7 +270,7 @@ impl CpuDecoderLayer {
         for rows in x.chunks_mut(block_rows * h) {
             let cm = rows.len() / h;
             rms_norm_into(rows, mlp_norm, eps, normed);
-            self.gate_up.forward_into(normed, cm, None, gate_up);
+            gate_up_weight.forward_into(normed, cm, None, gate_up);
             hidden.resize_zeroed(cm * inner);
             hidden
                 .par_chunks_mut(inner)
@@ -283,9 +289,9 @@ impl CpuDecoderLayer {
                     }
                 });
             match &self.feed_forward_norms {
-                None => self.down.add_product(rows, hidden, cm),
+                None => down_weight.add_product(rows, hidden, cm),
                 Some([_, post]) => {
-                    self.down.forward_into(hidden, cm, None, next);
+                    down_weight.forward_into(hidden, cm, None, next);
                     add_normed(rows, next, post, eps);
                 }
             }
@@ -453,6 +459,9 @@ pub(crate) struct DecoderWorkspace {
     gate_up: LineVec<f32>,
     hidden: LineVec<f32>,
     next: LineVec<f32>,
+    /// Q|K|V, output, gate|up and down weights dequantized to bf16 panels for a batch
+    /// (quantized weights on AMX tiles only).
+    panels: [LineVec<u32>; 4],
 }
 
 /// RMSNorm of every `weight.len()`-wide row of `x`.

@@ -3,7 +3,7 @@
 //! packed for the AVX512-BF16 / AMX bf16 kernels (`kernels::bf16`, one product per pair); a
 //! GGUF file's quantized matrices stay as the file stores them, and each product dequantizes
 //! them into bf16 panels for the AMX kernel (the GGUF engine's `kernels::quant::matmul_stacked`
-//! without AMX). Every
+//! without AMX), or a batch's products share one dequantization ([`Dense::stage`]). Every
 //! product accumulates into an f32 destination that starts from the bias (and a residual),
 //! and no sum is split across threads, so results do not depend on the thread count.
 
@@ -193,46 +193,36 @@ impl Dense {
 
     /// `dst[m, out] += x[m, in] W^T`.
     pub(crate) fn multiply_add(&self, dst: &mut [f32], x: &[f32], m: usize) {
-        match &self.weight {
-            DenseWeight::F32(w) => {
-                gemm_rows_times_weight_t(dst, x, w, m, self.out_features, self.in_features)
-            }
-            DenseWeight::Amx(packed) => packed.multiply_add(dst, x, m),
-            DenseWeight::Bf16(packed) => packed.multiply_add(dst, x, m),
-            DenseWeight::Quantized(parts) => {
-                let parts: Vec<&QMatrix> = parts.iter().collect();
-                let k = self.in_features;
-                if k.is_multiple_of(32) && amx::available() {
-                    // Once per product, the whole weight as bf16 panels; then the tile kernel
-                    // of the bf16 weights, which keeps a block of rows in cache across panels.
-                    QUANTIZED_PANELS.with(|panels| {
-                        let mut panels = panels.borrow_mut();
-                        pack_stacked_bf16(&parts, &mut panels);
-                        let shape = (m, self.out_features, k);
-                        amx::bf16_product(&panels, x, shape, amx::Start::Dst, dst);
-                    });
-                } else {
-                    matmul_stacked(&parts, x, m, dst, true);
-                }
-            }
+        self.stage_none().multiply_add(dst, x, m);
+    }
+
+    /// This layer for one batch's products, as it is (a quantized weight dequantized anew by
+    /// every product).
+    fn stage_none(&self) -> Staged<'_> {
+        Staged {
+            dense: self,
+            panels: None,
         }
     }
 
-    /// `dst[m, out] += x[m, in] W^T + bias` in place: the sums of [`Dense::forward`] with `dst`
-    /// as its residual, without the copy.
-    pub(crate) fn add_product(&self, dst: &mut [f32], x: &[f32], m: usize) {
-        assert_eq!(
-            dst.len(),
-            m * self.out_features,
-            "destination of {} for {m} rows",
-            dst.len()
-        );
-        if self.bias.iter().any(|&b| b != 0.0) {
-            for row in dst.chunks_exact_mut(self.out_features) {
-                row.iter_mut().zip(&self.bias).for_each(|(d, b)| *d += b);
+    /// This layer for the products of one batch: a quantized weight on AMX tiles
+    /// ([`Dense::quantized_on_tiles`]) is dequantized into bf16 panels in `buffer` once (its
+    /// memory reused), so that blocks of the batch's rows can be multiplied one after another
+    /// without dequantizing it again. Any other weight is used as it is. The products are the
+    /// same as [`Dense`]'s own, bit for bit.
+    pub(crate) fn stage<'a>(&'a self, buffer: &'a mut LineVec<u32>) -> Staged<'a> {
+        let panels = match &self.weight {
+            DenseWeight::Quantized(parts) if self.quantized_on_tiles() => {
+                let parts: Vec<&QMatrix> = parts.iter().collect();
+                pack_stacked_bf16(&parts, buffer);
+                Some(&buffer[..])
             }
+            _ => None,
+        };
+        Staged {
+            dense: self,
+            panels,
         }
-        self.multiply_add(dst, x, m);
     }
 
     /// `x W^T + bias` for `m` rows, plus `residual` (`[m, out]`) where given.
@@ -241,30 +231,6 @@ impl Dense {
         self.start_rows(&mut dst, residual);
         self.multiply_add(&mut dst, x, m);
         dst
-    }
-
-    /// [`Dense::forward`] into `dst` (its old contents replaced, its memory reused; its rows
-    /// start cache lines, which lets the tile kernel work on it in place).
-    pub(crate) fn forward_into(
-        &self,
-        x: &[f32],
-        m: usize,
-        residual: Option<&[f32]>,
-        dst: &mut LineVec<f32>,
-    ) {
-        let n = self.out_features;
-        dst.resize_zeroed(m * n);
-        if let DenseWeight::Bf16(w) = &self.weight
-            && w.on_tiles()
-            && self.bias.iter().all(|&b| b == 0.0)
-        {
-            // The tiles start from zero or from the residual: `dst` is only written.
-            let start = residual.map_or(amx::Start::Zero, amx::Start::From);
-            w.product_on_tiles(dst, x, m, start);
-            return;
-        }
-        self.start_rows(dst, residual);
-        self.multiply_add(dst, x, m);
     }
 
     /// Sets every row of `dst` to the bias, plus the residual's row where given.
@@ -291,6 +257,110 @@ impl Dense {
                 }
             }
         }
+    }
+}
+
+/// A [`Dense`] layer ready for one batch's products ([`Dense::stage`]).
+pub(crate) struct Staged<'a> {
+    dense: &'a Dense,
+    /// A quantized weight's bf16 panels, dequantized for this batch.
+    panels: Option<&'a [u32]>,
+}
+
+impl Staged<'_> {
+    /// Whether a row's product does not depend on the rows beside it ([`Dense::rows_independent`]).
+    pub(crate) fn rows_independent(&self) -> bool {
+        self.dense.rows_independent()
+    }
+
+    /// Whether each product still dequantizes the weight anew (a quantized weight off the
+    /// tiles): such a product is cheapest over as many rows as possible at once.
+    pub(crate) fn dequantizes_per_product(&self) -> bool {
+        self.dense.dequantizes_per_product() && self.panels.is_none()
+    }
+
+    /// The weight's bf16 panels for the tile kernel, where it has them as they are needed:
+    /// a bf16 weight on tiles, or a quantized weight staged.
+    fn tile_panels(&self) -> Option<&[u32]> {
+        match &self.dense.weight {
+            DenseWeight::Bf16(w) if w.on_tiles() => Some(w.panels()),
+            _ => self.panels,
+        }
+    }
+
+    /// `dst[m, out] += x[m, in] W^T`.
+    fn multiply_add(&self, dst: &mut [f32], x: &[f32], m: usize) {
+        let dense = self.dense;
+        if let Some(panels) = self.panels {
+            let shape = (m, dense.out_features, dense.in_features);
+            amx::bf16_product(panels, x, shape, amx::Start::Dst, dst);
+            return;
+        }
+        match &dense.weight {
+            DenseWeight::F32(w) => {
+                gemm_rows_times_weight_t(dst, x, w, m, dense.out_features, dense.in_features)
+            }
+            DenseWeight::Amx(packed) => packed.multiply_add(dst, x, m),
+            DenseWeight::Bf16(packed) => packed.multiply_add(dst, x, m),
+            DenseWeight::Quantized(parts) => {
+                let parts: Vec<&QMatrix> = parts.iter().collect();
+                let k = dense.in_features;
+                if k.is_multiple_of(32) && amx::available() {
+                    // Once per product, the whole weight as bf16 panels; then the tile kernel
+                    // of the bf16 weights, which keeps a block of rows in cache across panels.
+                    QUANTIZED_PANELS.with(|panels| {
+                        let mut panels = panels.borrow_mut();
+                        pack_stacked_bf16(&parts, &mut panels);
+                        let shape = (m, dense.out_features, k);
+                        amx::bf16_product(&panels, x, shape, amx::Start::Dst, dst);
+                    });
+                } else {
+                    matmul_stacked(&parts, x, m, dst, true);
+                }
+            }
+        }
+    }
+
+    /// `dst[m, out] += x[m, in] W^T + bias` in place: the sums of [`Dense::forward`] with `dst`
+    /// as its residual, without the copy.
+    pub(crate) fn add_product(&self, dst: &mut [f32], x: &[f32], m: usize) {
+        let dense = self.dense;
+        assert_eq!(
+            dst.len(),
+            m * dense.out_features,
+            "destination of {} for {m} rows",
+            dst.len()
+        );
+        if dense.bias.iter().any(|&b| b != 0.0) {
+            for row in dst.chunks_exact_mut(dense.out_features) {
+                row.iter_mut().zip(&dense.bias).for_each(|(d, b)| *d += b);
+            }
+        }
+        self.multiply_add(dst, x, m);
+    }
+
+    /// [`Dense::forward`] into `dst` (its old contents replaced, its memory reused; its rows
+    /// start cache lines, which lets the tile kernel work on it in place).
+    pub(crate) fn forward_into(
+        &self,
+        x: &[f32],
+        m: usize,
+        residual: Option<&[f32]>,
+        dst: &mut LineVec<f32>,
+    ) {
+        let dense = self.dense;
+        let (n, k) = (dense.out_features, dense.in_features);
+        dst.resize_zeroed(m * n);
+        if let Some(panels) = self.tile_panels()
+            && dense.bias.iter().all(|&b| b == 0.0)
+        {
+            // The tiles start from zero or from the residual: `dst` is only written.
+            let start = residual.map_or(amx::Start::Zero, amx::Start::From);
+            amx::bf16_product(panels, x, (m, n, k), start, dst);
+            return;
+        }
+        dense.start_rows(dst, residual);
+        self.multiply_add(dst, x, m);
     }
 }
 
@@ -355,4 +425,47 @@ pub(crate) fn f32_slice<'a>(
         candle_core::bail!("{what}: expected a contiguous tensor");
     };
     Ok((&data[start..end], layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::bf16::tests::random;
+    use crate::kernels::quant::tests::quantized;
+    use candle_core::quantized::GgmlDType;
+
+    /// A staged quantized weight (dequantized once) gives, block of rows by block of rows, the
+    /// bits of the unstaged product over the whole batch: with a bias, from zero, from a
+    /// residual, and added in place.
+    #[test]
+    fn staged_blocks_give_the_bits_of_the_whole_batch() {
+        let (n, k, m, block) = (80, 96, 300, 128);
+        let (weight, _file) = quantized(&random(n * k, 1), n, k, GgmlDType::Q8_0);
+        let dense = Dense::from_source(&DenseSource::Quantized {
+            weight,
+            bias: random(n, 2),
+        })
+        .unwrap();
+        let x = random(m * k, 3);
+        let residual = random(m * n, 4);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let whole = dense.forward(&x, m, None);
+        let whole_residual = dense.forward(&x, m, Some(&residual));
+        let mut buffer = LineVec::new();
+        let staged = dense.stage(&mut buffer);
+        let (mut plain, mut from_residual, mut added) = (Vec::new(), Vec::new(), residual.clone());
+        let mut dst = LineVec::new();
+        for (first, rows) in (0..m).step_by(block).map(|f| (f, block.min(m - f))) {
+            let xs = &x[first * k..(first + rows) * k];
+            let rs = &residual[first * n..(first + rows) * n];
+            staged.forward_into(xs, rows, None, &mut dst);
+            plain.extend_from_slice(&dst);
+            staged.forward_into(xs, rows, Some(rs), &mut dst);
+            from_residual.extend_from_slice(&dst);
+            staged.add_product(&mut added[first * n..(first + rows) * n], xs, rows);
+        }
+        assert_eq!(bits(&plain), bits(&whole));
+        assert_eq!(bits(&from_residual), bits(&whole_residual));
+        assert_eq!(bits(&added), bits(&whole_residual));
+    }
 }
