@@ -20,9 +20,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use candle_core::quantized::k_quants::{
-    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ5K, GgmlType,
-};
+use candle_core::quantized::k_quants::{BlockQ2K, BlockQ3K, BlockQ5K, GgmlType};
 use candle_core::quantized::{GgmlDType, gguf_file};
 use half::{bf16, f16};
 use memmap2::Mmap;
@@ -270,10 +268,10 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
                 *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
             }
         }
-        QType::Q4_0 => BlockQ4_0::to_float(blocks(row), out),
-        QType::Q4_1 => BlockQ4_1::to_float(blocks(row), out),
-        QType::Q5_0 => BlockQ5_0::to_float(blocks(row), out),
-        QType::Q5_1 => BlockQ5_1::to_float(blocks(row), out),
+        QType::Q4_0 => dequantize_q4_0(row, out),
+        QType::Q4_1 => dequantize_q4_1(row, out),
+        QType::Q5_0 => dequantize_q5_0(row, out),
+        QType::Q5_1 => dequantize_q5_1(row, out),
         QType::Q8_0 => dequantize_q8_0(row, out),
         QType::Q2K => BlockQ2K::to_float(blocks(row), out),
         QType::Q3K => BlockQ3K::to_float(blocks(row), out),
@@ -286,28 +284,38 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
 /// Bytes of one Q8_0 block of 32 values: the f16 scale, then 32 signed bytes.
 const Q8_0_BLOCK_BYTES: usize = 34;
 
-/// Q8_0 to f32: candle's `BlockQ8_0::to_float` (`q * d`, one multiply, so the same bits),
-/// compiled for AVX2 where the CPU has it, as [`dequantize_q4k`]: the quantized encoders
-/// dequantize every weight for every product.
-fn dequantize_q8_0(row: &[u8], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was just detected on this CPU.
-        unsafe { dequantize_q8_0_avx2(row, out) };
-        return;
-    }
-    dequantize_q8_0_body(row, out);
+/// Defines `fn $name(row: &[u8], out: &mut [f32])`, which runs `$body` compiled for AVX2 where
+/// the CPU has it (the build's baseline elsewhere). Candle's dequantizers, scalar in a baseline
+/// x86-64 build, took 13-28% of a prompt; the quantized encoders dequantize every weight for
+/// every batch. Each body is inlined into its own `target_feature` function: passed to one
+/// generic wrapper instead, it was not inlined and ran without AVX2.
+macro_rules! dequantizer_with_avx2 {
+    ($(#[$attr:meta])* $name:ident => $body:ident) => {
+        $(#[$attr])*
+        fn $name(row: &[u8], out: &mut [f32]) {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                /// The body with 256-bit vectors allowed.
+                ///
+                /// # Safety
+                /// The CPU must support AVX2.
+                #[target_feature(enable = "avx2")]
+                unsafe fn with_avx2(row: &[u8], out: &mut [f32]) {
+                    $body(row, out);
+                }
+                // SAFETY: AVX2 was just detected on this CPU.
+                unsafe { with_avx2(row, out) };
+                return;
+            }
+            $body(row, out);
+        }
+    };
 }
 
-/// [`dequantize_q8_0_body`] with 256-bit vectors allowed.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn dequantize_q8_0_avx2(row: &[u8], out: &mut [f32]) {
-    dequantize_q8_0_body(row, out);
-}
+dequantizer_with_avx2!(
+    /// Q8_0 to f32: candle's `BlockQ8_0::to_float` (`q * d`, one multiply, so the same bits).
+    dequantize_q8_0 => dequantize_q8_0_body
+);
 
 #[inline(always)]
 fn dequantize_q8_0_body(row: &[u8], out: &mut [f32]) {
@@ -318,6 +326,87 @@ fn dequantize_q8_0_body(row: &[u8], out: &mut [f32]) {
         let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
         for (o, &q) in y.iter_mut().zip(&block[2..]) {
             *o = f32::from(q as i8) * d;
+        }
+    }
+}
+
+dequantizer_with_avx2!(
+    /// Q4_0 to f32: candle's `BlockQ4_0::to_float` (`(q - 8) * d`, so the same bits).
+    dequantize_q4_0 => dequantize_q4_0_body
+);
+dequantizer_with_avx2!(
+    /// Q4_1 to f32: candle's `BlockQ4_1::to_float` (`q * d + m`, never fused, so the same bits).
+    dequantize_q4_1 => dequantize_q4_1_body
+);
+dequantizer_with_avx2!(
+    /// Q5_0 to f32: candle's `BlockQ5_0::to_float` (`(q - 16) * d`, so the same bits).
+    dequantize_q5_0 => dequantize_q5_0_body
+);
+dequantizer_with_avx2!(
+    /// Q5_1 to f32: candle's `BlockQ5_1::to_float` (`q * d + m`, never fused, so the same bits).
+    dequantize_q5_1 => dequantize_q5_1_body
+);
+
+#[inline(always)]
+fn dequantize_q4_0_body(row: &[u8], out: &mut [f32]) {
+    dequantize_legacy_body::<false, false>(row, out);
+}
+
+#[inline(always)]
+fn dequantize_q4_1_body(row: &[u8], out: &mut [f32]) {
+    dequantize_legacy_body::<true, false>(row, out);
+}
+
+#[inline(always)]
+fn dequantize_q5_0_body(row: &[u8], out: &mut [f32]) {
+    dequantize_legacy_body::<false, true>(row, out);
+}
+
+#[inline(always)]
+fn dequantize_q5_1_body(row: &[u8], out: &mut [f32]) {
+    dequantize_legacy_body::<true, true>(row, out);
+}
+
+/// The 32-value block types before the K-quants. A block is the f16 scale `d`, with `MIN` the
+/// f16 minimum `m`, with `FIFTH` 32 fifth bits (bit `j` of a little-endian u32 for value `j`),
+/// then 16 bytes whose low nibbles are values 0..16 and high nibbles 16..32. A value is `q * d
+/// + m` with a minimum, else `(q - 2^(bits - 1)) * d`.
+#[inline(always)]
+fn dequantize_legacy_body<const MIN: bool, const FIFTH: bool>(row: &[u8], out: &mut [f32]) {
+    let header = 2 + if MIN { 2 } else { 0 } + if FIFTH { 4 } else { 0 };
+    let offset: i32 = match (MIN, FIFTH) {
+        (true, _) => 0,
+        (false, true) => 16,
+        (false, false) => 8,
+    };
+    for (block, y) in row.chunks_exact(header + 16).zip(out.chunks_exact_mut(32)) {
+        let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
+        let m = if MIN {
+            f16::from_le_bytes([block[2], block[3]]).to_f32()
+        } else {
+            0.0
+        };
+        let at = if MIN { 4 } else { 2 };
+        let qh = if FIFTH {
+            u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
+        } else {
+            0
+        };
+        let qs = &block[header..];
+        let (low, high) = y.split_at_mut(16);
+        for (j, ((lo, hi), &q)) in low.iter_mut().zip(high).zip(qs).enumerate() {
+            let fifth_low = (((qh >> j) << 4) & 0x10) as i32;
+            let fifth_high = ((qh >> (j + 12)) & 0x10) as i32;
+            let x0 = (i32::from(q & 0x0f) | fifth_low) - offset;
+            let x1 = (i32::from(q >> 4) | fifth_high) - offset;
+            // Without a minimum nothing is added: `+ 0.0` would turn a -0.0 into 0.0.
+            if MIN {
+                *lo = x0 as f32 * d + m;
+                *hi = x1 as f32 * d + m;
+            } else {
+                *lo = x0 as f32 * d;
+                *hi = x1 as f32 * d;
+            }
         }
     }
 }
@@ -338,30 +427,11 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
-/// Q4_K to f32: candle's `BlockQ4K::to_float`, operation for operation (`d * sc * q - dmin *
-/// m` in f32; Rust never fuses a multiply and an add, so the same bits), compiled for AVX2
-/// where the CPU has it: candle's loop, scalar in a baseline x86-64 build, took 13% of a
-/// prompt of the 1.5B model. (The body is called directly from each `target_feature`
-/// wrapper: passed to one generic wrapper instead, it was not inlined and ran without AVX2.)
-fn dequantize_q4k(row: &[u8], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was just detected on this CPU.
-        unsafe { dequantize_q4k_avx2(row, out) };
-        return;
-    }
-    dequantize_q4k_body(row, out);
-}
-
-/// [`dequantize_q4k_body`] with 256-bit vectors allowed.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn dequantize_q4k_avx2(row: &[u8], out: &mut [f32]) {
-    dequantize_q4k_body(row, out);
-}
+dequantizer_with_avx2!(
+    /// Q4_K to f32: candle's `BlockQ4K::to_float`, operation for operation (`d * sc * q -
+    /// dmin * m` in f32; Rust never fuses a multiply and an add, so the same bits).
+    dequantize_q4k => dequantize_q4k_body
+);
 
 #[inline(always)]
 fn dequantize_q4k_body(row: &[u8], out: &mut [f32]) {
@@ -396,27 +466,11 @@ fn dequantize_q4k_body(row: &[u8], out: &mut [f32]) {
 /// signed scales, the f16 scale.
 const Q6K_BLOCK_BYTES: usize = 210;
 
-/// Q6_K to f32: candle's `BlockQ6K::to_float` (`d * sc * (q - 32)`, multiplied left to right,
-/// so the same bits), compiled for AVX2 where the CPU has it, as [`dequantize_q4k`].
-fn dequantize_q6k(row: &[u8], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was just detected on this CPU.
-        unsafe { dequantize_q6k_avx2(row, out) };
-        return;
-    }
-    dequantize_q6k_body(row, out);
-}
-
-/// [`dequantize_q6k_body`] with 256-bit vectors allowed.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn dequantize_q6k_avx2(row: &[u8], out: &mut [f32]) {
-    dequantize_q6k_body(row, out);
-}
+dequantizer_with_avx2!(
+    /// Q6_K to f32: candle's `BlockQ6K::to_float` (`d * sc * (q - 32)`, multiplied left to
+    /// right, so the same bits).
+    dequantize_q6k => dequantize_q6k_body
+);
 
 #[inline(always)]
 fn dequantize_q6k_body(row: &[u8], out: &mut [f32]) {
@@ -1091,6 +1145,36 @@ pub(crate) mod tests {
         dequantize_q8_0(&row, &mut ours);
         BlockQ8_0::to_float(blocks(&row), &mut theirs);
         assert_same_bits(&ours, &theirs);
+    }
+
+    #[test]
+    fn the_32_value_block_dequantizations_equal_candles() {
+        use candle_core::quantized::k_quants::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1};
+        let blocks_of = 64;
+        let candles = |qtype: QType, row: &[u8], out: &mut [f32]| match qtype {
+            QType::Q4_0 => BlockQ4_0::to_float(blocks(row), out),
+            QType::Q4_1 => BlockQ4_1::to_float(blocks(row), out),
+            QType::Q5_0 => BlockQ5_0::to_float(blocks(row), out),
+            QType::Q5_1 => BlockQ5_1::to_float(blocks(row), out),
+            _ => unreachable!(),
+        };
+        // (type, its f16 scales' high bytes)
+        for (qtype, scale_high) in [
+            (QType::Q4_0, &[1][..]),
+            (QType::Q4_1, &[1, 3][..]),
+            (QType::Q5_0, &[1][..]),
+            (QType::Q5_1, &[1, 3][..]),
+        ] {
+            let mut row = random_blocks(blocks_of, qtype.block_bytes(), 0x5eed_0001, scale_high);
+            // Negative scales too (a zero value times one is -0.0).
+            for block in row.chunks_exact_mut(qtype.block_bytes()).step_by(2) {
+                block[1] |= 0x80;
+            }
+            let (mut ours, mut theirs) = (vec![0f32; blocks_of * 32], vec![0f32; blocks_of * 32]);
+            dequantize(qtype, &row, &mut ours);
+            candles(qtype, &row, &mut theirs);
+            assert_same_bits(&ours, &theirs);
+        }
     }
 
     /// The vector packing writes the scalar packing's bytes (round to nearest even included).
