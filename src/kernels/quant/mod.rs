@@ -258,16 +258,8 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
                 *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             }
         }
-        QType::F16 => {
-            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
-                *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
-            }
-        }
-        QType::Bf16 => {
-            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
-                *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
-            }
-        }
+        QType::F16 => dequantize_f16(row, out),
+        QType::Bf16 => dequantize_bf16(row, out),
         QType::Q4_0 => dequantize_q4_0(row, out),
         QType::Q4_1 => dequantize_q4_1(row, out),
         QType::Q5_0 => dequantize_q5_0(row, out),
@@ -310,6 +302,34 @@ macro_rules! dequantizer_with_avx2 {
             $body(row, out);
         }
     };
+}
+
+/// f16 to f32 (exact): `half`'s slice conversion, F16C where the CPU has it, for a row that
+/// starts on a two-byte boundary (a value at a time otherwise).
+fn dequantize_f16(row: &[u8], out: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    // SAFETY: f16 is two plain bytes (any bits valid); `align_to` puts only whole, aligned
+    // values in the middle part.
+    let (head, halves, tail) = unsafe { row.align_to::<f16>() };
+    if head.is_empty() && tail.is_empty() && halves.len() == out.len() {
+        halves.convert_to_f32_slice(out);
+        return;
+    }
+    for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+        *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+    }
+}
+
+dequantizer_with_avx2!(
+    /// bf16 to f32 (exact: `half`'s conversion, the bits moved up by 16).
+    dequantize_bf16 => dequantize_bf16_body
+);
+
+#[inline(always)]
+fn dequantize_bf16_body(row: &[u8], out: &mut [f32]) {
+    for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+        *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+    }
 }
 
 dequantizer_with_avx2!(
@@ -1174,6 +1194,24 @@ pub(crate) mod tests {
             dequantize(qtype, &row, &mut ours);
             candles(qtype, &row, &mut theirs);
             assert_same_bits(&ours, &theirs);
+        }
+    }
+
+    /// f16 and bf16 rows convert value by value as `half` converts them, whether or not the
+    /// row starts on a two-byte boundary.
+    #[test]
+    fn half_precision_rows_convert_as_half_does() {
+        let bytes = random_blocks(1, 2 * 257, 0x00dd_ba11, &[]);
+        for start in [0, 1] {
+            let row = &bytes[start..start + 2 * 256];
+            let halves = || row.chunks_exact(2).map(|b| [b[0], b[1]]);
+            let f16s: Vec<f32> = halves().map(|b| f16::from_le_bytes(b).to_f32()).collect();
+            let bf16s: Vec<f32> = halves().map(|b| bf16::from_le_bytes(b).to_f32()).collect();
+            let mut ours = vec![0f32; 256];
+            dequantize(QType::F16, row, &mut ours);
+            assert_same_bits(&ours, &f16s);
+            dequantize(QType::Bf16, row, &mut ours);
+            assert_same_bits(&ours, &bf16s);
         }
     }
 
