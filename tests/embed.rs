@@ -994,14 +994,10 @@ fn nomic_quantized_by_llama_cpp_matches_llama_cpp() {
     }
 }
 
-/// Stella-style Matryoshka heads on a tiny Qwen2: `modules.json` names `2_Dense_16`, a sibling
-/// `2_Dense_8` exists; `dimensions: 8` loads that head (8 values, not 16 cut to 8), the widths
-/// are offered in the refusal of any other, and no width keeps the listed head.
-#[test]
-fn matryoshka_heads_are_chosen_by_dimensions() {
+/// A tiny Qwen2 with Stella-style Matryoshka heads in `dir`: `modules.json` names
+/// `2_Dense_16`, a sibling `2_Dense_8` exists (random weights).
+pub(crate) fn tiny_stella(dir: &Path) {
     use std::collections::HashMap;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
     crate::util::copy_dir(&root().join("tests/fixtures/embed/tiny-qwen2"), dir);
     std::fs::write(
         dir.join("modules.json"),
@@ -1044,6 +1040,16 @@ fn matryoshka_heads_are_chosen_by_dimensions() {
         .into();
         candle_core::safetensors::save(&tensors, folder.join("model.safetensors")).unwrap();
     }
+}
+
+/// Stella-style Matryoshka heads ([`tiny_stella`]): `dimensions: 8` loads the `2_Dense_8` head
+/// (8 values, not 16 cut to 8), the widths are offered in the refusal of any other, and no
+/// width keeps the listed head.
+#[test]
+fn matryoshka_heads_are_chosen_by_dimensions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    tiny_stella(dir);
     let texts = ["how do I resume a killed build", "queue workers"];
     let embed = |dimensions: Option<usize>| {
         let encoder = load(

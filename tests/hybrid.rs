@@ -102,6 +102,7 @@ fn hash_model_ref() -> DenseModelRef {
         max_length: 512,
         pooling: "mean".into(),
         model_dtype: "f32".into(),
+        dimensions: None,
     }
 }
 
@@ -510,4 +511,46 @@ fn committed_v1_index_opens_and_searches() {
     assert!(
         ids.contains(&"laravel/docs/queues.md_0_10") && ids.contains(&"php/doc/string.md_0_10")
     );
+}
+
+/// `index --dense` with a Matryoshka width: the vectors are stored at that width, the manifest
+/// records it, and a search encodes its query at the same width (a full-width query would not
+/// fit the stored vectors). Without a width nothing is recorded, as in manifests from before.
+#[test]
+fn a_matryoshka_width_is_recorded_and_applied_to_queries() {
+    use freshstack::embed::{EncoderOptions, ModelDType};
+    use freshstack::search::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
+    use std::str::FromStr;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny-stella");
+    crate::embed::tiny_stella(&model);
+    let build = |dimensions: Option<usize>, name: &str| {
+        let index = dir.path().join(name);
+        let config = HybridIndexConfig {
+            corpus: corpus(dir.path()),
+            dense: vec![DenseModelSpec::from_str(&format!("s={}", model.display())).unwrap()],
+            encoder: EncoderOptions {
+                dimensions,
+                dtype: Some(ModelDType::F32),
+                ..EncoderOptions::default()
+            },
+            ..HybridIndexConfig::default()
+        };
+        let summary = build_hybrid_index(&config, &index, &NoProgress).unwrap();
+        (index, summary.manifest.dense[0].clone())
+    };
+    let (cut_index, cut) = build(Some(8), "cut");
+    assert_eq!(cut.dim, 8);
+    assert_eq!(cut.model.as_ref().unwrap().dimensions, Some(8));
+    let (full_index, full) = build(None, "full");
+    assert_eq!(full.dim, 16);
+    assert_eq!(full.model.as_ref().unwrap().dimensions, None);
+    let manifest = std::fs::read_to_string(full_index.join("manifest.json")).unwrap();
+    assert!(!manifest.contains("dimensions"), "{manifest}");
+
+    let engine = Engine::open_with_encoders(&cut_index, &QueryEncoderOptions::default()).unwrap();
+    // A document's own text finds it with cosine ~1 at the cut width too.
+    let hits = engine.search(DOCS[2].1, &options("dense:s", 1)).unwrap();
+    assert_eq!(hits[0].doc_id, DOCS[2].0, "{hits:?}");
+    assert!((hits[0].score - 1.0).abs() < 5e-3, "{}", hits[0].score);
 }

@@ -90,14 +90,18 @@ impl RetrieverKind {
     pub fn dense(spec: &DenseModelSpec, options: &EncoderOptions) -> Result<Self> {
         let spec = spec.clone();
         let files = resolve_model(&spec.model)?;
-        let identity = Fingerprint::builder("benchmark dense model")
+        let mut identity = Fingerprint::builder("benchmark dense model")
             .text("model", &spec.model)
             .file("config.json", &files.config)?
             .file("tokenizer.json", &files.tokenizer)?
             .text("dtype", &format!("{:?}", options.dtype))
             .text("max_length", &format!("{:?}", options.max_length))
-            .text("pooling", &format!("{:?}", options.pooling))
-            .finish();
+            .text("pooling", &format!("{:?}", options.pooling));
+        // Only when cut, so that full-width indexes built before keep their keys.
+        if let Some(n) = options.dimensions {
+            identity = identity.text("dimensions", &n.to_string());
+        }
+        let identity = identity.finish();
         Ok(Self::Dense { spec, identity })
     }
 

@@ -92,6 +92,10 @@ pub struct BenchmarkArgs {
     /// Padded tokens per encoder batch.
     #[arg(long)]
     max_batch_tokens: Option<usize>,
+    /// Matryoshka width every dense model's vectors (and queries) are cut to and renormalised
+    /// (one of the widths its card lists).
+    #[arg(long, value_name = "N")]
+    dimensions: Option<usize>,
 }
 
 pub fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
@@ -118,6 +122,7 @@ pub fn run(args: BenchmarkArgs) -> anyhow::Result<()> {
             dtype: args.model_dtype,
             max_length: args.max_length,
             max_batch_tokens: args.max_batch_tokens,
+            dimensions: args.dimensions,
             ..EncoderOptions::default()
         },
     };

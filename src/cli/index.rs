@@ -58,6 +58,10 @@ pub struct IndexArgs {
     /// Padded tokens per encoder batch (default: 2048 on the CPU, 16384 on a GPU).
     #[arg(long)]
     max_batch_tokens: Option<usize>,
+    /// Matryoshka width --dense vectors are cut to and renormalised (one of the widths the
+    /// model's card lists); recorded, so queries are cut the same way.
+    #[arg(long, value_name = "N")]
+    dimensions: Option<usize>,
     /// How --dense vectors are stored: f16 (half the size) or f32.
     #[arg(long, default_value = "f16")]
     vector_dtype: VectorDtype,
@@ -131,6 +135,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             dtype: args.model_dtype,
             max_length: args.max_length,
             max_batch_tokens: args.max_batch_tokens,
+            dimensions: args.dimensions,
             ..EncoderOptions::default()
         },
         vector_dtype: args.vector_dtype,

@@ -98,6 +98,10 @@ pub struct DenseModelRef {
     pub pooling: String,
     /// Weight/compute dtype used to encode the corpus (`f32`, `bf16`, `f16`).
     pub model_dtype: String,
+    /// Matryoshka width the vectors were cut to (queries are cut the same way); absent for
+    /// the model's full width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<usize>,
 }
 
 /// HNSW construction parameters.

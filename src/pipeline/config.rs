@@ -275,6 +275,10 @@ pub struct RetrievalConfig {
     /// Token budget of one encoder batch (default: the encoder's, per device).
     #[serde(default)]
     pub max_batch_tokens: Option<usize>,
+    /// Matryoshka width every dense model's vectors are cut to (one its card lists; default:
+    /// full width).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -296,6 +300,7 @@ impl Default for RetrievalConfig {
             pool_depth: default_pool_depth(),
             fusion_depth: default_fusion_depth(),
             max_batch_tokens: None,
+            dimensions: None,
         }
     }
 }

@@ -28,6 +28,7 @@ impl Builder<'_> {
                 dense: r.dense.clone(),
                 encoder: EncoderOptions {
                     max_batch_tokens: r.max_batch_tokens,
+                    dimensions: r.dimensions,
                     ..EncoderOptions::default()
                 },
                 ..HybridIndexConfig::default()

@@ -253,7 +253,8 @@ impl DocumentModel for EmbedDocumentModel {
 
     fn load(&self) -> Result<LoadedModel> {
         let encoder = TextEncoder::load(&self.files, &self.options)?;
-        let model = model_ref(&self.reference, &self.files, encoder.manifest())?;
+        let mut model = model_ref(&self.reference, &self.files, encoder.manifest())?;
+        model.dimensions = encoder.dimensions();
         Ok(LoadedModel {
             encoder: Box::new(DocumentTextEncoder {
                 name: self.name.clone(),
@@ -313,6 +314,7 @@ fn model_ref(
         max_length: manifest.max_length,
         pooling: pooling_name(manifest.pooling).to_string(),
         model_dtype: dtype_name(manifest.dtype).to_string(),
+        dimensions: None,
     })
 }
 

@@ -113,7 +113,7 @@ pub(crate) fn resolve_recorded_model(
 }
 
 /// Encoder options reproducing the recorded settings (dtype unless overridden, max length,
-/// pooling, templates, task) on `device`.
+/// pooling, templates, task, Matryoshka width) on `device`.
 pub(crate) fn recorded_options(
     model: &DenseModelRef,
     device: DeviceSpec,
@@ -133,7 +133,7 @@ pub(crate) fn recorded_options(
         document_template: Some(model.document_template.clone()),
         task: Some(model.task.clone()),
         manifest: None,
-        dimensions: None,
+        dimensions: model.dimensions,
     })
 }
 
