@@ -435,17 +435,24 @@ mod tests {
     use candle_core::quantized::GgmlDType;
 
     /// A staged quantized weight (dequantized once) gives, block of rows by block of rows, the
-    /// bits of the unstaged product over the whole batch: with a bias, from zero, from a
-    /// residual, and added in place.
+    /// bits of the unstaged product over the whole batch: with a bias or none (the tiles then
+    /// start from zero or from the residual), from zero, from a residual, and added in place.
     #[test]
     fn staged_blocks_give_the_bits_of_the_whole_batch() {
-        let (n, k, m, block) = (80, 96, 300, 128);
+        let (n, k) = (80, 96);
         let (weight, _file) = quantized(&random(n * k, 1), n, k, GgmlDType::Q8_0);
-        let dense = Dense::from_source(&DenseSource::Quantized {
-            weight,
-            bias: random(n, 2),
-        })
-        .unwrap();
+        for bias in [random(n, 2), vec![0.0; n]] {
+            let dense = Dense::from_source(&DenseSource::Quantized {
+                weight: weight.clone(),
+                bias,
+            })
+            .unwrap();
+            staged_blocks_match(&dense);
+        }
+    }
+
+    fn staged_blocks_match(dense: &Dense) {
+        let (n, k, m, block) = (dense.out_features, dense.in_features, 300, 128);
         let x = random(m * k, 3);
         let residual = random(m * n, 4);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
