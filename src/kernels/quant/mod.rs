@@ -277,10 +277,11 @@ fn dequantize(qtype: QType, row: &[u8], out: &mut [f32]) {
 const Q8_0_BLOCK_BYTES: usize = 34;
 
 /// Defines `fn $name(row: &[u8], out: &mut [f32])`, which runs `$body` compiled for AVX2 where
-/// the CPU has it (the build's baseline elsewhere). Candle's dequantizers, scalar in a baseline
-/// x86-64 build, took 13-28% of a prompt; the quantized encoders dequantize every weight for
-/// every batch. Each body is inlined into its own `target_feature` function: passed to one
-/// generic wrapper instead, it was not inlined and ran without AVX2.
+/// the CPU has it (the build's baseline elsewhere). Candle's dequantizers run scalar in a
+/// baseline x86-64 build, a large share of a prompt's time (docs/performance.md#native-gguf),
+/// and the quantized encoders dequantize every weight for every batch. Each body is inlined
+/// into its own `target_feature` function: passed to one generic wrapper instead, it was not
+/// inlined and ran without AVX2.
 macro_rules! dequantizer_with_avx2 {
     ($(#[$attr:meta])* $name:ident => $body:ident) => {
         $(#[$attr])*
@@ -311,7 +312,12 @@ fn dequantize_f16(row: &[u8], out: &mut [f32]) {
     // SAFETY: f16 is two plain bytes (any bits valid); `align_to` puts only whole, aligned
     // values in the middle part.
     let (head, halves, tail) = unsafe { row.align_to::<f16>() };
-    if head.is_empty() && tail.is_empty() && halves.len() == out.len() {
+    // The file's values are little-endian, as this CPU's must be to read them in place.
+    if cfg!(target_endian = "little")
+        && head.is_empty()
+        && tail.is_empty()
+        && halves.len() == out.len()
+    {
         halves.convert_to_f32_slice(out);
         return;
     }
