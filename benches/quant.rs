@@ -1,7 +1,8 @@
 //! The native engine's matrix x vector kernels on one thread, per GGUF storage type, at the
 //! shapes of Qwen2.5-Coder-0.5B (hidden 896, feed-forward 4864, vocabulary ~152k) and
 //! SmolLM2-135M (576 / 1536). Throughput is weight bytes read per second: one generated token
-//! reads every weight once, so this is the ceiling of generation speed.
+//! reads every weight once, so this is the ceiling of generation speed. Also the row
+//! dequantization that prompt products and quantized encoders run.
 
 use std::sync::Arc;
 
@@ -104,5 +105,36 @@ fn batched(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, kernels, batched);
+/// Dequantizing rows to f32, per storage type, on one thread: a prompt's products dequantize
+/// every weight once per call, and the quantized encoders once per batch. 64 rows of 4,864
+/// values (the 0.5B model's feed-forward width), in cache; throughput in values per second.
+fn dequantize(c: &mut Criterion) {
+    let (rows, cols) = (64, 4864);
+    let mut group = c.benchmark_group("dequantize");
+    group.throughput(Throughput::Elements((rows * cols) as u64));
+    for (name, dtype) in [
+        ("q4_0", GgmlDType::Q4_0),
+        ("q4_1", GgmlDType::Q4_1),
+        ("q5_0", GgmlDType::Q5_0),
+        ("q5_1", GgmlDType::Q5_1),
+        ("q8_0", GgmlDType::Q8_0),
+        ("q4k", GgmlDType::Q4K),
+        ("q6k", GgmlDType::Q6K),
+        ("f16", GgmlDType::F16),
+    ] {
+        let m = matrix(dtype, rows, 1, cols);
+        let mut out = vec![0f32; cols];
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                for r in 0..rows {
+                    m.dequantize_row(r, &mut out);
+                }
+                out[0]
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, kernels, batched, dequantize);
 criterion_main!(benches);
