@@ -302,21 +302,19 @@ impl Staged<'_> {
             }
             DenseWeight::Amx(packed) => packed.multiply_add(dst, x, m),
             DenseWeight::Bf16(packed) => packed.multiply_add(dst, x, m),
+            DenseWeight::Quantized(_) if dense.quantized_on_tiles() => {
+                // Staged for this product alone: the whole weight as bf16 panels in the
+                // thread's buffer, then the tile kernel of the bf16 weights, which keeps a
+                // block of rows in cache across panels.
+                QUANTIZED_PANELS.with(|panels| {
+                    dense
+                        .stage(&mut panels.borrow_mut())
+                        .multiply_add(dst, x, m);
+                });
+            }
             DenseWeight::Quantized(parts) => {
                 let parts: Vec<&QMatrix> = parts.iter().collect();
-                let k = dense.in_features;
-                if k.is_multiple_of(32) && amx::available() {
-                    // Once per product, the whole weight as bf16 panels; then the tile kernel
-                    // of the bf16 weights, which keeps a block of rows in cache across panels.
-                    QUANTIZED_PANELS.with(|panels| {
-                        let mut panels = panels.borrow_mut();
-                        pack_stacked_bf16(&parts, &mut panels);
-                        let shape = (m, dense.out_features, k);
-                        amx::bf16_product(&panels, x, shape, amx::Start::Dst, dst);
-                    });
-                } else {
-                    matmul_stacked(&parts, x, m, dst, true);
-                }
+                matmul_stacked(&parts, x, m, dst, true);
             }
         }
     }

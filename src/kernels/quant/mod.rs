@@ -283,7 +283,7 @@ const Q8_0_BLOCK_BYTES: usize = 34;
 /// into its own `target_feature` function: passed to one generic wrapper instead, it was not
 /// inlined and ran without AVX2.
 macro_rules! dequantizer_with_avx2 {
-    ($(#[$attr:meta])* $name:ident => $body:ident) => {
+    ($(#[$attr:meta])* $name:ident => $body:path) => {
         $(#[$attr])*
         fn $name(row: &[u8], out: &mut [f32]) {
             #[cfg(target_arch = "x86_64")]
@@ -358,40 +358,20 @@ fn dequantize_q8_0_body(row: &[u8], out: &mut [f32]) {
 
 dequantizer_with_avx2!(
     /// Q4_0 to f32: candle's `BlockQ4_0::to_float` (`(q - 8) * d`, so the same bits).
-    dequantize_q4_0 => dequantize_q4_0_body
+    dequantize_q4_0 => dequantize_legacy_body::<false, false>
 );
 dequantizer_with_avx2!(
     /// Q4_1 to f32: candle's `BlockQ4_1::to_float` (`q * d + m`, never fused, so the same bits).
-    dequantize_q4_1 => dequantize_q4_1_body
+    dequantize_q4_1 => dequantize_legacy_body::<true, false>
 );
 dequantizer_with_avx2!(
     /// Q5_0 to f32: candle's `BlockQ5_0::to_float` (`(q - 16) * d`, so the same bits).
-    dequantize_q5_0 => dequantize_q5_0_body
+    dequantize_q5_0 => dequantize_legacy_body::<false, true>
 );
 dequantizer_with_avx2!(
     /// Q5_1 to f32: candle's `BlockQ5_1::to_float` (`q * d + m`, never fused, so the same bits).
-    dequantize_q5_1 => dequantize_q5_1_body
+    dequantize_q5_1 => dequantize_legacy_body::<true, true>
 );
-
-#[inline(always)]
-fn dequantize_q4_0_body(row: &[u8], out: &mut [f32]) {
-    dequantize_legacy_body::<false, false>(row, out);
-}
-
-#[inline(always)]
-fn dequantize_q4_1_body(row: &[u8], out: &mut [f32]) {
-    dequantize_legacy_body::<true, false>(row, out);
-}
-
-#[inline(always)]
-fn dequantize_q5_0_body(row: &[u8], out: &mut [f32]) {
-    dequantize_legacy_body::<false, true>(row, out);
-}
-
-#[inline(always)]
-fn dequantize_q5_1_body(row: &[u8], out: &mut [f32]) {
-    dequantize_legacy_body::<true, true>(row, out);
-}
 
 /// The 32-value block types before the K-quants. A block is the f16 scale `d`, with `MIN` the
 /// f16 minimum `m`, with `FIFTH` 32 fifth bits (bit `j` of a little-endian u32 for value `j`),
