@@ -271,10 +271,7 @@ impl TextEncoder {
                 None => {
                     return Err(Error::model(
                         name,
-                        format!(
-                            "unknown architecture '{model_type}' (supported: {})",
-                            Architecture::SUPPORTED
-                        ),
+                        Architecture::unknown_message(model_type),
                     ));
                 }
             }
@@ -636,15 +633,8 @@ fn derive_manifest(files: &ModelFiles, config: &ModelTypeOnly) -> Result<ModelMa
         .model_type
         .as_deref()
         .ok_or_else(|| Error::model(name, "config.json has no model_type"))?;
-    let architecture = Architecture::from_model_type(model_type).ok_or_else(|| {
-        Error::model(
-            name,
-            format!(
-                "unknown architecture '{model_type}' (supported: {})",
-                Architecture::SUPPORTED
-            ),
-        )
-    })?;
+    let architecture = Architecture::from_model_type(model_type)
+        .ok_or_else(|| Error::model(name, Architecture::unknown_message(model_type)))?;
     let pooling = match &files.pooling_config {
         Some(path) => {
             let text = crate::dataset::bounded::read_text(

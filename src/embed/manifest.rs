@@ -63,6 +63,24 @@ impl Architecture {
         })
     }
 
+    /// Why a `model_type` [`Architecture::from_model_type`] does not know is refused, naming the
+    /// supported ones (and, where one exists, the checkpoint to use instead).
+    pub fn unknown_message(model_type: &str) -> String {
+        let instead = match model_type {
+            // The base repository keeps four LoRA adapters beside the backbone; Jina publishes
+            // each task's adapter merged into a plain EuroBERT (or Qwen3) checkpoint.
+            "jina_embeddings_v5" => {
+                "; for retrieval use the adapter-merged checkpoint \
+                 (jinaai/jina-embeddings-v5-text-nano-retrieval or -small-retrieval)"
+            }
+            _ => "",
+        };
+        format!(
+            "unknown architecture '{model_type}' (supported: {}){instead}",
+            Self::SUPPORTED
+        )
+    }
+
     /// The `model_type`s [`Architecture::from_model_type`] knows, for messages.
     pub const SUPPORTED: &'static str = "bert, xlm-roberta, mpnet, modernbert, nomic_bert, mistral, qwen2, qwen3, bidirectional_pplx_qwen3, gemma2, gemma3_text, eurobert";
 
@@ -275,6 +293,22 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../models/CodeRankEmbed.toml"),
     ),
     (
+        "harrier-oss-v1-27b",
+        include_str!("../../models/harrier-oss-v1-27b.toml"),
+    ),
+    (
+        "harrier-oss-v1-0.6b",
+        include_str!("../../models/harrier-oss-v1-0.6b.toml"),
+    ),
+    (
+        "harrier-oss-v1-270m",
+        include_str!("../../models/harrier-oss-v1-270m.toml"),
+    ),
+    (
+        "jina-embeddings-v5-text-nano-retrieval",
+        include_str!("../../models/jina-embeddings-v5-text-nano-retrieval.toml"),
+    ),
+    (
         "ms-marco-MiniLM-L-6-v2",
         include_str!("../../models/ms-marco-MiniLM-L-6-v2.toml"),
     ),
@@ -343,10 +377,13 @@ mod tests {
             assert!(m.query_template.contains("{text}"), "{}", m.id);
             assert!(m.document_template.contains("{text}"), "{}", m.id);
             assert_eq!(m.task, FRESHSTACK_TASK, "{}", m.id);
-            // Encoders never pool the last token; decoders pool it unless mean pooled (Stella,
+            // Encoders never pool the last token (but EuroBERT for Jina v5, which pools the
+            // tokenizer's last one); decoders pool it unless mean pooled (Stella,
             // EmbeddingGemma), and then append no EOS.
             let last = m.pooling == Pooling::LastToken;
-            if !m.architecture.is_decoder() {
+            if m.architecture == Architecture::EuroBert {
+                assert!(!m.append_eos, "{}", m.id);
+            } else if !m.architecture.is_decoder() {
                 assert!(!last, "{}", m.id);
             } else if m.pooling == Pooling::Mean {
                 assert!(!m.append_eos, "{}", m.id);
@@ -365,6 +402,13 @@ mod tests {
         assert!(ModelManifest::find("ALL-MINILM-L6-V2").unwrap().is_some());
         assert!(ModelManifest::find("gte-Qwen2").unwrap().is_some());
         assert!(ModelManifest::find("no-such-model").unwrap().is_none());
+        let jina = ModelManifest::find("jina-embeddings-v5-text-nano")
+            .unwrap()
+            .unwrap();
+        assert_eq!(jina.architecture, Architecture::EuroBert);
+        assert_eq!(jina.apply_template("x", TextKind::Document), "Document: x");
+        assert!(Architecture::unknown_message("jina_embeddings_v5").contains("-retrieval"));
+        assert!(!Architecture::unknown_message("t5").contains("-retrieval"));
     }
 
     #[test]
