@@ -360,12 +360,19 @@ impl CpuDecoderLayer {
                 (b, head, out)
             })
             .collect();
-        ctx.resize_zeroed(0);
-        ctx.resize_zeroed(batch * seq * qw);
+        // Every value is written below: a head's context for its text's real rows, zeros for
+        // the padding rows after them (no need to clear the whole buffer first).
+        ctx.resize_for_overwrite(batch * seq * qw);
         for (b, head, out) in parts {
-            for (r, values) in out.chunks_exact(head_dim).enumerate() {
+            let real = out.len() / head_dim;
+            for r in 0..seq {
                 let at = (b * seq + r) * qw + head * head_dim;
-                ctx[at..at + head_dim].copy_from_slice(values);
+                let slot = &mut ctx[at..at + head_dim];
+                if r < real {
+                    slot.copy_from_slice(&out[r * head_dim..(r + 1) * head_dim]);
+                } else {
+                    slot.fill(0.0);
+                }
             }
         }
     }
@@ -399,8 +406,11 @@ fn attend_on_tiles(
         out
     };
     let queries = gather(q_col);
+    // Keys are rounded to bf16 straight from their rows (no f32 copy first).
     let mut keys = vec![half::bf16::ZERO; len * head_dim];
-    round_row(&gather(k_col), &mut keys);
+    for (i, key) in keys.chunks_exact_mut(head_dim).enumerate() {
+        round_row(&row[i * width + k_col..][..head_dim], key);
+    }
     let mut scores = vec![0f32; len * len];
     amx::bf16_product(
         &pack_panels(&keys, len, head_dim),
