@@ -358,6 +358,30 @@ fn missing_reranker_and_bad_retrievers_are_refused() {
 }
 
 #[test]
+fn two_widths_of_one_model_are_two_rows_and_two_indexes() {
+    let model_dir = tempfile::tempdir().unwrap();
+    let model = model_dir.path().join("tiny-stella");
+    crate::embed::tiny_stella(&model);
+    let out = tempfile::tempdir().unwrap();
+    let cut = format!("dense:{}#8", model.display());
+    let full = format!("dense:full={}", model.display());
+    let cfg = config(out.path(), &[&cut, &full]);
+    let results = run_benchmark(&cfg, &NoProgress).unwrap();
+    assert_eq!(
+        results.retrievers,
+        vec!["dense:tiny-stella-8", "dense:full"]
+    );
+    // Each width has its own cached index, keyed by its width.
+    let topic = out.path().join("topics").join("tiny");
+    let manifest = |name: &str| {
+        std::fs::read_to_string(topic.join(name).join("manifest.json"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    assert!(manifest("dense-tiny-stella-8").contains("\"dimensions\": 8"));
+    assert!(!manifest("dense-full").contains("dimensions"));
+}
+
+#[test]
 #[cfg_attr(
     not(has_model_minilm),
     ignore = "needs models/all-MiniLM-L6-v2: scripts/setup.sh"

@@ -554,3 +554,48 @@ fn a_matryoshka_width_is_recorded_and_applied_to_queries() {
     assert_eq!(hits[0].doc_id, DOCS[2].0, "{hits:?}");
     assert!((hits[0].score - 1.0).abs() < 5e-3, "{}", hits[0].score);
 }
+
+#[test]
+fn one_index_holds_two_widths_of_a_model() {
+    use freshstack::embed::{EncoderOptions, ModelDType};
+    use freshstack::search::{DenseModelSpec, HybridIndexConfig, build_hybrid_index};
+    use std::str::FromStr;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny-stella");
+    crate::embed::tiny_stella(&model);
+    let index = dir.path().join("index");
+    let config = HybridIndexConfig {
+        corpus: corpus(dir.path()),
+        dense: vec![
+            DenseModelSpec::from_str(&format!("{}#8", model.display())).unwrap(),
+            DenseModelSpec::from_str(&format!("full={}", model.display())).unwrap(),
+        ],
+        encoder: EncoderOptions {
+            dtype: Some(ModelDType::F32),
+            ..EncoderOptions::default()
+        },
+        ..HybridIndexConfig::default()
+    };
+    let summary = build_hybrid_index(&config, &index, &NoProgress).unwrap();
+    let widths: Vec<_> = summary
+        .manifest
+        .dense
+        .iter()
+        .map(|d| (d.name.as_str(), d.dim, d.model.as_ref().unwrap().dimensions))
+        .collect();
+    assert_eq!(
+        widths,
+        [("full", 16, None), ("tiny-stella-8", 8, Some(8))],
+        "{widths:?}"
+    );
+    let engine = Engine::open_with_encoders(&index, &QueryEncoderOptions::default()).unwrap();
+    for retriever in ["dense:tiny-stella-8", "dense:full"] {
+        let hits = engine.search(DOCS[2].1, &options(retriever, 1)).unwrap();
+        assert_eq!(hits[0].doc_id, DOCS[2].0, "{retriever}: {hits:?}");
+        assert!(
+            (hits[0].score - 1.0).abs() < 5e-3,
+            "{retriever}: {}",
+            hits[0].score
+        );
+    }
+}

@@ -42,9 +42,10 @@ use retrieve::{RetrieverKind, prepare_index, retrieve, truncate, write_corpus};
 pub struct BenchmarkConfig {
     /// The topics, in column order.
     pub topics: Vec<TopicSpec>,
-    /// Retrievers, in row order: `bm25` and/or `dense:[NAME=]MODEL` (a model directory or a
-    /// Hugging Face model id in the local cache; the row is `dense:NAME`, NAME defaulting to
-    /// the directory's or id's last component).
+    /// Retrievers, in row order: `bm25` and/or `dense:[NAME=]MODEL[#WIDTH]` (a model directory
+    /// or a Hugging Face model id in the local cache, cut to Matryoshka width WIDTH when written;
+    /// the row is `dense:NAME`, NAME defaulting to the directory's or id's last component, then
+    /// `-WIDTH`).
     pub retrievers: Vec<BenchmarkRetriever>,
     /// Also fuse all retrievers (normalized sum of each one's top 100), as row `fusion`.
     pub fusion: bool,

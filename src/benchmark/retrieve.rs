@@ -29,7 +29,7 @@ use crate::search::{
     RetrieverSpec, SearchOptions, build_hybrid_index,
 };
 
-/// A retriever the benchmark scores, as given: `bm25` or `dense:[NAME=]MODEL`.
+/// A retriever the benchmark scores, as given: `bm25` or `dense:[NAME=]MODEL[#WIDTH]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BenchmarkRetriever {
     /// BM25 (with [`BenchmarkConfig::bm25`](super::BenchmarkConfig::bm25)).
@@ -42,7 +42,7 @@ pub enum BenchmarkRetriever {
 impl std::str::FromStr for BenchmarkRetriever {
     type Err = Error;
 
-    /// Parses `bm25` or `dense:[NAME=]MODEL` (errors name the setting `retriever`; a bad
+    /// Parses `bm25` or `dense:[NAME=]MODEL[#WIDTH]` (errors name the setting `retriever`; a bad
     /// `[NAME=]MODEL` is [`DenseModelSpec`]'s error).
     fn from_str(spec: &str) -> Result<Self> {
         if spec == "bm25" {
@@ -98,7 +98,7 @@ impl RetrieverKind {
             .text("max_length", &format!("{:?}", options.max_length))
             .text("pooling", &format!("{:?}", options.pooling));
         // Only when cut, so that full-width indexes built before keep their keys.
-        if let Some(n) = options.dimensions {
+        if let Some(n) = spec.encoder_options(options).dimensions {
             identity = identity.text("dimensions", &n.to_string());
         }
         let identity = identity.finish();

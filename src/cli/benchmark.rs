@@ -44,7 +44,8 @@ pub struct BenchmarkArgs {
     /// expands one --queries and one --corpus per topic, e.g. langchain,yolo,laravel,angular,godot.
     #[arg(long = "topic", value_delimiter = ',', value_name = "NAME,...")]
     topics: Vec<String>,
-    /// Retrievers: bm25, dense:MODEL (a model directory or a cached Hugging Face id). Repeatable.
+    /// Retrievers: bm25, dense:[NAME=]MODEL[#WIDTH] (a model directory or a cached Hugging Face
+    /// id; #WIDTH a Matryoshka width of the model). Repeatable.
     #[arg(long = "retriever", default_value = "bm25", value_name = "NAME")]
     retrievers: Vec<BenchmarkRetriever>,
     /// Also fuse all retrievers (normalized sum of each one's top 100, as the paper).
@@ -93,7 +94,8 @@ pub struct BenchmarkArgs {
     #[arg(long)]
     max_batch_tokens: Option<usize>,
     /// Matryoshka width every dense model's vectors (and queries) are cut to and renormalised
-    /// (one of the widths its card lists).
+    /// (one of the widths its card lists), for models without their own
+    /// `dense:MODEL#WIDTH`.
     #[arg(long, value_name = "N")]
     dimensions: Option<usize>,
 }

@@ -41,10 +41,11 @@ pub struct IndexArgs {
     /// Repeatable; each becomes retriever dense:NAME.
     #[arg(long = "vectors", value_name = "NAME=PATH.npy")]
     vectors: Vec<VectorSource>,
-    /// A dense model that encodes the corpus (document template) as [NAME=]MODEL, MODEL a local
-    /// directory or a Hugging Face id in the local cache; NAME (default: the directory's name or
-    /// the id's last part) makes retriever dense:NAME. Repeatable.
-    #[arg(long = "dense", value_name = "[NAME=]MODEL")]
+    /// A dense model that encodes the corpus (document template) as [NAME=]MODEL[#WIDTH], MODEL
+    /// a local directory or a Hugging Face id in the local cache; NAME (default: the directory's
+    /// name or the id's last part, then -WIDTH) makes retriever dense:NAME; #WIDTH cuts this
+    /// model's vectors to one of its Matryoshka widths. Repeatable.
+    #[arg(long = "dense", value_name = "[NAME=]MODEL[#WIDTH]")]
     dense: Vec<DenseModelSpec>,
     /// Device for --dense encoders: cpu, cuda or cuda:N (cuda needs `--features cuda`).
     #[arg(long, default_value = "cpu")]
@@ -59,7 +60,8 @@ pub struct IndexArgs {
     #[arg(long)]
     max_batch_tokens: Option<usize>,
     /// Matryoshka width --dense vectors are cut to and renormalised (one of the widths the
-    /// model's card lists); recorded, so queries are cut the same way.
+    /// model's card lists), for models without their own #WIDTH; recorded, so queries are cut
+    /// the same way.
     #[arg(long, value_name = "N")]
     dimensions: Option<usize>,
     /// How --dense vectors are stored: f16 (half the size) or f32.

@@ -68,10 +68,10 @@ impl Architecture {
     pub fn unknown_message(model_type: &str) -> String {
         let instead = match model_type {
             // The base repository keeps four LoRA adapters beside the backbone; Jina publishes
-            // each task's adapter merged into a plain EuroBERT (or Qwen3) checkpoint.
+            // each task's adapter merged into a plain checkpoint (nano's: EuroBERT).
             "jina_embeddings_v5" => {
-                "; for retrieval use the adapter-merged checkpoint \
-                 (jinaai/jina-embeddings-v5-text-nano-retrieval or -small-retrieval)"
+                "; for retrieval use the adapter-merged checkpoint, \
+                 e.g. jinaai/jina-embeddings-v5-text-nano-retrieval"
             }
             _ => "",
         };

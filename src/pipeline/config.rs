@@ -260,7 +260,8 @@ pub struct RetrievalConfig {
     /// Use BM25.
     #[serde(default = "yes")]
     pub bm25: bool,
-    /// Dense models, `[NAME=]MODEL`: local directories or Hugging Face cache ids.
+    /// Dense models, `[NAME=]MODEL[#WIDTH]`: local directories or Hugging Face cache ids, each
+    /// cut to its own Matryoshka width when `#WIDTH` is written.
     #[serde(default, deserialize_with = "dense_specs")]
     pub dense: Vec<DenseModelSpec>,
     /// Also pool the normalized-sum fusion of the retrievers (when there are two or more).

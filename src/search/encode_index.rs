@@ -24,14 +24,18 @@ use crate::index::{
 use crate::progress::Progress;
 use crate::search::encoders::{recorded_options, resolve_recorded_model};
 
-/// One dense model to encode the corpus with: `[NAME=]MODEL`, as `--dense` and a build
-/// config's `retrieval.dense` write it.
+/// One dense model to encode the corpus with: `[NAME=]MODEL[#WIDTH]`, as `--dense` and a build
+/// config's `retrieval.dense` write it. `#WIDTH` cuts this model's vectors to one of its
+/// Matryoshka widths (over any `--dimensions` of the run), so one index or benchmark can hold
+/// several widths of a model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DenseModelSpec {
     /// Retriever name (`dense:NAME`).
     pub name: String,
     /// A model directory or a Hugging Face id in the local cache (`org/name[@rev]`).
     pub model: String,
+    /// This model's Matryoshka width (`#WIDTH`), if written.
+    pub dimensions: Option<usize>,
     /// True when the name was derived from the model rather than written.
     derived_name: bool,
 }
@@ -39,18 +43,33 @@ pub struct DenseModelSpec {
 impl DenseModelSpec {
     /// The spec as written, nothing looked up yet: `NAME=MODEL` keeps its name; a bare `MODEL`
     /// gets its name from [`resolved`](Self::resolved), once the directory it names is known.
+    /// A malformed `#WIDTH` stays in the model and is refused by `resolved`.
     pub fn unresolved(spec: &str) -> Self {
-        match split_name(spec) {
+        let (rest, dimensions) = match split_width(spec) {
+            Ok(split) => split,
+            Err(_) => (spec, None),
+        };
+        match split_name(rest) {
             Some((name, model)) => Self {
                 name: name.to_string(),
                 model: model.to_string(),
+                dimensions,
                 derived_name: false,
             },
             None => Self {
                 name: String::new(),
-                model: spec.to_string(),
+                model: rest.to_string(),
+                dimensions,
                 derived_name: true,
             },
+        }
+    }
+
+    /// The encoder options for this model: `options` with its own width, where it has one.
+    pub fn encoder_options(&self, options: &EncoderOptions) -> EncoderOptions {
+        EncoderOptions {
+            dimensions: self.dimensions.or(options.dimensions),
+            ..options.clone()
         }
     }
 
@@ -60,6 +79,8 @@ impl DenseModelSpec {
         if self.model.trim().is_empty() {
             return Err(Error::invalid(Setting::DenseModel, "empty"));
         }
+        // A width `unresolved` could not read is still in the model: refuse it here.
+        split_width(&self.model)?;
         let candidate = base.join(&self.model);
         let model = if Path::new(&self.model).is_relative() && candidate.exists() {
             candidate.to_string_lossy().into_owned()
@@ -67,9 +88,22 @@ impl DenseModelSpec {
             self.model
         };
         if self.derived_name {
-            return Self::from_str(&model);
+            let mut spec = Self::from_str(&model)?;
+            spec.set_width(self.dimensions);
+            return Ok(spec);
         }
         Ok(Self { model, ..self })
+    }
+
+    /// Sets the width of a spec without one; a derived name gains `-WIDTH`, so that two widths
+    /// of one model are two retrievers.
+    fn set_width(&mut self, dimensions: Option<usize>) {
+        if let Some(n) = dimensions {
+            self.dimensions = Some(n);
+            if self.derived_name {
+                self.name = format!("{}-{n}", self.name);
+            }
+        }
     }
 }
 
@@ -79,16 +113,38 @@ fn split_name(spec: &str) -> Option<(&str, &str)> {
         .filter(|(name, model)| validate_model_name(name).is_ok() && !model.is_empty())
 }
 
+/// `SPEC#WIDTH` split: the spec before the last `#` and the width after it (a positive whole
+/// number); a spec without `#` has none.
+fn split_width(spec: &str) -> Result<(&str, Option<usize>)> {
+    let Some((rest, width)) = spec.rsplit_once('#') else {
+        return Ok((spec, None));
+    };
+    match width.parse::<usize>() {
+        Ok(n) if n > 0 && width.bytes().all(|b| b.is_ascii_digit()) => Ok((rest, Some(n))),
+        _ => Err(Error::invalid(
+            Setting::DenseModel,
+            format!("{spec:?}: the width after '#' must be a positive whole number"),
+        )),
+    }
+}
+
 impl std::str::FromStr for DenseModelSpec {
     type Err = Error;
 
-    /// Parses `[NAME=]MODEL`. Without a name: the directory's name, or the part of the id after
-    /// the `/` (without `@revision`).
+    /// Parses `[NAME=]MODEL[#WIDTH]`. Without a name: the directory's name, or the part of the
+    /// id after the `/` (without `@revision`), followed by `-WIDTH` when a width is written.
     fn from_str(spec: &str) -> Result<Self> {
+        let (rest, dimensions) = split_width(spec)?;
+        if dimensions.is_some() {
+            let mut parsed = Self::from_str(rest)?;
+            parsed.set_width(dimensions);
+            return Ok(parsed);
+        }
         if let Some((name, model)) = split_name(spec) {
             return Ok(Self {
                 name: name.to_string(),
                 model: model.to_string(),
+                dimensions: None,
                 derived_name: false,
             });
         }
@@ -116,18 +172,23 @@ impl std::str::FromStr for DenseModelSpec {
         Ok(Self {
             name,
             model: spec.to_string(),
+            dimensions: None,
             derived_name: true,
         })
     }
 }
 
 impl std::fmt::Display for DenseModelSpec {
-    /// As written: `NAME=MODEL`, or `MODEL` when the name is derived from it.
+    /// As written: `NAME=MODEL`, or `MODEL` when the name is derived from it, then `#WIDTH`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.derived_name {
-            f.write_str(&self.model)
+            f.write_str(&self.model)?;
         } else {
-            write!(f, "{}={}", self.name, self.model)
+            write!(f, "{}={}", self.name, self.model)?;
+        }
+        match self.dimensions {
+            Some(n) => write!(f, "#{n}"),
+            None => Ok(()),
         }
     }
 }
@@ -190,7 +251,7 @@ pub fn build_hybrid_index(
             name: spec.name.clone(),
             reference: spec.model.clone(),
             files: resolve_model(&spec.model)?,
-            options: config.encoder.clone(),
+            options: spec.encoder_options(&config.encoder),
             dtype: config.vector_dtype,
         });
     }
@@ -365,6 +426,53 @@ mod tests {
         assert_eq!(spec.name, "my-model");
         assert_eq!(spec.to_string(), model_dir.to_str().unwrap());
         assert!(DenseModelSpec::from_str("org/na me").is_err());
+    }
+
+    #[test]
+    fn specs_take_a_width_after_a_hash() {
+        let spec = DenseModelSpec::from_str("org/stella_en_1.5B_v5#512").unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.model.as_str(), spec.dimensions),
+            ("stella_en_1.5B_v5-512", "org/stella_en_1.5B_v5", Some(512))
+        );
+        assert_eq!(spec.to_string(), "org/stella_en_1.5B_v5#512");
+        let spec = DenseModelSpec::from_str("s256=org/stella@rev#256").unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.model.as_str(), spec.dimensions),
+            ("s256", "org/stella@rev", Some(256))
+        );
+        assert_eq!(spec.to_string(), "s256=org/stella@rev#256");
+        // The spec's width wins over the run's; without one the run's applies.
+        let run = EncoderOptions {
+            dimensions: Some(1024),
+            ..EncoderOptions::default()
+        };
+        assert_eq!(spec.encoder_options(&run).dimensions, Some(256));
+        let plain = DenseModelSpec::from_str("org/stella").unwrap();
+        assert_eq!(plain.encoder_options(&run).dimensions, Some(1024));
+        for bad in [
+            "org/stella#",
+            "org/stella#0",
+            "org/stella#x",
+            "org/stella#+5",
+        ] {
+            let err = DenseModelSpec::from_str(bad).unwrap_err().to_string();
+            assert!(err.contains("positive whole number"), "{bad}: {err}");
+            let err = DenseModelSpec::unresolved(bad).resolved(Path::new("."));
+            assert!(err.is_err(), "{bad}");
+        }
+        // Unresolved specs keep the width through resolution.
+        let spec = DenseModelSpec::unresolved("org/stella#128")
+            .resolved(Path::new("."))
+            .unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.dimensions),
+            ("stella-128", Some(128))
+        );
+        let spec = DenseModelSpec::unresolved("n=org/stella#128")
+            .resolved(Path::new("."))
+            .unwrap();
+        assert_eq!((spec.name.as_str(), spec.dimensions), ("n", Some(128)));
     }
 
     #[test]
