@@ -588,6 +588,22 @@ fn one_index_holds_two_widths_of_a_model() {
         [("full", 16, None), ("tiny-stella-8", 8, Some(8))],
         "{widths:?}"
     );
+    // A width the model does not define is refused naming the model and its widths, and no
+    // index is written.
+    let refused = dir.path().join("refused");
+    let config = HybridIndexConfig {
+        dense: vec![DenseModelSpec::from_str(&format!("{}#12", model.display())).unwrap()],
+        ..config
+    };
+    let err = build_hybrid_index(&config, &refused, &NoProgress)
+        .unwrap_err()
+        .to_string();
+    let wanted = format!(
+        "12 for {}: the model's Matryoshka widths are 8, 16",
+        model.display()
+    );
+    assert!(err.contains(&wanted), "{err}");
+    assert!(!refused.exists());
     let engine = Engine::open_with_encoders(&index, &QueryEncoderOptions::default()).unwrap();
     for retriever in ["dense:tiny-stella-8", "dense:full"] {
         let hits = engine.search(DOCS[2].1, &options(retriever, 1)).unwrap();

@@ -378,7 +378,7 @@ impl TextEncoder {
                 };
                 return Err(Error::invalid(
                     Setting::Dimensions,
-                    format!("{n}: {widths}"),
+                    format!("{n} for {name}: {widths}"),
                 ));
             }
             manifest.dim = n;
