@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::support::{browse, chromium};
+use crate::support::{browse, browse_to_exit, chromium};
 use crate::util::{copy_dir, freshstack, write};
 
 fn fixture() -> PathBuf {
@@ -320,10 +320,11 @@ fn headless_chromium_review_exports_what_score_reads() {
     let profile = tempfile::tempdir().unwrap();
     let downloads = profile.path().join("home/Downloads");
 
-    // First visit: annotate and export.
+    // First visit: annotate and export. The second visit reads what this one saved, so it
+    // must end with the browser's own exit.
     let page = review.join("annotate.html");
     with_script(&review.join("review.html"), ANNOTATE, &page);
-    let dom = browse(
+    let dom = browse_to_exit(
         &browser,
         &["--dump-dom", &format!("file://{}", page.display())],
         profile.path(),

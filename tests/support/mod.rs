@@ -563,6 +563,27 @@ pub(crate) fn chromium() -> Option<PathBuf> {
 /// gets 5 s to exit and is then stopped: after a download, headless chromium sometimes never
 /// exits (seen about once in ten runs, the DOM dumped and the download written).
 pub(crate) fn browse(browser: &Path, args: &[&str], profile: &Path) -> String {
+    browse_once(browser, args, profile).0
+}
+
+/// [`browse`] until the browser exits by itself (at most three runs), each run from an empty
+/// `profile`: a browser stopped after its dump may not have written the page's
+/// `localStorage` to the profile, which a later visit with the same profile reads.
+pub(crate) fn browse_to_exit(browser: &Path, args: &[&str], profile: &Path) -> String {
+    for _ in 0..2 {
+        let (text, exited) = browse_once(browser, args, profile);
+        if exited {
+            return text;
+        }
+        eprintln!("chromium was stopped after its dump; running the visit again");
+        std::fs::remove_dir_all(profile).unwrap();
+        std::fs::create_dir_all(profile).unwrap();
+    }
+    browse_once(browser, args, profile).0
+}
+
+/// [`browse`], and whether the browser exited by itself (not stopped after its dump).
+fn browse_once(browser: &Path, args: &[&str], profile: &Path) -> (String, bool) {
     let home = profile.join("home");
     std::fs::create_dir_all(&home).unwrap();
     let mut child = Command::new(browser)
@@ -599,6 +620,7 @@ pub(crate) fn browse(browser: &Path, args: &[&str], profile: &Path) -> String {
         })
     };
     let mut dumped_at: Option<Instant> = None;
+    let mut exited = true;
     loop {
         if child.try_wait().unwrap().is_some() {
             break;
@@ -609,6 +631,7 @@ pub(crate) fn browse(browser: &Path, args: &[&str], profile: &Path) -> String {
         if dumped_at.is_some_and(|at| at.elapsed() > Duration::from_secs(5)) {
             child.kill().unwrap();
             child.wait().unwrap();
+            exited = false;
             break;
         }
         if started.elapsed() > Duration::from_secs(90) {
@@ -618,5 +641,5 @@ pub(crate) fn browse(browser: &Path, args: &[&str], profile: &Path) -> String {
         std::thread::sleep(Duration::from_millis(100));
     }
     reader.join().unwrap();
-    Arc::try_unwrap(text).unwrap().into_inner().unwrap()
+    (Arc::try_unwrap(text).unwrap().into_inner().unwrap(), exited)
 }
