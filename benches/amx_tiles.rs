@@ -79,19 +79,9 @@ mod x86 {
                         options(nostack, readonly),
                     );
                 } else {
-                    asm!(
-                        "tileloadd tmm4, [{a} + {sa}*1]",
-                        "tileloadd tmm6, [{b} + {sb}*1]",
-                        "tdpbf16ps tmm0, tmm4, tmm6",
-                        "tileloadd tmm7, [{b16} + {sb}*1]",
-                        "tdpbf16ps tmm1, tmm4, tmm7",
-                        "tileloadd tmm5, [{a2} + {sa}*1]",
-                        "tdpbf16ps tmm2, tmm5, tmm6",
-                        "tdpbf16ps tmm3, tmm5, tmm7",
-                        a = in(reg) a, a2 = in(reg) a.add(16 * a_bytes), sa = in(reg) a_bytes,
-                        b = in(reg) b, b16 = in(reg) b.add(64), sb = in(reg) 128usize,
-                        options(nostack, readonly),
-                    );
+                    // The bf16 kernel's own step: 32 rows of 32 values (64 bytes) per step,
+                    // the second 16 rows 16 x 32 values on; 16 pairs x 32 columns.
+                    freshstack::kernels::amx::tile_step(a.cast(), 16 * 32, 64, b.cast(), 128);
                 }
             }
             asm!(

@@ -742,11 +742,19 @@ unsafe fn prefetch_step(a: *const u8, b: *const u8) {
 /// products. Tile registers are not renamed, so each load is issued as soon as the products
 /// reading its register's previous contents are issued, letting loads overlap products.
 ///
+/// Public so that `benches/amx_tiles.rs` measures this step itself.
+///
 /// # Safety
-/// As [`block_product`]'s: the tile configuration is loaded and the 32 rows and 16 pairs are
-/// readable.
+/// As `block_product`'s: the tile configuration of `TileConfig::load` (tmm0..tmm7 as 16 rows x
+/// 64 bytes) is loaded on this thread, and the 32 rows and 16 pairs are readable.
 #[inline(always)]
-unsafe fn tile_step(a: *const bf16, half: usize, a_stride: usize, b: *const u32, b_stride: usize) {
+pub unsafe fn tile_step(
+    a: *const bf16,
+    half: usize,
+    a_stride: usize,
+    b: *const u32,
+    b_stride: usize,
+) {
     // SAFETY: forwarded from the caller.
     unsafe {
         std::arch::asm!(
